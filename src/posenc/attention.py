@@ -1,0 +1,312 @@
+"""Multi-head attention that calls an encoding's hooks, with a KV cache.
+
+Shapes: x (B, T, C); q (B, H, Tq, D); k, v (B, Hkv, Tk, D); logits (B, H, Tq, Tk).
+
+Two paths compute the same thing: ``impl="eager"`` spells attention out (logits, mask,
+softmax, weighted sum) and ``impl="sdpa"`` hands it to
+``torch.nn.functional.scaled_dot_product_attention``. An encoding with an ``output`` hook
+(Shaw's value vectors) needs the probabilities and always takes the eager path.
+
+The mask and the content-independent biases depend only on positions, so the model builds
+them once per forward in an :class:`AttentionContext` and every layer reuses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .encoding import PositionalEncoding
+from .positions import SequenceInfo
+
+__all__ = ["Attention", "AttentionContext", "KVCache", "LayerCache", "build_mask"]
+
+Impl = Literal["eager", "sdpa"]
+
+
+def build_mask(
+    q_seq: SequenceInfo,
+    k_seq: SequenceInfo,
+    q_index: Tensor,
+    k_index: Tensor,
+    causal: bool,
+) -> Tensor | None:
+    """Boolean mask (B or 1, 1, Tq, Tk), True where query i may attend to key j; None = all.
+
+    ``q_index``/``k_index`` are the tokens' indices in the stream (not their position ids),
+    so causality is right for packed and padded rows too. Documents never see each other;
+    padding keys are never seen. A query row with no visible key (a padding query) is let
+    see every key instead of producing NaN; its output is meaningless and ignored.
+    """
+    mask: Tensor | None = None
+    if causal:
+        mask = (k_index[None, :] <= q_index[:, None])[None, None]  # (1, 1, Tq, Tk)
+    if k_seq.valid is not None:
+        m = k_seq.valid[:, None, None, :]  # (B, 1, 1, Tk)
+        mask = m if mask is None else mask & m
+    if q_seq.segment_ids is not None and k_seq.segment_ids is not None:
+        m = q_seq.segment_ids[:, None, :, None] == k_seq.segment_ids[:, None, None, :]
+        mask = m if mask is None else mask & m
+    if mask is not None and (k_seq.valid is not None or q_seq.segment_ids is not None):
+        mask = mask | ~mask.any(-1, keepdim=True)
+    return mask
+
+
+@dataclass
+class LayerCache:
+    """Keys and values of one layer, (B, Hkv, T, D), after rotation."""
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+
+class KVCache:
+    """Cache for incremental decoding and Transformer-XL style segment memory.
+
+    Args:
+        num_layers: one :class:`LayerCache` per layer.
+        max_length: keep at most this many past tokens (a sliding memory); None keeps all.
+        detach: store keys/values without gradient (Transformer-XL's memory).
+
+    ``seq`` holds the positions/segments/validity of the cached tokens (shared by all layers);
+    ``embed_state`` is where stateful ``embed`` hooks (recurrent, convolutional) keep context.
+    """
+
+    def __init__(self, num_layers: int, max_length: int | None = None, detach: bool = False) -> None:
+        if max_length is not None and max_length < 1:
+            raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
+        self.layers = [LayerCache() for _ in range(num_layers)]
+        self.max_length = max_length
+        self.detach = detach
+        self.seq: SequenceInfo | None = None
+        self.seen = 0  # tokens processed so far (stream index of the next token)
+        self.embed_state: dict = {}
+
+    @property
+    def length(self) -> int:
+        return 0 if self.seq is None else self.seq.positions.shape[1]
+
+    def keys_info(self, new: SequenceInfo) -> tuple[SequenceInfo, Tensor, Tensor]:
+        """(k_seq, q_index, k_index) for a step adding ``new`` tokens; does not modify the cache."""
+        device = new.positions.device
+        t_new = new.positions.shape[1]
+        q_index = torch.arange(self.seen, self.seen + t_new, device=device)
+        k_index = torch.arange(self.seen - self.length, self.seen + t_new, device=device)
+        if self.seq is None:
+            return new, q_index, k_index
+        old = self.seq
+        if (old.segment_ids is None) != (new.segment_ids is None) or (old.valid is None) != (new.valid is None):
+            raise ValueError("a cached batch and its continuation must both have (or lack) segment_ids and valid")
+        cat = lambda a, b: None if a is None else torch.cat([a, b], dim=1)  # noqa: E731
+        k_seq = SequenceInfo(
+            cat(old.positions, new.positions), cat(old.segment_ids, new.segment_ids), cat(old.valid, new.valid)
+        )
+        return k_seq, q_index, k_index
+
+    def commit(self, k_seq: SequenceInfo, t_new: int) -> None:
+        """Record the step's key info (after all layers updated)."""
+        keep = self._keep(k_seq.positions.shape[1])
+        cut = lambda t: None if t is None else t[:, -keep:]  # noqa: E731
+        self.seq = SequenceInfo(cut(k_seq.positions), cut(k_seq.segment_ids), cut(k_seq.valid))
+        self.seen += t_new
+
+    def _keep(self, total: int) -> int:
+        return total if self.max_length is None else min(total, self.max_length)
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append this step's k, v to layer ``layer``; return all keys/values to attend to."""
+        c = self.layers[layer]
+        if c.k is not None:
+            if c.k.shape[0] != k.shape[0]:
+                raise ValueError(f"batch size changed from {c.k.shape[0]} to {k.shape[0]} during decoding")
+            k, v = torch.cat([c.k, k], dim=2), torch.cat([c.v, v], dim=2)
+        keep = self._keep(k.shape[2])
+        c.k, c.v = k[:, :, -keep:], v[:, :, -keep:]
+        if self.detach:
+            c.k, c.v = c.k.detach(), c.v.detach()
+        return k, v
+
+
+@dataclass
+class AttentionContext:
+    """Everything attention needs that depends on positions only, built once per forward.
+
+    ``biases`` memoizes each encoding's ``score_bias`` (keyed by the module's id), so layers
+    that share an encoding share one (B, H, Tq, Tk) bias.
+    """
+
+    q_seq: SequenceInfo
+    k_seq: SequenceInfo
+    mask: Tensor | None
+    plain_causal: bool  # mask is exactly causal with Tq == Tk: SDPA can use is_causal
+    biases: dict[int, Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        q_seq: SequenceInfo,
+        k_seq: SequenceInfo | None = None,
+        *,
+        causal: bool,
+        cache: KVCache | None = None,
+    ) -> "AttentionContext":
+        """Context for queries ``q_seq`` attending to ``k_seq`` (self-attention when None).
+
+        With a ``cache``, keys are the cached tokens followed by ``q_seq`` (call
+        ``cache.commit`` after the forward). Without one, queries are aligned to the end of
+        the keys, so causal cross-attention with Tq < Tk behaves as decoding would.
+        """
+        if cache is not None:
+            if k_seq is not None:
+                raise ValueError("k_seq must be None when a cache is given (keys come from the cache)")
+            k_seq, q_index, k_index = cache.keys_info(q_seq)
+        else:
+            k_seq = q_seq if k_seq is None else k_seq
+            tq, tk = q_seq.positions.shape[1], k_seq.positions.shape[1]
+            device = q_seq.positions.device
+            q_index = torch.arange(tk - tq, tk, device=device)
+            k_index = torch.arange(tk, device=device)
+        if k_seq.positions.shape[0] != q_seq.positions.shape[0] and k_seq.positions.shape[0] != 1:
+            raise ValueError(
+                f"query batch {q_seq.positions.shape[0]} and key batch {k_seq.positions.shape[0]} differ"
+            )
+        mask = build_mask(q_seq, k_seq, q_index, k_index, causal)
+        plain = (
+            causal
+            and q_seq.positions.shape[1] == k_seq.positions.shape[1]
+            and k_seq.valid is None
+            and q_seq.segment_ids is None
+        )
+        return cls(q_seq, k_seq, mask, plain)
+
+    def bias_for(self, pe: PositionalEncoding) -> Tensor:
+        key = id(pe)
+        if key not in self.biases:
+            self.biases[key] = pe.score_bias(self.q_seq.positions, self.k_seq.positions)
+        return self.biases[key]
+
+
+class Attention(nn.Module):
+    """Multi-head (optionally grouped-query) attention with positional hooks.
+
+    Args:
+        d_model: model width C.
+        num_heads: query heads H.
+        num_kv_heads: key/value heads (grouped-query attention); defaults to H.
+        pe: the positional encoding whose rotate/score hooks this layer calls (or None).
+        causal: causal (decoder) or bidirectional (encoder) self-attention.
+        impl: "sdpa" (fast) or "eager" (reference).
+        head_dim: defaults to C // H.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_kv_heads: int | None = None,
+        pe: PositionalEncoding | None = None,
+        *,
+        causal: bool = True,
+        impl: Impl = "sdpa",
+        head_dim: int | None = None,
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})"
+            )
+        head_dim = d_model // num_heads if head_dim is None else head_dim
+        if head_dim < 1:
+            raise ValueError(f"head_dim must be >= 1, got {head_dim}")
+        if impl not in ("eager", "sdpa"):
+            raise ValueError(f"impl must be 'eager' or 'sdpa', got {impl!r}")
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.causal, self.impl = causal, impl
+        self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)
+        self.pe = pe
+
+    def forward(
+        self,
+        x: Tensor,
+        ctx: AttentionContext | SequenceInfo,
+        *,
+        context: Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> Tensor:
+        """x (B, Tq, C) -> (B, Tq, C).
+
+        ``ctx`` is an :class:`AttentionContext` (as the model passes) or just the queries'
+        :class:`SequenceInfo` for standalone self-attention without cache. ``context``
+        (B, Tk, C) makes this cross-attention (give a context built with the keys' info).
+        """
+        if isinstance(ctx, SequenceInfo):
+            ctx = AttentionContext.build(ctx, causal=self.causal, cache=cache)
+        B, Tq, _ = x.shape
+        H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        if ctx.q_seq.positions.shape[1] != Tq:
+            raise ValueError(f"positions cover {ctx.q_seq.positions.shape[1]} tokens but x has {Tq}")
+        src = x if context is None else context
+        Tk = src.shape[1]
+        q = self.q_proj(x).view(B, Tq, H, D).transpose(1, 2)  # (B, H, Tq, D)
+        k = self.k_proj(src).view(B, Tk, Hkv, D).transpose(1, 2)  # (B, Hkv, Tk, D)
+        v = self.v_proj(src).view(B, Tk, Hkv, D).transpose(1, 2)  # (B, Hkv, Tk, D)
+
+        pe = self.pe
+        q_pos, k_pos = ctx.q_seq.positions, ctx.k_seq.positions
+        if pe is not None and pe.has_rotate:
+            q, k = pe.rotate(q, k, q_pos, k_pos[:, -Tk:])
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, Hkv, Tcache + Tk, D)
+        if Hkv != H:
+            k = k.repeat_interleave(H // Hkv, dim=1)  # (B, H, Tk, D)
+            v = v.repeat_interleave(H // Hkv, dim=1)
+
+        scale = pe.attention_scale(D) if pe is not None else D**-0.5
+        add: Tensor | None = None  # additive logit terms, float32, (B|1, H, Tq, Tk)
+        if pe is not None and pe.has_score_bias:
+            add = ctx.bias_for(pe)
+        if pe is not None and pe.has_score:
+            s = pe.score(q, k, q_pos, k_pos, scale).float()
+            add = s if add is None else add + s
+
+        if self.impl == "eager" or (pe is not None and pe.has_output):
+            out = self._eager(q, k, v, scale, add, ctx.mask)
+            if pe is not None and pe.has_output:
+                probs = out[1]
+                out = out[0] + pe.output(probs, v, q_pos, k_pos).to(v.dtype)
+            else:
+                out = out[0]
+        else:
+            out = self._sdpa(q, k, v, scale, add, ctx)
+        out = out.transpose(1, 2).reshape(B, Tq, H * D)  # (B, Tq, H*D)
+        return self.o_proj(out)
+
+    @staticmethod
+    def _eager(q, k, v, scale, add, mask) -> tuple[Tensor, Tensor]:
+        logits = torch.matmul(q, k.transpose(-2, -1)).float() * scale  # (B, H, Tq, Tk)
+        if add is not None:
+            logits = logits + add
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(logits, dim=-1).to(v.dtype)
+        return torch.matmul(probs, v), probs
+
+    @staticmethod
+    def _sdpa(q, k, v, scale, add, ctx: AttentionContext) -> Tensor:
+        if add is None and ctx.plain_causal:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        attn_mask: Tensor | None = ctx.mask
+        if add is not None:
+            add = add.to(q.dtype)
+            attn_mask = add if ctx.mask is None else add.masked_fill(~ctx.mask, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)

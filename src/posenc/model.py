@@ -1,0 +1,292 @@
+"""A small pre-norm Transformer whose positional setup is declared per layer.
+
+One :class:`ModelConfig` builds a decoder-only language model (``causal=True``) or a
+bidirectional encoder (``causal=False``). Shapes: tokens (B, T); hidden (B, T, C).
+
+Positional setup:
+* ``encoding`` (an :class:`EncodingSpec` or a name) is used by every layer, unless
+  ``layer_encodings`` gives a spec (or None for no encoding) per layer;
+* specs with ``shared=True`` that are equal resolve to one module for all their layers, so a
+  relative bias table (T5) is one set of parameters computed once per forward;
+* ``embed`` hooks (the absolute family) run once: at the input, or, with
+  ``absolute_before_last=N``, on the hidden states before the last N layers (DeBERTa's
+  enhanced mask decoder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import Attention, AttentionContext, KVCache
+from .config import check_choice, check_int, check_range
+from .encoding import PositionalEncoding
+from .positions import SequenceInfo
+from .registry import build, get_info
+
+__all__ = ["EncodingSpec", "ModelConfig", "Transformer", "preset", "PRESETS"]
+
+
+@dataclass(frozen=True)
+class EncodingSpec:
+    """Which encoding a layer uses: its registry name, config, and whether equal specs share."""
+
+    name: str
+    config: tuple[tuple[str, Any], ...] = ()
+    shared: bool = True
+
+    @classmethod
+    def of(cls, name: str, shared: bool = True, **config: Any) -> "EncodingSpec":
+        return cls(name, tuple(sorted(config.items())), shared)
+
+    @classmethod
+    def coerce(cls, spec: "EncodingSpec | str | dict | None") -> "EncodingSpec | None":
+        if spec is None or isinstance(spec, EncodingSpec):
+            return spec
+        if isinstance(spec, str):
+            return cls(spec)
+        if isinstance(spec, dict):
+            d = dict(spec)
+            name, shared = d.pop("name"), d.pop("shared", True)
+            return cls.of(name, shared, **d.pop("config", {}), **d)
+        raise TypeError(f"encoding spec must be an EncodingSpec, name, dict or None; got {type(spec).__name__}")
+
+
+@dataclass
+class ModelConfig:
+    """Configuration of :class:`Transformer` (all sizes in tokens or channels)."""
+
+    vocab_size: int = 256
+    d_model: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    n_kv_head: int | None = None
+    d_ff: int | None = None  # default 4 * d_model
+    causal: bool = True  # decoder LM; False: bidirectional encoder
+    dropout: float = 0.0
+    encoding: EncodingSpec | str | dict = "rope"
+    encoding_config: dict[str, Any] = field(default_factory=dict)  # merged into `encoding`
+    share_encoding: bool = True
+    layer_encodings: tuple[EncodingSpec | str | dict | None, ...] | None = None
+    absolute_before_last: int | None = None
+    attn_impl: str = "sdpa"
+    tie_weights: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, minimum=1)
+        check_int("d_model", self.d_model, minimum=1)
+        check_int("n_layer", self.n_layer, minimum=1)
+        check_int("n_head", self.n_head, minimum=1)
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.n_kv_head is not None:
+            check_int("n_kv_head", self.n_kv_head, minimum=1)
+            if self.n_head % self.n_kv_head:
+                raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
+        if self.d_ff is not None:
+            check_int("d_ff", self.d_ff, minimum=1)
+        check_range("dropout", self.dropout, 0.0, 1.0, high_inclusive=False)
+        check_choice("attn_impl", self.attn_impl, ("sdpa", "eager"))
+        if self.absolute_before_last is not None:
+            check_int("absolute_before_last", self.absolute_before_last, minimum=0)
+            if self.absolute_before_last > self.n_layer:
+                raise ValueError(
+                    f"absolute_before_last must be <= n_layer ({self.n_layer}), got {self.absolute_before_last}"
+                )
+        if self.layer_encodings is not None and len(self.layer_encodings) != self.n_layer:
+            raise ValueError(
+                f"layer_encodings must have n_layer ({self.n_layer}) entries, got {len(self.layer_encodings)}"
+            )
+        for spec in self.layer_specs():
+            if spec is not None:
+                get_info(spec.name)  # unknown names fail here, listing the valid ones
+
+    def layer_specs(self) -> list[EncodingSpec | None]:
+        if self.layer_encodings is not None:
+            return [EncodingSpec.coerce(s) for s in self.layer_encodings]
+        base = EncodingSpec.coerce(self.encoding)
+        assert base is not None
+        cfg = dict(base.config) | self.encoding_config
+        spec = EncodingSpec.of(base.name, base.shared and self.share_encoding, **cfg)
+        return [spec] * self.n_layer
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(d_model=32, n_layer=2, n_head=4),
+    "small": dict(d_model=128, n_layer=4, n_head=4),
+    "base": dict(d_model=512, n_layer=6, n_head=8),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """A named model size (exact names only: ``tiny``, ``small``, ``base``) with overrides."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+    return ModelConfig(**(PRESETS[name] | overrides))
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.down(F.gelu(self.up(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, pe: PositionalEncoding | None) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = Attention(cfg.d_model, cfg.n_head, cfg.n_kv_head, pe, causal=cfg.causal, impl=cfg.attn_impl)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg.d_model, cfg.d_ff or 4 * cfg.d_model, cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, ctx: AttentionContext, cache: KVCache | None, layer: int) -> Tensor:
+        x = x + self.drop(self.attn(self.ln1(x), ctx, cache=cache, layer=layer))
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(nn.Module):
+    """Decoder-only LM or bidirectional encoder with per-layer positional encodings.
+
+    >>> model = Transformer(ModelConfig(encoding="alibi", d_model=64, n_head=4))
+    >>> logits = model(torch.randint(0, 256, (2, 16)))  # (2, 16, 256)
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        # Resolve specs to modules: equal shared specs -> one module.
+        encodings: list[PositionalEncoding] = []
+        shared: dict[EncodingSpec, int] = {}
+        layer_enc: list[int | None] = []
+        for spec in cfg.layer_specs():
+            if spec is None:
+                layer_enc.append(None)
+                continue
+            if spec.shared and spec in shared:
+                layer_enc.append(shared[spec])
+                continue
+            encodings.append(build(spec.name, d_model=cfg.d_model, num_heads=cfg.n_head, **dict(spec.config)))
+            if spec.shared:
+                shared[spec] = len(encodings) - 1
+            layer_enc.append(len(encodings) - 1)
+        self.encodings = nn.ModuleList(encodings)
+        self.layer_enc = layer_enc
+        self.blocks = nn.ModuleList(
+            Block(cfg, None if i is None else encodings[i]) for i in layer_enc
+        )
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.head.weight = self.tok_emb.weight
+        self.drop = nn.Dropout(cfg.dropout)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding) and m.weight.shape[0] > 0:
+            nn.init.normal_(m.weight, std=0.02)
+
+    def _embed_layer(self) -> int:
+        n = self.cfg.absolute_before_last
+        return 0 if n is None else self.cfg.n_layer - n
+
+    def _apply_embed(self, x: Tensor, seq: SequenceInfo, cache: KVCache | None) -> Tensor:
+        for i, pe in enumerate(self.encodings):
+            if pe.has_embed:
+                state = None if cache is None else cache.embed_state.setdefault(i, {})
+                x = pe.embed(x, seq, state)
+        return x
+
+    def forward(
+        self,
+        tokens: Tensor | None,
+        seq: SequenceInfo | None = None,
+        *,
+        cache: KVCache | None = None,
+        return_hidden: bool = False,
+        inputs_embeds: Tensor | None = None,
+    ) -> Tensor:
+        """tokens (B, T) -> logits (B, T, vocab) (or hidden states (B, T, C)).
+
+        ``seq`` defaults to positions 0..T-1 (continuing after the cache, if any). With a
+        ``cache`` the new keys/values are appended and the cache advances by T tokens.
+        ``inputs_embeds`` (B, T, C) replaces the token embedding lookup (pass ``tokens=None``).
+        """
+        if inputs_embeds is not None:
+            if tokens is not None:
+                raise ValueError("pass either tokens or inputs_embeds, not both")
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.cfg.d_model:
+                raise ValueError(f"inputs_embeds must have shape (B, T, {self.cfg.d_model}), got {tuple(inputs_embeds.shape)}")
+            B, T = inputs_embeds.shape[:2]
+            device = inputs_embeds.device
+        else:
+            if tokens is None or tokens.dim() != 2:
+                raise ValueError(f"tokens must have shape (B, T), got {None if tokens is None else tuple(tokens.shape)}")
+            B, T = tokens.shape
+            device = tokens.device
+        if seq is None:
+            offset = 0 if cache is None or cache.seq is None else cache.seq.positions[:, -1] + 1
+            seq = SequenceInfo.from_offset(B, T, offset, device=device)
+        if tuple(seq.positions.shape) != (B, T):
+            raise ValueError(f"positions have shape {tuple(seq.positions.shape)} but tokens have {(B, T)}")
+        ctx = AttentionContext.build(seq, causal=self.cfg.causal, cache=cache)
+        x = self.drop(self.tok_emb(tokens) if inputs_embeds is None else inputs_embeds)  # (B, T, C)
+        embed_at = self._embed_layer()
+        for i, block in enumerate(self.blocks):
+            if i == embed_at:
+                x = self._apply_embed(x, seq, cache)
+            x = block(x, ctx, cache, i)
+        if embed_at == len(self.blocks):
+            x = self._apply_embed(x, seq, cache)
+        if cache is not None:
+            cache.commit(ctx.k_seq, T)
+        x = self.ln_f(x)
+        return x if return_hidden else self.head(x)
+
+    def new_cache(self, max_length: int | None = None, detach: bool = False) -> KVCache:
+        return KVCache(len(self.blocks), max_length=max_length, detach=detach)
+
+    @torch.no_grad()
+    def generate(self, tokens: Tensor, max_new_tokens: int, seq: SequenceInfo | None = None) -> Tensor:
+        """Greedy decoding with the KV cache: (B, T) -> (B, T + max_new_tokens).
+
+        For a left-padded batch pass ``seq = SequenceInfo.from_padding_mask(mask)``.
+        """
+        if not self.cfg.causal:
+            raise ValueError("generate() needs a causal (decoder) model")
+        check_int("max_new_tokens", max_new_tokens, minimum=0)
+        cache = self.new_cache()
+        if seq is None:
+            seq = SequenceInfo.from_offset(tokens.shape[0], tokens.shape[1], device=tokens.device)
+        out = [tokens]
+        logits = self(tokens, seq, cache=cache)
+        for step in range(max_new_tokens):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+            out.append(nxt)
+            if step + 1 < max_new_tokens:
+                seq = seq.next(1)
+                logits = self(nxt, seq, cache=cache)
+        return torch.cat(out, dim=1)
+
+    def num_parameters(self, encodings_only: bool = False) -> int:
+        mods = self.encodings if encodings_only else self
+        return sum(p.numel() for p in mods.parameters())

@@ -1,0 +1,1 @@
+"""The relative family. Importing this package registers its encodings."""

@@ -1,0 +1,1 @@
+"""The rotary family. Importing this package registers its encodings."""

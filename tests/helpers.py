@@ -1,0 +1,44 @@
+"""Shared test helpers: tiny models for every registered encoding."""
+
+from __future__ import annotations
+
+import torch
+
+import posenc
+from posenc import ModelConfig, Transformer
+
+# Per-encoding config overrides that the generic invariance tests use. Empty means the
+# defaults; a family adds an entry only where its defaults cannot run a tiny model.
+TEST_CONFIGS: dict[str, dict] = {}
+
+
+def tiny_model(name: str, *, causal: bool = True, impl: str = "sdpa", dtype=torch.float32, **over) -> Transformer:
+    cfg = ModelConfig(
+        vocab_size=64,
+        d_model=over.pop("d_model", 32),
+        n_layer=over.pop("n_layer", 2),
+        n_head=over.pop("n_head", 4),
+        n_kv_head=over.pop("n_kv_head", None),
+        causal=causal,
+        encoding=name,
+        encoding_config=TEST_CONFIGS.get(name, {}) | over.pop("encoding_config", {}),
+        attn_impl=impl,
+        **over,
+    )
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(dtype).eval()
+    _perturb(model)
+    return model
+
+
+@torch.no_grad()
+def _perturb(model: Transformer) -> None:
+    """Give encoding parameters non-trivial values (zero-initialised tables would hide bugs)."""
+    g = torch.Generator().manual_seed(1)
+    for p in model.encodings.parameters():
+        if p.is_floating_point():
+            p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
+
+
+def all_encodings() -> list[str]:
+    return posenc.list_encodings()
