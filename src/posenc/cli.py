@@ -21,6 +21,7 @@ from typing import Sequence
 SUBCOMMANDS: dict[str, str] = {
     "list": "posenc.cli",
     "example": "posenc.examples",
+    "speed": "posenc.speed",
 }
 
 

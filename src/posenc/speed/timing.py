@@ -1,0 +1,79 @@
+"""Timing and peak-memory helpers shared by the speed benchmarks."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+import tracemalloc
+from typing import Callable
+
+import torch
+
+__all__ = ["time_fn", "peak_memory", "describe_machine"]
+
+
+def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeat: int = 5, min_time: float = 0.0) -> float:
+    """Median wall time of ``fn()`` in seconds (CUDA synchronized when available)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    start_all = time.perf_counter()
+    while len(times) < repeat or (time.perf_counter() - start_all) < min_time:
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 10 * repeat:
+            break
+    return statistics.median(times)
+
+
+def peak_memory(fn: Callable[[], object]) -> int:
+    """Peak bytes allocated while running ``fn()``.
+
+    On CUDA: torch's allocator statistics. On CPU: the peak of tensor storage allocated by
+    torch, via the profiler's memory tracking.
+    """
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    # Walk allocations (an op's own, children excluded) and frees ("[memory]" events) in
+    # time order; the peak of live bytes is what fn() needed beyond what existed before.
+    events = sorted(
+        (e for e in prof.events() if e.self_cpu_memory_usage != 0), key=lambda e: e.time_range.start
+    )
+    live = peak = 0
+    for e in events:
+        live += e.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak
+
+
+def describe_machine() -> str:
+    import os
+    import platform
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
