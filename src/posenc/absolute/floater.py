@@ -111,12 +111,21 @@ class FloaterEncoding(PositionalEncoding):
     def _dtype(self) -> torch.dtype:
         return torch.promote_types(self.w1.dtype, torch.float32)
 
-    def dynamics(self, p: Tensor, t: float) -> Tensor:
-        """h(p, t): (C,) -> (C,), in the solver's dtype."""
-        dt = p.dtype
-        inp = torch.cat([p, p.new_full((1,), t)])  # (C + 1,)
-        hid = torch.tanh(F.linear(inp, self.w1.to(dt), self.b1.to(dt)))  # (hidden,)
-        return F.linear(hid, self.w2.to(dt), self.b2.to(dt))  # (C,)
+    def dynamics(self, dtype: torch.dtype) -> Callable[[Tensor, float], Tensor]:
+        """h(p, t) = W2 tanh(W1 [p, t] + b1) + b2 as a function (C,) -> (C,) in ``dtype``.
+
+        The weights are cast once per solve, and W1 [p, t] is split as W1p p + t w1t so no
+        step concatenates.
+        """
+        C = self.dims.d_model
+        w1 = self.w1.to(dtype)
+        w1p, w1t = w1[:, :C], w1[:, C]  # (hidden, C), (hidden,)
+        b1, w2, b2 = self.b1.to(dtype), self.w2.to(dtype), self.b2.to(dtype)
+
+        def h(p: Tensor, t: float) -> Tensor:
+            return F.linear(torch.tanh(F.linear(p, w1p, b1 + t * w1t)), w2, b2)
+
+        return h
 
     def codes(self, num_positions: int, start: Tensor | None = None, first: int = 0) -> Tensor:
         """p(i * delta) for i = first .. num_positions - 1 -> (num_positions - first, C).
@@ -127,11 +136,11 @@ class FloaterEncoding(PositionalEncoding):
         c, dtype = self.config, self._dtype()
         if first == 0:
             p = self.w1.new_zeros(self.dims.d_model, dtype=dtype) if self.p0 is None else self.p0.to(dtype)
-            rest = rk4(self.dynamics, p, c.delta / c.steps_per_position,
+            rest = rk4(self.dynamics(dtype), p, c.delta / c.steps_per_position,
                        (num_positions - 1) * c.steps_per_position, record_every=c.steps_per_position)
             return torch.cat([p[None], rest])  # (num_positions, C)
         s = c.steps_per_position
-        return rk4(self.dynamics, start, c.delta / s, (num_positions - 1 - (first - 1)) * s,
+        return rk4(self.dynamics(dtype), start, c.delta / s, (num_positions - 1 - (first - 1)) * s,
                    start_step=(first - 1) * s, record_every=s)
 
     def _param_key(self) -> tuple:
