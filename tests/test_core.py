@@ -226,3 +226,11 @@ def test_cli_list_prints_every_encoding(capsys):
     for name in posenc.list_encodings():
         assert name in out
         assert posenc.get_info(name).paper in out
+
+
+def test_shared_encoding_appears_once_in_state_dict():
+    cfg = ModelConfig(d_model=32, n_head=4, n_layer=3, encoding="learned")
+    m = Transformer(cfg)
+    keys = [k for k in m.state_dict() if "weight" in k and m.state_dict()[k].shape == (1024, 32)]
+    assert keys == ["encodings.0.weight"]
+    assert all(b.attn.pe is m.encodings[0] for b in m.blocks)

@@ -232,7 +232,14 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)
-        self.pe = pe
+        # The encoding is referenced, not registered as a submodule: its owner (the model)
+        # registers it once, so an encoding shared by several layers appears once in the
+        # state dict and in parameters(). Standalone users move/own it themselves.
+        self._pe = (pe,)
+
+    @property
+    def pe(self) -> PositionalEncoding | None:
+        return self._pe[0]
 
     def forward(
         self,
