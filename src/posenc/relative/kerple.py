@@ -36,8 +36,8 @@ VARIANTS = ("log", "power")
 
 
 def _clamp_straight_through(p: Tensor, low: float, high: float | None = None) -> Tensor:
-    """``p.clamp(low, high)`` in value, identity in gradient."""
-    return p + (p.clamp(min=low, max=high) - p).detach()
+    """``p.clamp(low, high)`` in value (exactly: p - p is 0), identity in gradient."""
+    return p.clamp(min=low, max=high).detach() + (p - p.detach())
 
 
 def kerple_bias(q_pos: Tensor, k_pos: Tensor, r1: Tensor, r2: Tensor, variant: str = "log") -> Tensor:
