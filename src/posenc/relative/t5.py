@@ -124,5 +124,7 @@ class T5RelativeBias(PositionalEncoding):
         q_pos, k_pos = shared_rows(q_pos, k_pos)
         rel = k_pos[:, None, :] - q_pos[:, :, None]  # (B, Tq, Tk): key minus query, T5's sign
         buckets = t5_relative_position_bucket(rel, c.bidirectional, c.num_buckets, c.max_distance)
-        bias = self.table.to(bias_dtype(self.table))[buckets]  # (B, Tq, Tk, H)
-        return bias.permute(0, 3, 1, 2).contiguous()  # (B, H, Tq, Tk); fused kernels want unit stride
+        table = self.table.to(bias_dtype(self.table)).t()  # (H, num_buckets)
+        # Gathering rows of the transposed table puts H first: (H, B, Tq, Tk). Swapping H and B
+        # is free for B = 1; fused kernels want a unit-stride last dim either way.
+        return table[:, buckets].transpose(0, 1).contiguous()  # (B, H, Tq, Tk)
