@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..absolute.sinusoidal import sinusoidal_table
 from ..config import EncodingConfig, check_even, check_int, check_positive
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register
@@ -67,7 +66,12 @@ class TransformerXLRelative(PositionalEncoding):
 
     def relative_keys(self, distances: Tensor) -> Tensor:
         """W_R R_d for distances (R,) -> (H, D, R) in W_R's dtype (sinusoid angles in float64)."""
-        sin = sinusoidal_table(distances, self.dims.d_model, self.config.base, layout="halves")  # (R, C)
+        # Float64 angles (as sinusoidal_table), but kept in float64 until W_R's dtype: the
+        # shared table helper returns float32, which would cap a float64 model at 1e-7.
+        C = self.dims.d_model
+        inv_freq = self.config.base ** (-torch.arange(0, C, 2, dtype=torch.float64, device=distances.device) / C)
+        ang = distances.to(torch.float64)[:, None] * inv_freq  # (R, C/2)
+        sin = torch.cat([ang.sin(), ang.cos()], dim=-1)  # (R, C): Transformer-XL's [sin | cos]
         r = self.r_net(sin.to(self.r_net.weight.dtype))  # (R, H*D)
         return r.view(-1, self.dims.num_heads, self.dims.head_dim).permute(1, 2, 0)  # (H, D, R)
 
