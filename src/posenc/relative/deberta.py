@@ -158,11 +158,11 @@ class DebertaRelative(PositionalEncoding):
         lay = RelativeLayout.build(q_pos, k_pos, self._canon)
         out: Tensor | None = None
         if self.config.c2p:
-            kr = self._project(lay.distances, "k", layer).to(q.dtype)  # (H, D, R)
+            kr = (self._project(lay.distances, "k", layer) * scale).to(q.dtype)  # (H, D, R); scaled here, not on T^2
             out = lay.query_pairs(q @ kr)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
         if self.config.p2c:
-            qr = self._project(lay.key_distances(), "q", layer).to(k.dtype)  # (H, D, R)
+            qr = (self._project(lay.key_distances(), "q", layer) * scale).to(k.dtype)  # (H, D, R)
             p2c = lay.key_pairs(k @ qr)  # (B, H, Tk, R) -> (B, H, Tq, Tk)
             out = p2c if out is None else out + p2c
         assert out is not None
-        return out * scale
+        return out

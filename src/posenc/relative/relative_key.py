@@ -57,12 +57,14 @@ class _RelativeKeyBase(PositionalEncoding):
     ) -> Tensor:
         lay = RelativeLayout.build(q_pos, k_pos, self._clip)
         kmax = self.config.max_distance
-        rows = self.weight[lay.distances + kmax].to(q.dtype)  # (R, D)
+        # The scale goes on the (R, D) rows, not the (B, H, Tq, Tk) result: on the skew path
+        # the result is then a view and no extra T^2 buffer is made here.
+        rows = (self.weight[lay.distances + kmax] * scale).to(q.dtype)  # (R, D)
         out = lay.query_pairs(q @ rows.T)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
         if self.key_term:
-            rows_k = self.weight[lay.key_distances() + kmax].to(k.dtype)  # (R, D)
+            rows_k = (self.weight[lay.key_distances() + kmax] * scale).to(k.dtype)  # (R, D)
             out = out + lay.key_pairs(k @ rows_k.T)  # (B, H, Tk, R) -> (B, H, Tq, Tk)
-        return out * scale
+        return out
 
 
 @register(

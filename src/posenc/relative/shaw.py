@@ -80,8 +80,8 @@ class ShawRelative(PositionalEncoding):
         if self.key_table is None:
             raise RuntimeError("shaw has no key term (use_key=False)")
         lay = RelativeLayout.build(q_pos, k_pos, self._clip)
-        rows = self._rows(self.key_table, lay.distances).to(q.dtype)  # (R, D)
-        return lay.query_pairs(q @ rows.T) * scale  # (B, H, Tq, Tk)
+        rows = (self._rows(self.key_table, lay.distances) * scale).to(q.dtype)  # (R, D), scaled here: no T^2 copy
+        return lay.query_pairs(q @ rows.T)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
 
     def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         if self.value_table is None:

@@ -79,7 +79,8 @@ class TransformerXLRelative(PositionalEncoding):
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
     ) -> Tensor:
         lay = RelativeLayout.build(q_pos, k_pos, self._clip)
-        r = self.relative_keys(lay.distances).to(q.dtype)  # (H, D, R)
+        # The scale is applied to the small factors (R rows, u), never to a (T, T) tensor.
+        r = (self.relative_keys(lay.distances) * scale).to(q.dtype)  # (H, D, R)
         bd = lay.query_pairs((q + self.v[:, None].to(q.dtype)) @ r)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
-        uk = (k @ self.u[:, :, None].to(k.dtype)).transpose(-1, -2)  # (B, H, 1, Tk): u·k_j
-        return (bd + uk) * scale
+        uk = (k @ (self.u * scale)[:, :, None].to(k.dtype)).transpose(-1, -2)  # (B, H, 1, Tk): u·k_j
+        return bd + uk
