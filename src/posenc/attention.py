@@ -283,7 +283,7 @@ class Attention(nn.Module):
         if pe is not None and pe.has_score_bias:
             add = ctx.bias_for(pe)
         if pe is not None and pe.has_score:
-            s = pe.score(q, k, q_pos, k_pos, scale).float()
+            s = pe.score(q, k, q_pos, k_pos, scale, layer=self).float()
             add = s if add is None else add + s
 
         if self.impl == "eager" or (pe is not None and pe.has_output):

@@ -12,6 +12,7 @@ import importlib
 
 # target name -> module (relative to this package)
 TARGETS: dict[str, str] = {
+    "relative": "relative",
     "model": "model",
 }
 
