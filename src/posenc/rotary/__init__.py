@@ -1,13 +1,13 @@
 """The rotary family: RoPE and xPos (the ``rotate`` hook). Importing it registers both.
 
 * :mod:`.scaling` — ``ROPE_SCALINGS``, the registry of frequency scalings (pure functions);
-* :mod:`.functional` — kernels, cos/sin tables, the slow reference, layout conversion;
+* :mod:`.functional` — kernels, cos/sin tables, layout conversion;
 * :mod:`.rope` — :class:`RotaryEmbedding` (``rope``); :mod:`.xpos` — :class:`XPos` (``xpos``);
 * :mod:`.hf` — :func:`from_hf`, a RoPE module from a Hugging Face config dict.
 """
 
 from . import rope, xpos  # noqa: F401  (registers the encodings)
-from .functional import LAYOUTS, angles_cos_sin, apply_rotary, convert_qk_layout, rotate_pairs_reference
+from .functional import LAYOUTS, angles_cos_sin, apply_rotary, convert_qk_layout
 from .hf import from_hf
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling import (
@@ -48,6 +48,5 @@ __all__ = [
     "from_hf",
     "make_scaling_config",
     "rope_frequencies",
-    "rotate_pairs_reference",
     "xpos_scale",
 ]

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..config import check_choice, check_int
 
-__all__ = ["LAYOUTS", "KERNELS", "apply_rotary", "angles_cos_sin", "convert_qk_layout", "rotate_pairs_reference"]
+__all__ = ["LAYOUTS", "KERNELS", "apply_rotary", "angles_cos_sin", "convert_qk_layout"]
 
 LAYOUTS = ("half", "interleaved")
 KERNELS = ("eager", "compiled")
@@ -167,30 +167,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", kern
     return _EAGER[layout](x, cos, sin)
 
 
-def rotate_pairs_reference(x: Tensor, angles: Tensor, layout: str = "half") -> Tensor:
-    """Slow float64 reference: RoFormer's block-diagonal R_m applied by a matmul.
-
-    x (B, H, T, D); angles (B, T, r/2) in radians (float64). Builds R (B, T, r, r) with the
-    2x2 blocks [[cos, -sin], [sin, cos]] on the layout's pairs and returns R x (float64).
-    """
-    check_choice("layout", layout, LAYOUTS)
-    h = angles.shape[-1]
-    r = 2 * h
-    B, T = angles.shape[:2]
-    R = torch.zeros(B, T, r, r, dtype=torch.float64, device=x.device)
-    c, s = angles.double().cos(), angles.double().sin()
-    for j in range(h):
-        a, b = (j, j + h) if layout == "half" else (2 * j, 2 * j + 1)
-        R[:, :, a, a], R[:, :, a, b] = c[..., j], -s[..., j]
-        R[:, :, b, a], R[:, :, b, b] = s[..., j], c[..., j]
-    xd = x.double()
-    rot = torch.einsum("btij,bhtj->bhti", R, xd[..., :r])  # (B, H, T, r)
-    return torch.cat([rot, xd[..., r:]], dim=-1)
-
-
 def _layout_permutation(head_dim: int, rotary_dim: int, to: str) -> Tensor:
     # interleaved channel 2j -> half channel j; 2j+1 -> j + r/2 (pass-through channels stay).
-    h = rotary_dim // 2
     to_half = torch.cat([torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2), torch.arange(rotary_dim, head_dim)])
     return to_half if to == "half" else torch.argsort(to_half)
 
