@@ -67,6 +67,8 @@ class ScalingConfig(EncodingConfig):
 
 
 def _check_factor(factor: Any) -> None:
+    if factor is None:
+        raise ValueError("factor is required for this rope type (the context extension ratio, >= 1), got None")
     check_range("factor", factor, 1.0, None)
 
 
@@ -85,7 +87,7 @@ class DefaultScaling(ScalingConfig):
 class LinearScaling(ScalingConfig):
     """Position Interpolation (Chen et al. 2023): theta_i / s, i.e. positions divided by s."""
 
-    factor: float = 1.0
+    factor: float | None = None
 
     def validate(self) -> None:
         _check_factor(self.factor)
@@ -99,7 +101,7 @@ class NTKScaling(ScalingConfig):
     exactly, interpolating geometrically between them.
     """
 
-    factor: float = 1.0
+    factor: float | None = None
 
     def validate(self) -> None:
         _check_factor(self.factor)
@@ -113,7 +115,7 @@ class DynamicNTKScaling(ScalingConfig):
     trained ones bit for bit. A pure function of n: no state carried between calls.
     """
 
-    factor: float = 1.0
+    factor: float | None = None
     original_max_position_embeddings: int | None = None
     length_dependent: ClassVar[bool] = True
 
@@ -132,7 +134,7 @@ class YarnScaling(ScalingConfig):
     defaults to 0.1 ln(s) + 1 (or the ratio of mscale to mscale_all_dim forms, DeepSeek-V2).
     """
 
-    factor: float = 1.0
+    factor: float | None = None
     original_max_position_embeddings: int | None = None
     beta_fast: float = 32.0
     beta_slow: float = 1.0
@@ -162,7 +164,7 @@ class Llama3Scaling(ScalingConfig):
     """Llama 3.1 scaling (Meta 2024): wavelengths above L/low_freq_factor are divided by s,
     below L/high_freq_factor kept, with a smooth interpolation in between."""
 
-    factor: float = 8.0
+    factor: float | None = None
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int | None = None
@@ -188,7 +190,7 @@ class LongRopeScaling(ScalingConfig):
     short_factor: tuple[float, ...] = ()
     long_factor: tuple[float, ...] = ()
     original_max_position_embeddings: int | None = None
-    factor: float = 1.0
+    factor: float | None = None
     attention_factor: float | None = None
     length_dependent: ClassVar[bool] = True
 
