@@ -12,6 +12,7 @@ import importlib
 
 # target name -> module (relative to this package)
 TARGETS: dict[str, str] = {
+    "rope": "rope",
     "relative": "relative",
     "model": "model",
 }
