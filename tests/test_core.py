@@ -234,3 +234,20 @@ def test_shared_encoding_appears_once_in_state_dict():
     keys = [k for k in m.state_dict() if "weight" in k and m.state_dict()[k].shape == (1024, 32)]
     assert keys == ["encodings.0.weight"]
     assert all(b.attn.pe is m.encodings[0] for b in m.blocks)
+
+
+def test_kv_cache_append_equals_concatenation_across_growth():
+    from posenc.attention import KVCache
+
+    cache = KVCache(1)
+    ks, vs = [], []
+    with torch.no_grad():
+        for t in (5, 1, 1, 20, 1, 3):  # crosses the initial capacity (16) and a doubling
+            k, v = torch.randn(2, 3, t, 4), torch.randn(2, 3, t, 4)
+            ks.append(k)
+            vs.append(v)
+            kk, vv = cache.update(0, k, v)
+            assert torch.equal(kk, torch.cat(ks, 2)) and torch.equal(vv, torch.cat(vs, 2))
+    assert cache.layers[0].kbuf.shape[2] >= 31 and cache.layers[0].n == 31
+    with pytest.raises(ValueError, match="batch size changed"):
+        cache.update(0, torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))
