@@ -213,7 +213,8 @@ class AttentionContext:
             raise ValueError(
                 f"query batch {q_seq.positions.shape[0]} and key batch {k_seq.positions.shape[0]} differ"
             )
-        mask = build_mask(q_seq, k_seq, q_index, k_index, causal)
+        # One query aligned to the end of the keys sees them all: no causal mask needed.
+        mask = build_mask(q_seq, k_seq, q_index, k_index, causal and q_seq.positions.shape[1] > 1)
         plain = (
             causal
             and q_seq.positions.shape[1] == k_seq.positions.shape[1]
