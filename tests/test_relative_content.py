@@ -176,6 +176,34 @@ def test_score_matches_reference_forward_and_backward(label, setting):
             torch.testing.assert_close(a, b, **TOL)
 
 
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_transformer_xl_angle_form_matches_reference(setting):
+    """The compile-time form (angle-difference identities) against the loop, forward and backward."""
+    enc = make("transformer_xl")
+    q_pos, k_pos = SETTINGS[setting]
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 2, q_pos.shape[1], 4, generator=g, dtype=F64, requires_grad=True)
+    k = torch.randn(2, 2, k_pos.shape[1], 4, generator=g, dtype=F64, requires_grad=True)
+    fast = enc.score_by_angles(q, k, q_pos, k_pos, 0.5)
+    slow = ref_scores(enc, None, q, k, q_pos, k_pos, 0.5)
+    torch.testing.assert_close(fast, slow, **TOL)
+    w = torch.randn(fast.shape, generator=g, dtype=F64)
+    params = [q, k, *enc.parameters()]
+    for a, b in zip(torch.autograd.grad((fast * w).sum(), params), torch.autograd.grad((slow * w).sum(), params)):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("buckets,max_rel", [(4, 8), (256, 512), (6, 12), (0, 3)])
+def test_deberta_bounds_are_where_the_table_saturates(buckets, max_rel):
+    enc = build("deberta", d_model=8, num_heads=2, position_buckets=buckets, max_relative_positions=max_rel)
+    lo, hi = enc.bounds
+    span = enc.config.span
+    d = torch.arange(lo - 3000, hi + 3001)
+    c = enc._canon(d)
+    assert (c[d >= hi] == span - 1).all() and (c[d <= lo] == -span).all()
+    assert int(enc._canon(torch.tensor([hi - 1]))) != span - 1 and int(enc._canon(torch.tensor([lo + 1]))) != -span
+
+
 @pytest.mark.parametrize("block", [1, 2, 3])
 @pytest.mark.parametrize("label", [c for c in CONFIGS if c != "deberta_shared_kv"])
 def test_skew_blocks_match_reference(label, block, monkeypatch):
