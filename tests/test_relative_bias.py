@@ -18,6 +18,8 @@ from posenc import ModelConfig, SequenceInfo, Transformer, build
 from posenc.relative.alibi import alibi_bias, alibi_slopes
 from posenc.relative.t5 import t5_relative_position_bucket
 
+from helpers import tiny_model
+
 # Arbitrary positions: an offset row, a row with gaps (packing/padding/cache), Tq != Tk, and
 # keys after queries (bidirectional use).
 Q_POS = torch.tensor([[5, 6, 7, 8], [0, 3, 9, 20]])
@@ -423,3 +425,46 @@ def test_alibi_rejects_bad_input():
 def test_learned_biases_reject_bad_parameters(name, config, match):
     with pytest.raises(ValueError, match=match):
         build(name, d_model=16, num_heads=4, **config)
+
+
+# ---- the Toeplitz path: the bias of Tq + Tk - 1 distances, expanded -----------------------------
+
+
+@pytest.mark.parametrize("name", ["t5", "alibi", "kerple"])
+@pytest.mark.parametrize("tq,tk,s", [(5, 5, 0), (3, 8, 5), (6, 2, -1), (1, 9, 8)])
+def test_toeplitz_path_equals_all_pairs(name, tq, tk, s):
+    """Contiguous shared positions (q_pos - k_pos = s + i - j): the per-distance form equals
+    the function evaluated on every pair, forward and backward (float64)."""
+    torch.manual_seed(0)
+    enc = build(name, d_model=16, num_heads=4).to(torch.float64)
+    q_pos = (max(s, 0) + torch.arange(tq))[None]
+    k_pos = (max(s, 0) - s + torch.arange(tk))[None]
+    fast = enc.score_bias(q_pos, k_pos)
+    assert fast.shape == (1, 4, tq, tk) and fast.is_contiguous()
+    # Two real rows (not a stride-0 expand) take the all-pairs path.
+    slow = enc.score_bias(q_pos.repeat(2, 1), k_pos.repeat(2, 1))[:1]
+    torch.testing.assert_close(fast, slow, atol=1e-12, rtol=0)
+    params = [p for p in enc.parameters()]
+    if params:
+        w = torch.randn(fast.shape, dtype=torch.float64)
+        for a, b in zip(torch.autograd.grad((fast * w).sum(), params), torch.autograd.grad((slow * w).sum(), params)):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def test_masked_bias_is_built_once_per_forward(monkeypatch):
+    """SDPA's float mask (bias with -inf where masked) is memoized in the context, not rebuilt per layer."""
+    from posenc.attention import AttentionContext
+
+    model = tiny_model("alibi", n_layer=3)
+    calls = []
+    orig = AttentionContext.masked_bias_for
+
+    def counting(self, pe, dtype):
+        hit = (id(pe), dtype) in self.masked
+        calls.append(hit)
+        return orig(self, pe, dtype)
+
+    monkeypatch.setattr(AttentionContext, "masked_bias_for", counting)
+    with torch.no_grad():
+        model(torch.randint(0, 64, (2, 7)))
+    assert calls == [False, True, True]

@@ -139,7 +139,11 @@ SETTINGS = {
     "cross_rows": (torch.tensor([[10, 11, 12], [2, 3, 4]]), torch.stack([torch.arange(6), 4 + torch.arange(6)])),
     "packed": (torch.tensor([[0, 1, 2, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6]]),) * 2,
     "kv_offsets": (torch.tensor([[6, 7], [3, 4]]), torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [0, 0, 0, 0, 1, 2, 3, 4]])),
+    # Every distance past a clip or bucket range: the saturated ends alone.
+    "far": ((40 + torch.arange(3)).expand(2, 3), torch.arange(4).expand(2, 4)),
+    "far_future": (torch.arange(3).expand(2, 3), (40 + torch.arange(4)).expand(2, 4)),
 }
+SKEW_SETTINGS = ["self", "decode", "cross_uniform", "far", "far_future"]  # contiguous: the skew path
 
 
 def has_key_term(enc) -> bool:
@@ -170,6 +174,46 @@ def test_score_matches_reference_forward_and_backward(label, setting):
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_transformer_xl_angle_form_matches_reference(setting):
+    """The compile-time form (angle-difference identities) against the loop, forward and backward."""
+    enc = make("transformer_xl")
+    q_pos, k_pos = SETTINGS[setting]
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 2, q_pos.shape[1], 4, generator=g, dtype=F64, requires_grad=True)
+    k = torch.randn(2, 2, k_pos.shape[1], 4, generator=g, dtype=F64, requires_grad=True)
+    fast = enc.score_by_angles(q, k, q_pos, k_pos, 0.5)
+    slow = ref_scores(enc, None, q, k, q_pos, k_pos, 0.5)
+    torch.testing.assert_close(fast, slow, **TOL)
+    w = torch.randn(fast.shape, generator=g, dtype=F64)
+    params = [q, k, *enc.parameters()]
+    for a, b in zip(torch.autograd.grad((fast * w).sum(), params), torch.autograd.grad((slow * w).sum(), params)):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("buckets,max_rel", [(4, 8), (256, 512), (6, 12), (0, 3)])
+def test_deberta_bounds_are_where_the_table_saturates(buckets, max_rel):
+    enc = build("deberta", d_model=8, num_heads=2, position_buckets=buckets, max_relative_positions=max_rel)
+    lo, hi = enc.bounds
+    span = enc.config.span
+    d = torch.arange(lo - 3000, hi + 3001)
+    c = enc._canon(d)
+    assert (c[d >= hi] == span - 1).all() and (c[d <= lo] == -span).all()
+    assert int(enc._canon(torch.tensor([hi - 1]))) != span - 1 and int(enc._canon(torch.tensor([lo + 1]))) != -span
+
+
+@pytest.mark.parametrize("block", [1, 2, 3])
+@pytest.mark.parametrize("label", [c for c in CONFIGS if c != "deberta_shared_kv"])
+def test_skew_blocks_match_reference(label, block, monkeypatch):
+    """The skew path one block of queries (keys) at a time: blocks of 1..3 rows over 7 queries,
+    so blocks straddle the clip boundaries or lie wholly past them."""
+    monkeypatch.setattr(RelativeLayout, "block", block)
+    for setting in SKEW_SETTINGS:
+        test_score_matches_reference_forward_and_backward(label, setting)
+        if label == "shaw":
+            test_shaw_value_term_matches_reference(setting)
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -259,14 +303,14 @@ def test_layout_paths_agree_on_memory_plus_segment():
     fast = RelativeLayout.build(q_pos, k_pos)
     assert fast.index is None and fast.num_rows == 13
     d = q_pos[:, :, None] - k_pos[:, None, :]  # (B, Tq, Tk)
-    scores = torch.randn(2, 3, 4, 13, dtype=F64)
-    # The skew path's column c holds distance distances[c]; check each pair reads its own.
-    got = fast.query_pairs(scores)
+    x = torch.randn(2, 3, 4, 5, dtype=F64)
+    rows = torch.randn(5, 13, dtype=F64)  # (D, W): column c is the row of distance distances[c]
+    got = fast.query_pairs(x, rows)
     for b in range(2):
         for i in range(4):
             for j in range(10):
                 c = int((fast.distances == d[b, i, j]).nonzero())
-                assert got[b, :, i, j].equal(scores[b, :, i, c])
+                torch.testing.assert_close(got[b, :, i, j], x[b, :, i] @ rows[:, c], **TOL)
 
 
 # ---- Transformer-XL segment memory ------------------------------------------------------------

@@ -175,7 +175,8 @@ class AttentionContext:
     """Everything attention needs that depends on positions only, built once per forward.
 
     ``biases`` memoizes each encoding's ``score_bias`` (keyed by the module's id), so layers
-    that share an encoding share one (B, H, Tq, Tk) bias.
+    that share an encoding share one (B, H, Tq, Tk) bias; ``masked`` memoizes that bias with
+    the mask folded in (SDPA's float ``attn_mask``), so it is not rebuilt by every layer.
     """
 
     q_seq: SequenceInfo
@@ -183,6 +184,7 @@ class AttentionContext:
     mask: Tensor | None
     plain_causal: bool  # mask is exactly causal with Tq == Tk: SDPA can use is_causal
     biases: dict[int, Tensor] = field(default_factory=dict)
+    masked: dict[tuple[int, torch.dtype], Tensor] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -228,6 +230,14 @@ class AttentionContext:
         if key not in self.biases:
             self.biases[key] = pe.score_bias(self.q_seq.positions, self.k_seq.positions)
         return self.biases[key]
+
+    def masked_bias_for(self, pe: PositionalEncoding, dtype: torch.dtype) -> Tensor:
+        """``bias_for(pe)`` in ``dtype`` with -inf where the mask hides a key, memoized."""
+        key = (id(pe), dtype)
+        if key not in self.masked:
+            bias = self.bias_for(pe).to(dtype)
+            self.masked[key] = bias if self.mask is None else bias.masked_fill(~self.mask, float("-inf"))
+        return self.masked[key]
 
 
 class Attention(nn.Module):
@@ -333,6 +343,9 @@ class Attention(nn.Module):
                 out = out[0] + pe.output(probs, v, q_pos, k_pos).to(v.dtype)
             else:
                 out = out[0]
+        elif pe is not None and pe.has_score_bias and not pe.has_score:
+            # The bias alone depends on positions only: masked once per forward, shared by layers.
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.masked_bias_for(pe, q.dtype), scale=scale)
         else:
             out = self._sdpa(q, k, v, scale, add, ctx)
         out = out.transpose(1, 2).reshape(B, Tq, H * D)  # (B, Tq, H*D)

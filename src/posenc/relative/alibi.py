@@ -26,7 +26,7 @@ from ..config import EncodingConfig, check_int
 from ..encoding import Dims, PositionalEncoding
 from ..positions import relative_positions
 from ..registry import register
-from ._bias import shared_rows
+from ._bias import toeplitz_bias
 
 __all__ = ["AlibiConfig", "ALiBi", "alibi_slopes", "alibi_bias"]
 
@@ -94,5 +94,5 @@ class ALiBi(PositionalEncoding):
         return self._slope_cache[device]
 
     def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        q_pos, k_pos = shared_rows(q_pos, k_pos)
-        return alibi_bias(q_pos, k_pos, self._slopes_on(q_pos.device), self.config.symmetric)
+        slopes = self._slopes_on(q_pos.device)
+        return toeplitz_bias(lambda qp, kp: alibi_bias(qp, kp, slopes, self.config.symmetric), q_pos, k_pos)

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_int, check_positive
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register
-from .distance import RelativeLayout
+from .distance import RelativeLayout, saturation_bounds
 
 __all__ = ["DebertaConfig", "DebertaRelative", "log_bucket_position"]
 
@@ -124,6 +124,8 @@ class DebertaRelative(PositionalEncoding):
         own = not config.share_att_key
         self.pos_key_proj = nn.Linear(C, HD) if own and config.c2p else None
         self.pos_query_proj = nn.Linear(C, HD) if own and config.p2c else None
+        # Distances beyond which the clamped buckets are constant: the table's static range.
+        self.bounds = saturation_bounds(self._canon, config.span - 1, -config.span)
 
     def _canon(self, d: Tensor) -> Tensor:
         c = self.config
@@ -155,14 +157,13 @@ class DebertaRelative(PositionalEncoding):
     def score(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
     ) -> Tensor:
-        lay = RelativeLayout.build(q_pos, k_pos, self._canon)
+        lay = RelativeLayout.build(q_pos, k_pos, self._canon, self.bounds)
         out: Tensor | None = None
         if self.config.c2p:
-            kr = (self._project(lay.distances, "k", layer) * scale).to(q.dtype)  # (H, D, R); scaled here, not on T^2
-            out = lay.query_pairs(q @ kr)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
+            kr = (self._project(lay.distances, "k", layer) * scale).to(q.dtype)  # (H, D, W); scaled here, not on T^2
+            out = lay.query_pairs(q, kr)  # (B, H, Tq, Tk)
         if self.config.p2c:
-            qr = (self._project(lay.key_distances(), "q", layer) * scale).to(k.dtype)  # (H, D, R)
-            p2c = lay.key_pairs(k @ qr)  # (B, H, Tk, R) -> (B, H, Tq, Tk)
-            out = p2c if out is None else out + p2c
+            qr = (self._project(lay.key_distances(), "q", layer) * scale).to(k.dtype)  # (H, D, W)
+            out = lay.key_pairs(k, qr, out=out)  # added in place into c2p's output
         assert out is not None
         return out

@@ -28,7 +28,7 @@ from ..config import EncodingConfig, check_choice, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import relative_positions
 from ..registry import register
-from ._bias import bias_dtype, shared_rows
+from ._bias import bias_dtype, toeplitz_bias
 
 __all__ = ["KerpleConfig", "Kerple", "kerple_bias"]
 
@@ -103,6 +103,5 @@ class Kerple(PositionalEncoding):
         return r1, r2
 
     def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        q_pos, k_pos = shared_rows(q_pos, k_pos)
         r1, r2 = self.kernel_parameters()
-        return kerple_bias(q_pos, k_pos, r1, r2, self.config.variant)
+        return toeplitz_bias(lambda qp, kp: kerple_bias(qp, kp, r1, r2, self.config.variant), q_pos, k_pos)

@@ -55,15 +55,14 @@ class _RelativeKeyBase(PositionalEncoding):
     def score(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
     ) -> Tensor:
-        lay = RelativeLayout.build(q_pos, k_pos, self._clip)
         kmax = self.config.max_distance
-        # The scale goes on the (R, D) rows, not the (B, H, Tq, Tk) result: on the skew path
-        # the result is then a view and no extra T^2 buffer is made here.
-        rows = (self.weight[lay.distances + kmax] * scale).to(q.dtype)  # (R, D)
-        out = lay.query_pairs(q @ rows.T)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
+        lay = RelativeLayout.build(q_pos, k_pos, self._clip, (-kmax, kmax))
+        # The scale goes on the (W, D) rows, not on the (B, H, Tq, Tk) result.
+        rows = (self.weight[lay.distances + kmax] * scale).to(q.dtype)  # (W, D)
+        out = lay.query_pairs(q, rows.T)  # (B, H, Tq, Tk)
         if self.key_term:
-            rows_k = (self.weight[lay.key_distances() + kmax] * scale).to(k.dtype)  # (R, D)
-            out = out + lay.key_pairs(k @ rows_k.T)  # (B, H, Tk, R) -> (B, H, Tq, Tk)
+            rows_k = (self.weight[lay.key_distances() + kmax] * scale).to(k.dtype)  # (W, D)
+            lay.key_pairs(k, rows_k.T, out=out)  # added in place: no second (B, H, Tq, Tk) buffer
         return out
 
 

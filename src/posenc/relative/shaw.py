@@ -9,8 +9,8 @@ key minus query: j - i = k_pos_j - q_pos_i). Then
 
 Either part can be switched off (``use_key``, ``use_value``); the capability then disappears
 (``has_score``/``has_output`` follow the config), so a key-only Shaw keeps the SDPA path.
-The value term sums the probabilities of each query per distance row (an unskew or a
-scatter-add, (B, H, Tq, R)) and multiplies by w^V: no (T, T, D) tensor.
+The value term sums the probabilities of each query per table row (an unskew per block of
+queries, or a scatter-add, (B, H, Tq, 2k + 1)) and multiplies by w^V: no (T, T, D) tensor.
 """
 
 from __future__ import annotations
@@ -70,6 +70,10 @@ class ShawRelative(PositionalEncoding):
         k = self.config.clip
         return d.clamp(-k, k)
 
+    def _layout(self, q_pos: Tensor, k_pos: Tensor) -> RelativeLayout:
+        k = self.config.clip
+        return RelativeLayout.build(q_pos, k_pos, self._clip, (-k, k))
+
     def _rows(self, table: Tensor, distances: Tensor) -> Tensor:
         # distances are q_pos - k_pos; the paper's index is j - i = -(q_pos - k_pos).
         return table[self.config.clip - distances]  # (R, D)
@@ -79,14 +83,13 @@ class ShawRelative(PositionalEncoding):
     ) -> Tensor:
         if self.key_table is None:
             raise RuntimeError("shaw has no key term (use_key=False)")
-        lay = RelativeLayout.build(q_pos, k_pos, self._clip)
-        rows = (self._rows(self.key_table, lay.distances) * scale).to(q.dtype)  # (R, D), scaled here: no T^2 copy
-        return lay.query_pairs(q @ rows.T)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
+        lay = self._layout(q_pos, k_pos)
+        rows = (self._rows(self.key_table, lay.distances) * scale).to(q.dtype)  # (W, D), scaled here: no T^2 copy
+        return lay.query_pairs(q, rows.T)  # (B, H, Tq, Tk)
 
     def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         if self.value_table is None:
             raise RuntimeError("shaw has no value term (use_value=False)")
-        lay = RelativeLayout.build(q_pos, k_pos, self._clip)
-        mass = lay.query_buckets(probs)  # (B, H, Tq, R)
-        rows = self._rows(self.value_table, lay.distances).to(mass.dtype)  # (R, D)
-        return mass @ rows  # (B, H, Tq, D)
+        lay = self._layout(q_pos, k_pos)
+        rows = self._rows(self.value_table, lay.distances).to(probs.dtype)  # (W, D)
+        return lay.query_output(probs, rows)  # (B, H, Tq, D)

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_int, check_nonnegative
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register
-from ._bias import bias_dtype, shared_rows
+from ._bias import bias_dtype, toeplitz_bias
 
 __all__ = ["T5Config", "T5RelativeBias", "t5_relative_position_bucket"]
 
@@ -120,8 +120,10 @@ class T5RelativeBias(PositionalEncoding):
         self.table = nn.Parameter(torch.randn(config.num_buckets, dims.num_heads) * config.init_std)
 
     def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return toeplitz_bias(self._bias, q_pos, k_pos)
+
+    def _bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         c = self.config
-        q_pos, k_pos = shared_rows(q_pos, k_pos)
         rel = k_pos[:, None, :] - q_pos[:, :, None]  # (B, Tq, Tk): key minus query, T5's sign
         buckets = t5_relative_position_bucket(rel, c.bidirectional, c.num_buckets, c.max_distance)
         table = self.table.to(bias_dtype(self.table)).t()  # (H, num_buckets)

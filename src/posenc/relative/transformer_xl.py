@@ -78,9 +78,37 @@ class TransformerXLRelative(PositionalEncoding):
     def score(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
     ) -> Tensor:
-        lay = RelativeLayout.build(q_pos, k_pos, self._clip)
-        # The scale is applied to the small factors (R rows, u), never to a (T, T) tensor.
-        r = (self.relative_keys(lay.distances) * scale).to(q.dtype)  # (H, D, R)
-        bd = lay.query_pairs((q + self.v[:, None].to(q.dtype)) @ r)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
+        m = self.config.max_distance
+        if m is None and torch.compiler.is_compiling():
+            # Unclipped, the gather path's row range depends on the positions' values.
+            return self.score_by_angles(q, k, q_pos, k_pos, scale)
+        lay = RelativeLayout.build(q_pos, k_pos, self._clip, None if m is None else (-m, m))
+        # The scale is applied to the small factors (W rows, u), never to a (T, T) tensor.
+        r = (self.relative_keys(lay.distances) * scale).to(q.dtype)  # (H, D, W)
+        out = lay.query_pairs(q + self.v[:, None].to(q.dtype), r)  # (B, H, Tq, Tk)
         uk = (k @ (self.u * scale)[:, :, None].to(k.dtype)).transpose(-1, -2)  # (B, H, 1, Tk): u·k_j
-        return bd + uk
+        return out.add_(uk)
+
+    def score_by_angles(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
+        """The same term for any positions, by the angle-difference identities (no table, no index).
+
+        With a = q_pos_i w, b = k_pos_j w, sin(a - b) = sin a cos b - cos a sin b and
+        cos(a - b) = cos a cos b + sin a sin b, so (q_i + v)·W_R R_(i-j) is a product of a
+        (Tq, C) query factor and a (C, Tk) key factor: O(Tq·Tk·C) per head, C/D times the cost
+        of q·k^T, with shapes that do not depend on the positions' values (torch.compile).
+        Requires ``max_distance=None`` (a clamp breaks the identity).
+        """
+        if self.config.max_distance is not None:
+            raise ValueError(f"score_by_angles needs max_distance=None, got {self.config.max_distance}")
+        C, H, D = self.dims.d_model, self.dims.num_heads, self.dims.head_dim
+        inv_freq = self.config.base ** (-torch.arange(0, C, 2, dtype=torch.float64, device=q.device) / C)
+        w = (self.r_net.weight * scale).to(q.dtype).view(H, D, C)  # (H, D, C): W_R per head, scaled
+        qv = q + self.v[:, None].to(q.dtype)  # (B, H, Tq, D)
+        alpha, beta = (qv @ w).chunk(2, dim=-1)  # (B, H, Tq, C/2) each: weights of sin(dw), cos(dw)
+        a = q_pos.to(torch.float64)[:, None, :, None] * inv_freq  # (B, 1, Tq, C/2), angles in float64
+        sa, ca = a.sin().to(q.dtype), a.cos().to(q.dtype)
+        b = k_pos.to(torch.float64)[:, None, :, None] * inv_freq  # (B|1, 1, Tk, C/2)
+        kf = torch.cat([b.cos(), b.sin()], dim=-1).to(q.dtype)  # (B|1, 1, Tk, C)
+        qf = torch.cat([alpha * sa + beta * ca, beta * sa - alpha * ca], dim=-1)  # (B, H, Tq, C)
+        uk = (k @ (self.u * scale)[:, :, None].to(k.dtype)).transpose(-1, -2)  # (B, H, 1, Tk): u·k_j
+        return qf @ kf.transpose(-1, -2) + uk  # (B, H, Tq, Tk)
