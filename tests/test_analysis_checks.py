@@ -148,8 +148,9 @@ def test_cost_counts_parameters():
 
 
 def test_every_registered_encoding_runs_without_probe_errors():
+    tiny = C.Probe(d_model=16, num_heads=2, train_len=16, far_len=64, max_probe_position=256)
     for name in posenc.list_encodings():
-        r = C.check_encoding(C.build_probe_encoding(name, PROBE), PROBE, only=NO_COST)
+        r = C.check_encoding(C.build_probe_encoding(name, tiny), tiny, only=NO_COST)
         errors = {k: v.detail for k, v in r.items() if v.status == "error"}
         assert not errors, f"{name}: {errors}"
 
@@ -176,3 +177,10 @@ def test_cli_unknown_encoding_lists_valid_ones(capsys):
     assert main(["check", "nope"]) == 2
     err = capsys.readouterr().err
     assert "unknown encoding 'nope'" in err and "sinusoidal" in err
+
+
+def test_registered_rope_and_alibi_textbook():
+    rope = run(registered("rope"), only=["relative", "linear_map", "bounded", "linear_attention"])
+    assert status(rope) == {"relative": "pass", "linear_map": "pass", "bounded": "pass", "linear_attention": "pass"}
+    alibi = run(registered("alibi"), only=["relative", "bounded", "linear_attention"])
+    assert status(alibi) == {"relative": "pass", "bounded": "fail", "linear_attention": "fail"}

@@ -623,12 +623,12 @@ def format_table(results: dict[str, dict[str, CheckResult]]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def claims() -> list[tuple[str, str, str]]:
-    """(key, title, first docstring paragraph) for every check: the legend of the table."""
+def claims() -> list[tuple[str, str, str, str, str]]:
+    """(key, title, claim, papers, measurement) for every check, from its docstring's paragraphs."""
     out = []
     for key, (title, fn) in CHECKS.items():
-        doc = (fn.__doc__ or "").strip().split("\n\n")
-        out.append((key, title, " ".join(doc[0].split())))
+        paras = [" ".join(p.split()) for p in (fn.__doc__ or "").strip().split("\n\n")] + ["", "", ""]
+        out.append((key, title, paras[0], paras[1], paras[2].removeprefix("Measured: ")))
     return out
 
 
@@ -647,8 +647,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     else:
         print(format_table(results))
         print()
-        for key, title, claim in claims():
-            print(f"{title}: {claim}")
+        for _, title, claim, papers, measured in claims():
+            print(f"{title}: {claim}\n    {papers}\n    measured: {measured}")
     errors = [f"{n}.{k}: {r.detail}" for n, rs in results.items() for k, r in rs.items() if r.status == ERROR]
     for e in errors:
         print(f"posenc check: probe error in {e}", file=sys.stderr)

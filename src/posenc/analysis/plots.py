@@ -207,7 +207,7 @@ def plot_rope_score(
     max_distance: int = 2**17,
     dim: int = 128,
     bases: tuple[float, ...] = (1e4, 5e5, 8e6),
-    train_len: int = 32768,
+    train_len: int = 16384,
     samples: int = 64,
 ) -> PlotResult:
     """Score vs distance for several bases against a trained length (Men et al. 2024, "Base of
