@@ -98,19 +98,22 @@ def _inv_freq(dim: int, base: float) -> Tensor:
 
 
 # ---- sinusoidal ---------------------------------------------------------------------------
-def _sin_table(positions: Tensor, dim: int, base: float) -> Tensor:
+def _sin_table(positions: Tensor, dim: int, base: float, layout: str = "interleaved") -> Tensor:
     from ..absolute.sinusoidal import sinusoidal_table
 
-    return sinusoidal_table(positions, dim, base, layout="interleaved").double()
+    return sinusoidal_table(positions, dim, base, layout=layout).double()
 
 
 def plot_sinusoidal_heatmap(out_dir: Path, length: int = 128, dim: int = 64, base: float = 10000.0) -> PlotResult:
-    """PE(p, i) as an image: fast waves in the first dimensions, slow ones in the last (Vaswani et al. 2017)."""
-    table = _sin_table(torch.arange(length), dim, base)  # (T, C)
+    """PE(p, i) as an image: fast waves in the first dimensions, slow ones in the last (Vaswani et al. 2017).
+
+    Drawn in the "halves" layout ([sin | cos], as tensor2tensor lays it out): interleaved rows
+    would alternate sin ~ 0 and cos ~ 1 at the slow end and read as stripes."""
+    table = _sin_table(torch.arange(length), dim, base, layout="halves")  # (T, C)
     plt, fig, (ax,) = _figure()
     im = ax.imshow(table.T.numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower")
     ax.set_xlabel("position p")
-    ax.set_ylabel("dimension i (even: sin, odd: cos)")
+    ax.set_ylabel(f"dimension (0..{dim // 2 - 1}: sin, {dim // 2}..{dim - 1}: cos)")
     fig.colorbar(im, ax=ax, label="PE(p, i)")
     return _save(plt, fig, out_dir, "sinusoidal-heatmap", f"Sinusoidal encoding, d = {dim}, base {base:g}", {"table": table})
 
@@ -308,7 +311,8 @@ def plot_rope_scaling(
     ax.set_ylabel("inverse frequency theta_i (rad / position)")
     ax.legend(loc="upper right", fontsize=8)
     return _save(
-        plt, fig, out_dir, "rope-scaling", f"RoPE scalings, d = {dim}, base {base:g}, factor {factor:g}, L = {original}",
+        plt, fig, out_dir, "rope-scaling",
+        f"RoPE scalings, d = {dim}, base {base:g}, factor {factor:g}, L = {original}, sequence length {4 * original}",
         {"inv_freq": freqs, "attention_factor": factors, "skipped": skipped, "factor": factor},
     )
 
