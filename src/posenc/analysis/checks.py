@@ -210,13 +210,13 @@ def max_position(enc: PositionalEncoding, probe: Probe) -> int:
 
 def _max_position(enc: PositionalEncoding, probe: Probe) -> int:
     cap = probe.max_probe_position
+    if _accepts(enc, cap, probe):  # the common case, in one call
+        return cap
     if not _accepts(enc, 0, probe):
         return -1
     lo, hi = 0, 1
     while hi < cap and _accepts(enc, hi, probe):
         lo, hi = hi, min(2 * hi, cap)
-    if hi >= cap and _accepts(enc, cap, probe):
-        return cap
     while hi - lo > 1:  # lo accepted, hi rejected
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if _accepts(enc, mid, probe) else (lo, mid)
