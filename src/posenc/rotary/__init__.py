@@ -7,7 +7,7 @@
 """
 
 from . import rope, xpos  # noqa: F401  (registers the encodings)
-from .functional import LAYOUTS, angles_cos_sin, apply_rotary, convert_qk_layout
+from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary, apply_rotary_qk, convert_qk_layout
 from .hf import from_hf
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling import (
@@ -27,6 +27,7 @@ from .scaling import (
 from .xpos import XPos, XPosConfig, xpos_scale
 
 __all__ = [
+    "KERNELS",
     "LAYOUTS",
     "ROPE_SCALINGS",
     "SCALING_CONFIGS",
@@ -43,6 +44,7 @@ __all__ = [
     "YarnScaling",
     "angles_cos_sin",
     "apply_rotary",
+    "apply_rotary_qk",
     "base_inv_freq",
     "convert_qk_layout",
     "from_hf",

@@ -17,11 +17,20 @@ Kernels (``kernel=``):
 
 * ``"eager"``: plain PyTorch; the interleaved layout is one complex multiplication
   (``view_as_complex``), the half layout writes both halves in place when no gradient is
-  needed.
-* ``"compiled"``: the same math through ``torch.compile`` (Inductor fuses the whole rotation,
-  the pass-through channels and the dtype casts into one loop: about one read and one write
-  of x). Compiled once per shape and dtype; if compilation fails the eager kernel is used
-  from then on, with a warning.
+  needed (about five passes over x: eager PyTorch cannot fuse the rotation).
+* ``"compiled"``: the same math through ``torch.compile`` with q and k in one graph. Inductor
+  fuses the rotation, the pass-through channels and both dtype casts into one loop per
+  tensor: one read and one write of x, float32 only in registers (each half is rounded to
+  x's dtype *before* the ``cat``, else Inductor materializes a float32 copy and casts it in
+  a second loop). Static shapes first; a second shape recompiles once with dynamic lengths.
+  If compilation fails (no C++ compiler, no Triton, ...) the eager kernel is used from then
+  on, with a warning.
+* ``"auto"`` (default): ``"compiled"`` for tensors of at least ``AUTO_COMPILE_MIN_NUMEL``
+  elements (q and k together), ``"eager"`` below, where the call overhead of a compiled
+  function (~0.1 ms) outweighs the fusion; setting it to None disables compilation.
+
+Inside an outer ``torch.compile`` every kernel is the plain functional form, which the
+outer graph fuses with its neighbours.
 """
 
 from __future__ import annotations
@@ -34,10 +43,13 @@ from torch import Tensor
 
 from ..config import check_choice, check_int
 
-__all__ = ["LAYOUTS", "KERNELS", "apply_rotary", "angles_cos_sin", "convert_qk_layout"]
+__all__ = ["LAYOUTS", "KERNELS", "apply_rotary", "apply_rotary_qk", "angles_cos_sin", "convert_qk_layout"]
 
 LAYOUTS = ("half", "interleaved")
-KERNELS = ("eager", "compiled")
+KERNELS = ("auto", "eager", "compiled")
+
+#: "auto" compiles when q and k hold at least this many elements (None: never compile).
+AUTO_COMPILE_MIN_NUMEL: int | None = 1 << 18
 
 
 def angles_cos_sin(positions: Tensor, inv_freq: Tensor, attention_factor: float = 1.0) -> tuple[Tensor, Tensor]:
@@ -57,16 +69,18 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-# ---- eager kernels -----------------------------------------------------------------------
+# ---- functional kernels (autograd; the bodies torch.compile fuses) -------------------------
 def _half_functional(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    # Autograd-friendly form; also the body that torch.compile fuses into one loop.
     h = cos.shape[-1]
     r = 2 * h
     cos, sin = cos[:, None], sin[:, None]  # (B|1, 1, T, r/2)
     xf = x[..., :r].to(_compute_dtype(x))
     x1, x2 = xf[..., :h], xf[..., h:]
-    rot = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)  # (B, H, T, r)
-    return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
+    # Round each half to x.dtype before the cat: Inductor then writes the output directly
+    # (a cat of float32 halves is materialized in float32 and cast in a second loop).
+    o1 = (x1 * cos - x2 * sin).to(x.dtype)  # (B, H, T, r/2)
+    o2 = (x2 * cos + x1 * sin).to(x.dtype)
+    return torch.cat([o1, o2] if r == x.shape[-1] else [o1, o2, x[..., r:]], dim=-1)  # (B, H, T, D)
 
 
 def _interleaved_functional(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -75,10 +89,22 @@ def _interleaved_functional(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     cos, sin = cos[:, None], sin[:, None]  # (B|1, 1, T, r/2)
     xf = x[..., :r].to(_compute_dtype(x)).unflatten(-1, (h, 2))  # (B, H, T, r/2, 2)
     a, b = xf[..., 0], xf[..., 1]
-    rot = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2).to(x.dtype)  # (B, H, T, r)
+    pairs = [(a * cos - b * sin).to(x.dtype), (b * cos + a * sin).to(x.dtype)]  # rounded before the stack, as above
+    rot = torch.stack(pairs, dim=-1).flatten(-2)  # (B, H, T, r)
     return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
 
 
+# One function per layout for q and k together: one compiled graph (one guard check) per call.
+# Separate functions, not a closure, because torch.compile caches per code object.
+def _half_qk(q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk: Tensor) -> tuple[Tensor, Tensor]:
+    return _half_functional(q, cq, sq), _half_functional(k, ck, sk)
+
+
+def _interleaved_qk(q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk: Tensor) -> tuple[Tensor, Tensor]:
+    return _interleaved_functional(q, cq, sq), _interleaved_functional(k, ck, sk)
+
+
+# ---- eager kernels -----------------------------------------------------------------------
 def _half_eager(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
         return _half_functional(x, cos, sin)
@@ -125,46 +151,92 @@ _FUNCTIONAL: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
     "half": _half_functional,
     "interleaved": _interleaved_functional,
 }
+_FUNCTIONAL_QK: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
+    "half": _half_qk,
+    "interleaved": _interleaved_qk,
+}
 
 # ---- compiled kernel ---------------------------------------------------------------------
-_compiled: dict[str, Callable] = {}
+_compiled: dict[tuple[str, bool], Callable] = {}
 _compile_failed = False
 
 
-def _compiled_kernel(layout: str) -> Callable | None:
+def _compiled_kernel(layout: str, qk: bool) -> Callable | None:
     if _compile_failed:
         return None
-    if layout not in _compiled:
-        # Static shapes: on CPU a shape-specialised loop is ~2x faster than a dynamic one.
-        _compiled[layout] = torch.compile(_FUNCTIONAL[layout], dynamic=False, fullgraph=True)
-    return _compiled[layout]
+    key = (layout, qk)
+    if key not in _compiled:
+        # dynamic=None: the first shape gets a static loop (fastest on CPU); a second shape
+        # recompiles once with its varying sizes symbolic, so decoding does not recompile per step.
+        _compiled[key] = torch.compile((_FUNCTIONAL_QK if qk else _FUNCTIONAL)[layout], fullgraph=True)
+    return _compiled[key]
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", kernel: str = "eager") -> Tensor:
+def _check_fits(x: Tensor, cos: Tensor, sin: Tensor, name: str) -> None:
+    if x.dim() != 4:
+        raise ValueError(f"{name} must have shape (B, H, T, D), got {tuple(x.shape)}")
+    h = cos.shape[-1]
+    if 2 * h > x.shape[-1] or cos.shape[-2] != x.shape[-2] or sin.shape != cos.shape:
+        raise ValueError(
+            f"cos/sin of shape {tuple(cos.shape)}/{tuple(sin.shape)} do not fit {name} of shape {tuple(x.shape)}"
+        )
+
+
+def _run_compiled(kernel: str, layout: str, qk: bool, numel: int, args: tuple[Tensor, ...]):
+    """The compiled kernel's result, or None when ``kernel`` says eager or compilation failed."""
+    global _compile_failed
+    if kernel == "eager" or (
+        kernel == "auto" and (AUTO_COMPILE_MIN_NUMEL is None or numel < AUTO_COMPILE_MIN_NUMEL)
+    ):
+        return None
+    fn = _compiled_kernel(layout, qk)
+    if fn is None:
+        return None
+    try:
+        return fn(*args)
+    except Exception as e:  # no C++ compiler, no Triton, unsupported platform, ...
+        _compile_failed = True
+        warnings.warn(f"posenc: compiled rotary kernel unavailable ({type(e).__name__}: {e}); using eager")
+        return None
+
+
+def apply_rotary_qk(
+    q: Tensor,
+    k: Tensor,
+    cos_q: Tensor,
+    sin_q: Tensor,
+    cos_k: Tensor,
+    sin_k: Tensor,
+    layout: str = "half",
+    kernel: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """Rotate q (B, H, Tq, D) by cos_q/sin_q (B|1, Tq, r/2) and k (B, Hkv, Tk, D) by cos_k/sin_k.
+
+    The same as two :func:`apply_rotary` calls, but the compiled kernel handles both tensors
+    in one call (one guard check). Returns new tensors of q's and k's dtypes.
+    """
+    _check_fits(q, cos_q, sin_q, "q")
+    _check_fits(k, cos_k, sin_k, "k")
+    if torch.compiler.is_compiling():
+        # The plain functional form: an outer torch.compile fuses it with its neighbours.
+        return _FUNCTIONAL_QK[layout](q, k, cos_q, sin_q, cos_k, sin_k)
+    out = _run_compiled(kernel, layout, True, q.numel() + k.numel(), (q, k, cos_q, sin_q, cos_k, sin_k))
+    if out is not None:
+        return out
+    return _EAGER[layout](q, cos_q, sin_q), _EAGER[layout](k, cos_k, sin_k)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", kernel: str = "auto") -> Tensor:
     """Rotate the first r = 2 * cos.shape[-1] channels of ``x`` (B, H, T, D) in ``layout``.
 
     ``cos``/``sin``: (B or 1, T, r/2), as made by :func:`angles_cos_sin`. Returns a new tensor
     of x's dtype; channels r.. are copied unchanged.
     """
-    global _compile_failed
-    if x.dim() != 4:
-        raise ValueError(f"x must have shape (B, H, T, D), got {tuple(x.shape)}")
-    h = cos.shape[-1]
-    if 2 * h > x.shape[-1] or cos.shape[-2] != x.shape[-2] or sin.shape != cos.shape:
-        raise ValueError(
-            f"cos/sin of shape {tuple(cos.shape)}/{tuple(sin.shape)} do not fit x of shape {tuple(x.shape)}"
-        )
-    if kernel == "compiled" and not torch.compiler.is_compiling():
-        fn = _compiled_kernel(layout)
-        if fn is not None:
-            try:
-                return fn(x, cos, sin)
-            except Exception as e:  # no C++ compiler, unsupported platform, ...
-                _compile_failed = True
-                warnings.warn(f"posenc: compiled rotary kernel unavailable ({type(e).__name__}: {e}); using eager")
+    _check_fits(x, cos, sin, "x")
     if torch.compiler.is_compiling():
-        return _FUNCTIONAL[layout](x, cos, sin)  # let an outer torch.compile fuse it
-    return _EAGER[layout](x, cos, sin)
+        return _FUNCTIONAL[layout](x, cos, sin)
+    out = _run_compiled(kernel, layout, False, x.numel(), (x, cos, sin))
+    return _EAGER[layout](x, cos, sin) if out is None else out
 
 
 def _layout_permutation(head_dim: int, rotary_dim: int, to: str) -> Tensor:

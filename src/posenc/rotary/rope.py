@@ -12,6 +12,12 @@ LongRoPE), chosen in the config or swapped later with :meth:`RotaryEmbedding.set
 Numerics: the frequencies are float64 Python-side tensors, not module buffers, so
 ``module.to(torch.bfloat16)`` cannot round them; angles are float64, the cos/sin tables
 float32, and the rotation is float32 arithmetic rounded once to the input dtype.
+
+torch.compile: in eager mode cos/sin come from a table cache that grows as needed. Inside a
+compiled graph the cache is neither read nor written: cos/sin are computed from the
+positions (the same float64 formula the tables are built with), and the current length of
+length-dependent scalings is a tensor, so ``torch.compile(model, fullgraph=True,
+dynamic=True)`` traces without graph breaks, host syncs or mutated state.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from torch import Tensor
 from ..config import EncodingConfig, check_choice, check_even, check_positive
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register
-from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary
+from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary_qk
 from .scaling import ROPE_SCALINGS, SCALING_CONFIGS, ScalingConfig, base_inv_freq, make_scaling_config
 
 __all__ = ["RotaryConfig", "RotaryEmbedding", "SCALING_PARAMS"]
@@ -64,7 +70,8 @@ class RotaryConfig(EncodingConfig):
         layout: "half" (GPT-NeoX / HF rotate_half) or "interleaved" (GPT-J / Meta / RoFormer).
         scaling: rope type, a key of ``ROPE_SCALINGS``; its parameters are the fields below
             (None = the type's default; a parameter the type does not take is an error).
-        kernel: "eager" or "compiled" (torch.compile'd, fastest on CPU; compiles per shape).
+        kernel: "auto" (compiled for large inputs when torch.compile works, else eager),
+            "eager" or "compiled"; see :mod:`posenc.rotary.functional`.
     """
 
     base: float = 10000.0
@@ -83,7 +90,7 @@ class RotaryConfig(EncodingConfig):
     high_freq_factor: float | None = None
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
-    kernel: str = "eager"
+    kernel: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("short_factor", "long_factor"):  # JSON gives lists; keep the config hashable
@@ -185,12 +192,25 @@ class RotaryEmbedding(PositionalEncoding):
     def _table_key(self, inv_freq: Tensor, factor: float, device: torch.device) -> Hashable:
         return (device.type, device.index, inv_freq.numpy().tobytes(), factor)
 
-    def cos_sin(self, positions: Tensor, seq_len: int | None = None) -> tuple[Tensor, Tensor]:
+    def current_length(self, q_pos: Tensor, k_pos: Tensor) -> int | Tensor | None:
+        """n = max position + 1 over q and k, for length-dependent scalings (None otherwise).
+
+        One length for q and k, so both use the same frequencies. Under torch.compile a 0-dim
+        tensor (an int would be a host sync and a graph break).
+        """
+        if not self._scaling_cfg.length_dependent or k_pos.numel() == 0:
+            return None
+        n = torch.maximum(q_pos.max(), k_pos.max()) + 1
+        return n if torch.compiler.is_compiling() else int(n)
+
+    def cos_sin(self, positions: Tensor, seq_len: int | Tensor | None = None) -> tuple[Tensor, Tensor]:
         """cos and sin (B or 1, T, r/2) float32 at integer ``positions`` (B, T).
 
-        Looked up in a table for positions [0, P) cached per device and frequency set; the
-        table grows (to the next power of two) when a position reaches its end, and positions
-        past ``MAX_TABLE_POSITIONS`` are computed per token: nothing is ever read past the end.
+        Eager: looked up in a table for positions [0, P) cached per device and frequency set;
+        the table grows (to the next power of two) when a position reaches its end, and
+        positions past ``MAX_TABLE_POSITIONS`` are computed per token: nothing is ever read past
+        the end. Under torch.compile: computed from the positions (no table, no state touched;
+        negative positions are not checked there, as that would need a host sync).
         ``seq_len`` (default max position + 1) selects the frequencies of length-dependent types.
         """
         if positions.dim() != 2:
@@ -198,7 +218,11 @@ class RotaryEmbedding(PositionalEncoding):
         if positions.is_floating_point():
             raise TypeError(f"positions must be integers, got {positions.dtype}")
         if positions.shape[0] > 1 and positions.stride(0) == 0:
-            positions = positions[:1]  # the same row for the whole batch: look it up once
+            positions = positions[:1]  # the same row for the whole batch (from_offset): look it up once
+        if torch.compiler.is_compiling():
+            if seq_len is None and self._scaling_cfg.length_dependent:
+                seq_len = self.current_length(positions, positions)
+            return angles_cos_sin(positions, *self.frequencies(seq_len))
         if positions.numel() == 0:
             z = torch.zeros(*positions.shape, self.rotary_dim // 2, device=positions.device)
             return z, z
@@ -220,25 +244,27 @@ class RotaryEmbedding(PositionalEncoding):
             while len(self._tables) > _MAX_TABLES:
                 self._tables.popitem(last=False)
         self._tables.move_to_end(key)
-        cos, sin = table
-        return cos[positions], sin[positions]  # (B|1, T, r/2); hi < P checked above
+        # hi < P checked above. index_select: a plain row gather, cheaper than advanced indexing.
+        flat = positions.reshape(-1)
+        return tuple(t.index_select(0, flat).view(*positions.shape, -1) for t in table)  # 2 x (B|1, T, r/2)
 
     # ---- the hook ----------------------------------------------------------------------
-    def _q_k_tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-        same = q_pos.shape == k_pos.shape and q_pos.data_ptr() == k_pos.data_ptr() and q_pos.stride() == k_pos.stride()
-        seq_len = None
-        if self._scaling_cfg.length_dependent:
-            # One length for q and k: both must use the same frequencies.
-            seq_len = int(torch.maximum(q_pos.max(), k_pos.max())) + 1 if k_pos.numel() else None
-        cq = self.cos_sin(q_pos, seq_len)
-        ck = cq if same else self.cos_sin(k_pos, seq_len)
-        return cq, ck
+    def _q_k_cos_sin(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        # `is` traces under torch.compile (a data-pointer comparison does not).
+        same = q_pos is k_pos or (
+            not torch.compiler.is_compiling()
+            and q_pos.shape == k_pos.shape
+            and q_pos.stride() == k_pos.stride()
+            and q_pos.data_ptr() == k_pos.data_ptr()
+        )
+        seq_len = self.current_length(q_pos, k_pos)
+        cq, sq = self.cos_sin(q_pos, seq_len)
+        ck, sk = (cq, sq) if same else self.cos_sin(k_pos, seq_len)
+        return cq, sq, ck, sk
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk)."""
-        (cq, sq), (ck, sk) = self._q_k_tables(q_pos, k_pos)
-        layout, kernel = self.config.layout, self.config.kernel
-        return apply_rotary(q, cq, sq, layout, kernel), apply_rotary(k, ck, sk, layout, kernel)
+        return apply_rotary_qk(q, k, *self._q_k_cos_sin(q_pos, k_pos), self.config.layout, self.config.kernel)
 
     def extra_repr(self) -> str:
         c = self.config

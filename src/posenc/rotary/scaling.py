@@ -12,6 +12,8 @@ returning ``(inv_freq, attention_factor)``:
 * ``base``: the rotary base, needed by types defined in terms of it (NTK, YaRN);
 * ``seq_len``: the current sequence length, used only by the length-dependent types
   (``dynamic``, ``longrope``); every function is pure: same inputs, same output, no state.
+  It is an int, or a 0-dim integer tensor under ``torch.compile`` (where reading the
+  length would be a host sync and a graph break): those types then use tensor ops only.
 
 ``attention_factor`` multiplies cos and sin (so rotated q and rotated k each carry it once,
 and logits carry its square), as YaRN prescribes and as transformers does.
@@ -221,25 +223,30 @@ def _linear(inv_freq: Tensor, cfg: LinearScaling, *, base: float, seq_len: int |
     return inv_freq / cfg.factor, 1.0
 
 
-def _ntk_inv_freq(inv_freq: Tensor, alpha: float) -> Tensor:
+def _ntk_inv_freq(inv_freq: Tensor, alpha: float | Tensor) -> Tensor:
     # base' = base * alpha^(d/(d-2))  =>  theta'_i = theta_i * alpha^(-2i/(d-2)).
     d = 2 * inv_freq.numel()
     if d == 2:
         raise ValueError("NTK scaling needs rotary_dim >= 4 (its exponent is d/(d-2)), got 2")
     i = torch.arange(inv_freq.numel(), dtype=torch.float64, device=inv_freq.device)
-    return inv_freq * float(alpha) ** (-2.0 * i / (d - 2))
+    alpha = alpha if isinstance(alpha, Tensor) else float(alpha)  # a 0-dim tensor when traced
+    return inv_freq * alpha ** (-2.0 * i / (d - 2))
 
 
 def _ntk(inv_freq: Tensor, cfg: NTKScaling, *, base: float, seq_len: int | None = None):
     return _ntk_inv_freq(inv_freq, cfg.factor), 1.0
 
 
-def _dynamic(inv_freq: Tensor, cfg: DynamicNTKScaling, *, base: float, seq_len: int | None = None):
-    L = cfg.original_max_position_embeddings
+def _dynamic(inv_freq: Tensor, cfg: DynamicNTKScaling, *, base: float, seq_len: int | Tensor | None = None):
+    L, s = cfg.original_max_position_embeddings, cfg.factor
+    if isinstance(seq_len, Tensor):  # traced: the same formula with n as a tensor, no branch
+        n = seq_len.to(device=inv_freq.device, dtype=torch.float64)
+        alpha = torch.where(n > L, s * n / L - (s - 1.0), 1.0)  # exactly 1 (trained frequencies) at n <= L
+        return _ntk_inv_freq(inv_freq, alpha), 1.0
     n = L if seq_len is None else max(int(seq_len), L)
     if n == L:  # exactly the trained frequencies, no rounding through alpha = 1
         return inv_freq.clone(), 1.0
-    alpha = cfg.factor * n / L - (cfg.factor - 1.0)
+    alpha = s * n / L - (s - 1.0)
     return _ntk_inv_freq(inv_freq, alpha), 1.0
 
 
@@ -289,15 +296,20 @@ def _llama3(inv_freq: Tensor, cfg: Llama3Scaling, *, base: float, seq_len: int |
     return torch.where(is_medium, medium, out), 1.0
 
 
-def _longrope(inv_freq: Tensor, cfg: LongRopeScaling, *, base: float, seq_len: int | None = None):
+def _longrope(inv_freq: Tensor, cfg: LongRopeScaling, *, base: float, seq_len: int | Tensor | None = None):
     n = inv_freq.numel()
     for name in ("short_factor", "long_factor"):
         got = len(getattr(cfg, name))
         if got != n:
             raise ValueError(f"{name} must have rotary_dim/2 = {n} entries (one per rotated pair), got {got}")
     L = cfg.original_max_position_embeddings
-    factors = cfg.long_factor if seq_len is not None and seq_len > L else cfg.short_factor
-    ext = torch.tensor(factors, dtype=torch.float64, device=inv_freq.device)
+    if isinstance(seq_len, Tensor):  # traced: select without a host sync
+        long = torch.tensor(cfg.long_factor, dtype=torch.float64, device=inv_freq.device)
+        short = torch.tensor(cfg.short_factor, dtype=torch.float64, device=inv_freq.device)
+        ext = torch.where(seq_len.to(inv_freq.device) > L, long, short)
+    else:
+        factors = cfg.long_factor if seq_len is not None and seq_len > L else cfg.short_factor
+        ext = torch.tensor(factors, dtype=torch.float64, device=inv_freq.device)
     if cfg.attention_factor is not None:
         factor = float(cfg.attention_factor)
     elif cfg.factor <= 1.0:

@@ -14,7 +14,11 @@ paper uses xPos in causal language models (with blockwise causal attention); use
 
 Range: zeta_j^(-n / scale_base) grows exponentially with n; with gamma = 0.4 and
 scale_base = 512 it passes float32's range near n = 36000. A position whose scale would not
-be finite in float32 is an error (raise ``scale_base`` for longer contexts).
+be finite in float32 is an error (raise ``scale_base`` for longer contexts); under
+torch.compile that check (a host sync) is skipped and such a scale is inf.
+
+xPos has no tables: cos/sin and the scales are computed from the positions in every call,
+eager or compiled.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from torch import Tensor
 
 from ..config import check_positive
 from ..registry import register
-from .functional import apply_rotary
+from .functional import apply_rotary_qk
 from .rope import RotaryConfig, RotaryEmbedding
 
 __all__ = ["XPosConfig", "XPos", "xpos_scale"]
@@ -65,27 +69,24 @@ class XPos(RotaryEmbedding):
 
     Config = XPosConfig
 
-    def _scaled_cos_sin(self, positions: Tensor, sign: float, seq_len: int | None) -> tuple[Tensor, Tensor]:
-        inv_freq, factor = self.frequencies(seq_len if self._scaling_cfg.length_dependent else None)
+    def _scaled_cos_sin(self, positions: Tensor, sign: float, seq_len: int | Tensor | None) -> tuple[Tensor, Tensor]:
+        inv_freq, factor = self.frequencies(seq_len)
         scale = xpos_scale(positions, self.rotary_dim, self.config.scale_base / sign, self.config.gamma)
-        if not bool((scale <= _F32_MAX).all()):
+        if not torch.compiler.is_compiling() and not bool((scale <= _F32_MAX).all()):
             raise ValueError(
                 f"xPos scale overflows float32 at position {int(positions.max())} with scale_base="
                 f"{self.config.scale_base}; use a larger scale_base"
             )
         # Angles and scale in float64, one rounding to float32.
-        ang = positions.to(torch.float64)[..., None] * inv_freq.to(positions.device)
+        ang = positions.to(torch.float64)[..., None] * inv_freq.to(positions.device)  # (B, T, r/2)
         cos, sin = ang.cos() * (scale * factor), ang.sin() * (scale * factor)
         return cos.float(), sin.float()
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        if q_pos.numel() and int(q_pos.min()) < 0 or k_pos.numel() and int(k_pos.min()) < 0:
-            raise ValueError("positions must be >= 0")
-        seq_len = None
-        if self._scaling_cfg.length_dependent and k_pos.numel():
-            seq_len = int(torch.maximum(q_pos.max(), k_pos.max())) + 1
+        if not torch.compiler.is_compiling():  # a host sync: eager only
+            if q_pos.numel() and int(q_pos.min()) < 0 or k_pos.numel() and int(k_pos.min()) < 0:
+                raise ValueError("positions must be >= 0")
+        seq_len = self.current_length(q_pos, k_pos)
         cq, sq = self._scaled_cos_sin(q_pos, 1.0, seq_len)
         ck, sk = self._scaled_cos_sin(k_pos, -1.0, seq_len)
-        layout, kernel = self.config.layout, self.config.kernel
-        return apply_rotary(q, cq, sq, layout, kernel), apply_rotary(k, ck, sk, layout, kernel)
-
+        return apply_rotary_qk(q, k, cq, sq, ck, sk, self.config.layout, self.config.kernel)
