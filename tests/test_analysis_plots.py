@@ -186,3 +186,13 @@ def test_cli_writes_png(tmp_path, capsys):
     assert main(["plot", "sinusoidal-heatmap", "--out", str(tmp_path / "figs")]) == 0
     assert png_size(tmp_path / "figs" / "sinusoidal-heatmap.png") == (W, H)
     assert "sinusoidal-heatmap.png" in capsys.readouterr().out
+
+
+def test_cli_set_options(tmp_path, capsys):
+    assert P.parse_options("rope-score", ["bases=1e4,1e6", "train_len=8192"]) == {"bases": (1e4, 1e6), "train_len": 8192}
+    assert main(["plot", "sinusoidal-dot", "--set", "dim=16", "--set", "max_distance=8", "--out", str(tmp_path)]) == 0
+    assert png_size(tmp_path / "sinusoidal-dot.png") == (W, H)
+    assert main(["plot", "sinusoidal-dot", "--set", "colour=red", "--out", str(tmp_path)]) == 2
+    assert "takes max_distance=256" in capsys.readouterr().err
+    assert main(["plot", "sinusoidal-dot", "--set", "dim=big", "--out", str(tmp_path)]) == 2
+    assert "dim must be like 64" in capsys.readouterr().err

@@ -9,6 +9,7 @@ Examples::
     posenc plot sinusoidal-heatmap --out figs
     posenc plot rope-score --out figs          # base 1e4 / 5e5 / 8e6 against a trained length
     posenc plot all --out figs                 # every kind
+    posenc plot rope-score --set bases=1e4,1e6 --set train_len=8192 --out figs
 
 Kinds are listed in :data:`PLOTS`; ``posenc plot --help`` prints them.
 """
@@ -28,7 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-__all__ = ["PLOTS", "PlotResult", "FIGSIZE", "DPI", "make_plot", "prepare_out_dir", "rope_bound", "library_function"]
+__all__ = ["PLOTS", "PlotResult", "FIGSIZE", "DPI", "make_plot", "parse_options", "prepare_out_dir", "rope_bound", "library_function"]
 
 FIGSIZE = (10.0, 5.0)  # inches; with DPI every PNG is 1000 x 500 pixels
 DPI = 100
@@ -395,15 +396,45 @@ def make_plot(kind: str, out_dir: str | os.PathLike, **options: Any) -> PlotResu
     return PLOTS[kind](prepare_out_dir(out_dir), **options)
 
 
+def parse_options(kind: str, items: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` -> keyword arguments of plot ``kind``, typed like their defaults.
+
+    Tuples are comma-separated (``bases=1e4,5e5``). An unknown key lists the valid ones.
+    """
+    import inspect
+
+    params = {n: p.default for n, p in inspect.signature(PLOTS[kind]).parameters.items() if n != "out_dir"}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in params:
+            raise ValueError(f"--set {item!r}: {kind} takes {', '.join(f'{k}={v}' for k, v in params.items())}")
+        default = params[key]
+        try:
+            if isinstance(default, tuple):
+                elem = type(default[0]) if default else float
+                out[key] = tuple(elem(float(x)) if elem is int else elem(x) for x in raw.split(","))
+            elif isinstance(default, int):
+                out[key] = int(float(raw)) if float(raw).is_integer() else int(raw)
+            else:
+                out[key] = type(default)(raw)
+        except ValueError:
+            raise ValueError(f"--set {item!r}: {key} must be like {default!r}") from None
+    return out
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     kinds = list(PLOTS) if args.kind == "all" else [args.kind]
     if args.kind != "all" and args.kind not in PLOTS:
         raise ValueError(f"unknown plot kind {args.kind!r}; valid kinds: all, {', '.join(PLOTS)}")
+    if args.set and args.kind == "all":
+        raise ValueError("--set applies to one plot kind, not to 'all'")
+    options = parse_options(args.kind, args.set) if args.set else {}
     prepare_out_dir(args.out)
     failed = 0
     for kind in kinds:
         try:
-            res = make_plot(kind, args.out)
+            res = make_plot(kind, args.out, **options)
         except ValueError as e:
             if args.kind != "all":
                 raise
@@ -421,4 +452,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("kind", metavar="KIND", help="plot kind, or 'all' (see the list above)")
     p.add_argument("--out", required=True, help="directory for the PNG files (created if missing)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override a parameter of the plot function, e.g. --set train_len=8192 --set bases=1e4,1e6 (repeatable)",
+    )
     p.set_defaults(func=_cmd_plot)
