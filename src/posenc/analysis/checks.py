@@ -62,7 +62,7 @@ class Probe:
 
     Args:
         d_model, num_heads: the tiny model the encoding is built for (head dim = C // H).
-        train_len: the length a model would have been trained at (L); checks 6 compares
+        train_len: the length a model would have been trained at (L); check 6 compares
             the score curve beyond it with the curve within it.
         far_len: longest distance for the decay and boundedness curves.
         max_probe_position: the largest position tried when asking "does it accept p?".
