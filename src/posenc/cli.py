@@ -22,6 +22,9 @@ SUBCOMMANDS: dict[str, str] = {
     "list": "posenc.cli",
     "example": "posenc.examples",
     "speed": "posenc.speed",
+    "check": "posenc.analysis.checks",
+    "plot": "posenc.analysis.plots",
+    "report": "posenc.analysis.report",
 }
 
 

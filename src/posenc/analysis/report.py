@@ -1,0 +1,214 @@
+"""``posenc report --out DIR``: one self-contained HTML page of checks, figures and benchmarks.
+
+The page embeds every image as base64 and needs no server or network: open
+``DIR/report.html`` from disk. It holds
+
+1. the property table of ``posenc check`` (cells coloured by pass/fail, the detail on hover)
+   with each check's claim, papers and measurement;
+2. every figure of ``posenc plot`` (kinds whose family is missing are listed as skipped);
+3. with ``--bench BDIR``: the benchmark's ``results.json`` summary table and its PNGs.
+
+A small inline script marks ``<body data-images-ok="true">`` once every image has decoded
+(``naturalWidth > 0``), so a headless browser can verify the page.
+
+Examples::
+
+    posenc report --out report
+    posenc report --out report --bench bench_out
+    posenc report --out report --encodings none sinusoidal rope --plots rope-score alibi
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from .checks import CHECKS, Probe, claims, run_checks
+from .plots import PLOTS, make_plot, prepare_out_dir
+
+__all__ = ["build_report", "render_html", "load_bench"]
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; font-size: 13px; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+td.pass { background: #e3f6e3; } td.fail { background: #fbe3e3; }
+td.na { background: #f4f4f4; color: #777; } td.error { background: #ffd27f; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { font-size: 13px; color: #444; } dt { font-weight: bold; margin-top: .6em; }
+dd { margin-left: 1.5em; font-size: 14px; } .note { color: #777; font-size: 13px; }
+"""
+
+# Sets data-images-ok on <body> when every <img> has decoded: tests read it from the DOM.
+_SCRIPT = """
+(function () {
+  function check() {
+    var imgs = Array.prototype.slice.call(document.images);
+    var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+    document.body.setAttribute("data-images-loaded", ok + "/" + imgs.length);
+    document.body.setAttribute("data-images-ok", String(ok === imgs.length));
+    if (ok === imgs.length) { document.title = "[images ok] " + document.title.replace(/^\\[images ok\\] /, ""); }
+  }
+  check();
+  window.addEventListener("load", check);
+})();
+"""
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+
+
+def _check_table(results: dict) -> str:
+    head = "".join(f"<th>{html.escape(title)}</th>" for title, _ in CHECKS.values())
+    rows = []
+    for name, res in results.items():
+        cells = []
+        for key in CHECKS:
+            r = res.get(key)
+            if r is None:
+                cells.append("<td></td>")
+                continue
+            cls = {"n/a": "na"}.get(r.status, r.status)
+            cells.append(f'<td class="{cls}" title="{html.escape(r.detail)}">{html.escape(r.cell())}</td>')
+        rows.append(f"<tr><th>{html.escape(name)}</th>{''.join(cells)}</tr>")
+    return f'<table id="checks"><tr><th>encoding</th>{head}</tr>{"".join(rows)}</table>'
+
+
+def _legend() -> str:
+    items = []
+    for _, title, claim, papers, measured in claims():
+        items.append(
+            f"<dt>{html.escape(title)}</dt><dd>{html.escape(claim)}<br><i>{html.escape(papers)}</i>"
+            f"<br>Measured: {html.escape(measured)}</dd>"
+        )
+    return f"<dl>{''.join(items)}</dl>"
+
+
+def _rows_table(rows: list[dict], table_id: str) -> str:
+    """A list of flat dicts as an HTML table (columns: the union of keys, in first-seen order)."""
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+
+    def fmt(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(r.get(c, '')))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
+
+
+def load_bench(bench_dir: str | Path) -> tuple[dict | None, list[Path]]:
+    """(results.json content or None, PNG paths) of a ``posenc bench --out`` directory."""
+    d = Path(bench_dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"--bench {str(d)!r} is not a directory (give the --out directory of `posenc bench`)")
+    results = None
+    if (d / "results.json").is_file():
+        try:
+            results = json.loads((d / "results.json").read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{d / 'results.json'} is not valid JSON: {e}") from None
+    pngs = sorted(d.glob("*.png")) + sorted(d.glob("plots/*.png"))
+    return results, pngs
+
+
+def _bench_section(bench_dir: Path) -> str:
+    results, pngs = load_bench(bench_dir)
+    parts = ["<h2>Benchmark</h2>"]
+    if results is None and not pngs:
+        return parts[0] + f'<p class="note">No results.json or PNGs in {html.escape(str(bench_dir))}.</p>'
+    if results is not None:
+        summary = results.get("summary") if isinstance(results, dict) else results
+        if isinstance(summary, list) and summary and all(isinstance(r, dict) for r in summary):
+            parts.append(_rows_table(summary, "bench"))
+        else:
+            parts.append(f'<pre id="bench">{html.escape(json.dumps(results, indent=1)[:20000])}</pre>')
+        mrr = results.get("mrr") if isinstance(results, dict) else None
+        if isinstance(mrr, dict) and mrr:
+            parts.append("<h3>Mean reciprocal rank beyond the training length</h3>")
+            parts.append(_rows_table([{"encoding": k, "MRR": v} for k, v in mrr.items()], "bench-mrr"))
+    for p in pngs:
+        parts.append(f"<figure>{_img(p, p.stem)}<figcaption>{html.escape(p.name)}</figcaption></figure>")
+    return "\n".join(parts)
+
+
+def render_html(results: dict, figures: list, skipped: dict[str, str], bench_html: str, probe: Probe) -> str:
+    """The page: check table and legend, figures, skipped kinds, benchmark section."""
+    from .. import __version__
+
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    figs = "\n".join(
+        f'<figure id="fig-{f.kind}">{_img(f.path, f.kind)}<figcaption><b>{html.escape(f.kind)}</b>: '
+        f"{html.escape(f.title)}. {html.escape(' '.join((PLOTS[f.kind].__doc__ or '').split()))}</figcaption></figure>"
+        for f in figures
+    )
+    skip = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in skipped.items())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>posenc report</title><style>{_CSS}</style></head>
+<body>
+<h1>posenc report</h1>
+<p class="note">posenc {__version__}, {when}. Probe: d_model {probe.d_model}, {probe.num_heads} heads,
+training length L = {probe.train_len}, curves to {probe.far_len}, positions tried up to {probe.max_probe_position}.
+Every cell is measured by running the encoding's hooks; hover a cell for its detail.</p>
+<h2>Properties</h2>
+{_check_table(results)}
+{_legend()}
+<h2>Figures</h2>
+{figs}
+{f"<p class='note'>Figures skipped:</p><ul>{skip}</ul>" if skip else ""}
+{bench_html}
+<script>{_SCRIPT}</script>
+</body></html>
+"""
+
+
+def build_report(
+    out: str | Path,
+    names: list[str] | None = None,
+    kinds: list[str] | None = None,
+    bench: str | Path | None = None,
+    probe: Probe | None = None,
+) -> Path:
+    """Run the checks and plots, write ``out/report.html`` (figures also under ``out/figures``)."""
+    out_dir = prepare_out_dir(out)
+    probe = Probe() if probe is None else probe
+    kinds = list(PLOTS) if not kinds else list(kinds)
+    for k in kinds:
+        if k not in PLOTS:
+            raise ValueError(f"unknown plot kind {k!r}; valid kinds: {', '.join(PLOTS)}")
+    bench_html = _bench_section(Path(bench)) if bench is not None else ""
+    results = run_checks(names, probe)
+    figures, skipped = [], {}
+    for k in kinds:
+        try:
+            figures.append(make_plot(k, out_dir / "figures"))
+        except ValueError as e:  # a family this figure needs is not in this build
+            skipped[k] = str(e)
+    path = out_dir / "report.html"
+    path.write_text(render_html(results, figures, skipped, bench_html, probe), encoding="utf-8")
+    return path
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    probe = Probe(train_len=args.train_len)
+    path = build_report(args.out, args.encodings, args.plots, args.bench, probe)
+    print(f"wrote {path}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("report", help="write one self-contained HTML page: checks, figures, benchmark")
+    p.add_argument("--out", required=True, help="directory for report.html (and figures/)")
+    p.add_argument("--bench", default=None, help="output directory of `posenc bench` to embed (results.json, PNGs)")
+    p.add_argument("--encodings", nargs="+", default=None, metavar="NAME", help="encodings to check (default: all)")
+    p.add_argument("--plots", nargs="+", default=None, metavar="KIND", help="plot kinds to include (default: all)")
+    p.add_argument("--train-len", type=int, default=128, help="training length L of the checks (default 128)")
+    p.set_defaults(func=_cmd_report)
+
