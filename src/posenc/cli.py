@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "list": "posenc.cli",
     "example": "posenc.examples",
     "speed": "posenc.speed",
+    "bench": "posenc.bench",
 }
 
 
