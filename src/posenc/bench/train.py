@@ -315,11 +315,8 @@ def train(
             step += 1
 
             report = nll.detach() / max(n_targets, 1)
-            halt = torch.tensor([float(stop[0])], device=device)
-            if ddp:  # every rank must agree on the loss shown and on stopping together
-                both = torch.cat([report.reshape(1), halt])
-                dist.all_reduce(both)
-                report, halt = both[:1], both[1:]
+            if ddp:  # the global mean: each rank holds its nll / global targets
+                dist.all_reduce(report)
             loss_value = float(report)
             bar.update(1)
             tokens += batch.inputs.numel()
@@ -328,8 +325,11 @@ def train(
                 save()
             if callback is not None:
                 callback(step, loss_value)
-            if float(halt) > 0:
-                if step % cfg.checkpoint_every and step != cfg.steps:
+            halt = torch.tensor([float(stop[0])], device=device)
+            if ddp:  # ranks stop together, or the others would wait forever
+                dist.all_reduce(halt)
+            if float(halt) > 0 and step < cfg.steps:
+                if step % cfg.checkpoint_every:
                     save()
                 bar.close()
                 where = f"; checkpoint: {ckpt}" if ckpt is not None else ""
