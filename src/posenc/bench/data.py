@@ -122,10 +122,19 @@ class LMBatches:
         return Batch(window[:, :-1], window[:, 1:])
 
 
+def _walk_files(root: Path, suffix: str = "", skip: tuple[str, ...] = ()) -> list[Path]:
+    """Regular, non-hidden files below ``root`` in sorted order; folders named in ``skip`` are
+    pruned before descending (site-packages alone can hold more files than the stdlib)."""
+    found = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".") and x not in skip]
+        found += [Path(d) / f for f in files if f.endswith(suffix) and not f.startswith(".")]
+    return sorted(p for p in found if p.is_file())
+
+
 def _stdlib_files() -> tuple[Path, list[Path]]:
     root = Path(sysconfig.get_paths()["stdlib"] or os.path.dirname(os.__file__))
-    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts)
-    return root, files
+    return root, _walk_files(root, ".py", skip=("site-packages", "dist-packages", "__pycache__"))
 
 
 def _read_split(files: list[Path], max_bytes: int | None, every: int) -> tuple[bytes, bytes]:
@@ -172,9 +181,7 @@ def load_corpus(path: str | os.PathLike | None = None, max_bytes: int | None = N
         if root.is_file():
             files = [root]
         else:
-            files = sorted(
-                p for p in root.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts)
-            )
+            files = _walk_files(root)
         source = str(root)
     if len(files) == 1:
         data = files[0].read_bytes()
