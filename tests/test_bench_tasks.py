@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 
-from posenc.bench.data import IGNORE, TaskBatches, collate, example_rng
+from posenc.bench.data import IGNORE, ByteCorpus, LMBatches, TaskBatches, collate, example_rng
 from posenc.bench.tasks import SYNTHETIC_TASKS, PasskeyTask, get_task
 
 SEP, PLUS, KEY, QUERY = 10, 11, 13, 14
@@ -121,3 +121,15 @@ def test_batches_are_a_function_of_seed_and_step():
     assert torch.equal(sh.inputs, a.inputs[1::2])
     with pytest.raises(ValueError, match="divisible"):
         a.shard(0, 3)
+
+
+def test_lm_batches_are_windows_that_change_with_step():
+    stream = torch.arange(1000) % 251
+    src = LMBatches(ByteCorpus(stream.to(torch.uint8), stream[:10].to(torch.uint8), "t"), 4, 16, seed=0)
+    b = src(0)
+    assert torch.equal(b.labels[:, :-1], b.inputs[:, 1:])  # labels are the next bytes
+    # each row is a contiguous run of the stream
+    assert all(torch.equal(torch.diff(row) % 251, torch.ones(15, dtype=torch.long)) for row in b.inputs)
+    starts = {tuple(src(s).inputs[:, 0].tolist()) for s in range(20)}
+    assert len(starts) == 20  # a new draw at every step
+    assert torch.equal(src(7).inputs, src(7).inputs)

@@ -115,7 +115,8 @@ class LMBatches:
         self.corpus, self.batch_size, self.length, self.seed = corpus, batch_size, length, seed
 
     def __call__(self, step: int) -> Batch:
-        g = torch.Generator().manual_seed(int.from_bytes(str((self.seed, step)).encode(), "little") % 2**63)
+        # mt19937 keeps only 32 bits of a seed: draw them from the step's own stream
+        g = torch.Generator().manual_seed(example_rng("lm", self.seed, step).getrandbits(32))
         start = torch.randint(0, len(self.corpus.train) - self.length, (self.batch_size,), generator=g)
         idx = start[:, None] + torch.arange(self.length + 1)  # (B, T + 1)
         window = self.corpus.train[idx].long()
