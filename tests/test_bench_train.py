@@ -157,3 +157,41 @@ def test_torchrun_two_processes_match_one(tmp_path):
     for k in one:
         torch.testing.assert_close(two[k], one[k], atol=1e-6, rtol=0)
     assert any(not torch.equal(one[k], init[k]) for k in one)  # training moved the weights
+
+
+class _Scalable(torch.nn.Module):
+    """Stands in for a rotary module: records set_scaling calls, rejects 'ntk'."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def set_scaling(self, rope_type, **params):
+        if rope_type == "ntk":
+            raise ValueError("ntk not supported here")
+        self.calls.append((rope_type, params))
+
+
+def test_rope_scalings_are_evaluated_beyond_the_training_length(capsys):
+    from posenc.bench.data import ByteCorpus
+    from posenc.bench.evaluate import has_rope_scaling, scaled_copies
+    from posenc.bench.runner import evaluate_run, settings_for
+
+    model = tiny(dropout=0.0, encoding="none").eval()
+    assert not has_rope_scaling(model) and list(scaled_copies(model, 2.0, 8)) == []
+    model.scaler = _Scalable()
+    copies = dict(scaled_copies(model, 4.0, 16))
+    assert list(copies) == ["linear", "dynamic", "yarn"]  # ntk rejected: skipped, reported
+    assert "skipping RoPE scaling 'ntk'" in capsys.readouterr().err
+    assert copies["linear"].scaler.calls == [("linear", {"factor": 4.0})]
+    assert copies["yarn"].scaler.calls == [("yarn", {"factor": 4.0, "original_max_position_embeddings": 16})]
+    assert copies["dynamic"].scaler.calls == [("dynamic", {"factor": 1.0, "original_max_position_embeddings": 16})]
+    assert model.scaler.calls == []  # the trained model itself is untouched
+
+    s = settings_for("micro", encodings=["none"], tasks=["lm"], scalings=("linear", "yarn"))
+    stream = torch.randint(0, 256, (400,), dtype=torch.uint8)
+    model = Transformer(ModelConfig(vocab_size=256, d_model=16, n_layer=1, n_head=2, encoding="none")).eval()
+    model.scaler = _Scalable()
+    points = evaluate_run(model, s, "lm", ByteCorpus(stream, stream, "random"))
+    got = [(p["variant"], p["length"]) for p in points]
+    assert got == [("base", 16), ("base", 32), ("linear", 32), ("yarn", 32)]  # only beyond L = 16

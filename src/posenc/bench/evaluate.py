@@ -8,7 +8,9 @@
 * :func:`scaled_copies`: for models whose rotary modules offer
   ``set_scaling(rope_type, **params)`` (posenc.rotary), a copy of the model per
   training-free RoPE scaling (position interpolation, NTK-aware, dynamic NTK, YaRN) set for
-  a given evaluation length. Models without it get none.
+  a given evaluation length E and training length L: ``factor = E / L`` and
+  ``original_max_position_embeddings = L`` (dynamic NTK: ``factor = 1``, as it scales by
+  the running length itself). Models without it get none.
 
 Evaluation sets are seeded by ``(task, length, depth, eval_seed)`` only, so every
 encoding and every training seed is tested on the same problems.
@@ -109,7 +111,10 @@ def scaled_copies(
     if not has_rope_scaling(model):
         return
     for rope_type in types:
-        params = {"factor": float(factor), "original_max_position_embeddings": int(original_length)}
+        # dynamic NTK rescales by the current length n itself (s' = s * n / L - (s - 1)), so
+        # s = 1 gives exactly n / L at every length; the static types take s = E / L.
+        s = 1.0 if rope_type == "dynamic" else float(factor)
+        params = {"factor": s, "original_max_position_embeddings": int(original_length)}
         params = {k: params[k] for k in SCALINGS[rope_type]}
         scaled = copy.deepcopy(model)
         try:

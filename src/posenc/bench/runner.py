@@ -64,6 +64,7 @@ class BenchSettings:
     passkey_examples: int = 32
     # byte-level LM: train on windows of L, test at these multiples of L
     lm_length: int = 64
+    lm_batch_size: int = 16  # windows of lm_length bytes per step
     lm_eval_factors: tuple[int, ...] = (1, 2, 4, 8)
     lm_train_bytes: int = 2_000_000
     lm_eval_tokens: int = 32_768  # tokens scored at every evaluation length
@@ -91,12 +92,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         d_model=16, n_layer=1, n_head=2, steps=4, batch_size=8, warmup_steps=1,
         synthetic_length=4, eval_examples=4, passkey_length=12, passkey_eval_factors=(1.0, 2.0),
         passkey_depths=(0.0, 1.0), passkey_examples=4, lm_length=16, lm_eval_factors=(1, 2),
-        lm_train_bytes=20_000, lm_eval_tokens=256, scalings=("linear",),
+        lm_batch_size=8, lm_train_bytes=20_000, lm_eval_tokens=256, scalings=("linear",),
     ),
     # < 10 minutes on a 2-core CPU
     "quick": dict(
         encodings=_PRESET_ENCODINGS,
-        tasks=("copy", "reverse", "passkey", "lm"),
+        tasks=("copy", "passkey", "lm"),
+        d_model=64, n_layer=2, n_head=4, steps=600, batch_size=64, lr=3e-3, warmup_steps=30,
+        synthetic_length=6, eval_examples=64, passkey_length=24, passkey_examples=32,
+        lm_length=64, lm_batch_size=16, lm_eval_tokens=16_384,
     ),
     # the paper-sized sweep (hours on a CPU; minutes on a GPU)
     "full": dict(
@@ -104,7 +108,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         tasks=TASK_NAMES,
         seeds=3, d_model=256, n_layer=6, n_head=8, steps=10_000, batch_size=64, lr=1e-3,
         warmup_steps=500, synthetic_length=20, eval_examples=256, passkey_length=256,
-        passkey_examples=64, lm_length=256, lm_train_bytes=50_000_000, lm_eval_tokens=262_144,
+        passkey_examples=64, lm_length=256, lm_batch_size=64, lm_train_bytes=50_000_000, lm_eval_tokens=262_144,
     ),
 }
 
@@ -281,7 +285,7 @@ def run_one(
     L = _train_length(s, task)
     if task == "lm":
         assert corpus is not None
-        batches = LMBatches(corpus, s.batch_size, L, seed)
+        batches = LMBatches(corpus, s.lm_batch_size, L, seed)
     elif task == "passkey":
         batches = TaskBatches(PasskeyTask(), s.batch_size, L, seed)
     else:
@@ -321,8 +325,9 @@ def run_bench(
     rank, world = init_distributed(dev)
     if dev.type == "cuda" and world > 1:
         dev = torch.device("cuda", torch.cuda.current_device())
-    if s.batch_size % world:
-        raise ValueError(f"batch_size ({s.batch_size}) must be divisible by the number of processes ({world})")
+    for name in ("batch_size", "lm_batch_size"):
+        if getattr(s, name) % world:
+            raise ValueError(f"{name} ({getattr(s, name)}) must be divisible by the number of processes ({world})")
     check_out_dir(out, s, resume=resume, overwrite=overwrite) if rank == 0 else None
     if world > 1:
         dist.barrier()
