@@ -111,7 +111,7 @@ def format_table(results: dict) -> str:
     rows = list(dict.fromkeys((r["encoding"], r["variant"]) for r in summary))
     idx = {(r["task"], r["encoding"], r["variant"]): r for r in summary}
     mrr = results.get("mrr", {})
-    head = ["encoding"] + [f"{t} ({'ppl' if idx_metric(summary, t) == 'ppl' else 'acc %'}) ≤L | >L" for t in tasks] + ["MRR"]
+    head = ["encoding"] + [f"{t} ({'ppl' if _metric_of(summary, t) == 'ppl' else 'acc %'}) ≤L | >L" for t in tasks] + ["MRR"]
     lines = []
     for enc, variant in rows:
         name = enc if variant == "base" else f"{enc}+{variant}"
@@ -131,7 +131,7 @@ def format_table(results: dict) -> str:
     return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), note])
 
 
-def idx_metric(summary: list[dict], task: str) -> str:
+def _metric_of(summary: list[dict], task: str) -> str:
     return next(r["metric"] for r in summary if r["task"] == task)
 
 

@@ -34,9 +34,6 @@ from .train import TrainConfig, distributed_info, init_distributed, save_weights
 
 __all__ = ["BenchSettings", "PRESETS", "settings_for", "run_bench", "check_out_dir"]
 
-RESULTS_FORMAT = "posenc-bench-results-1"
-
-
 @dataclass(frozen=True)
 class BenchSettings:
     """Everything that determines the benchmark's numbers (stored in ``bench.json``)."""
@@ -328,9 +325,18 @@ def run_bench(
     for name in ("batch_size", "lm_batch_size"):
         if getattr(s, name) % world:
             raise ValueError(f"{name} ({getattr(s, name)}) must be divisible by the number of processes ({world})")
-    check_out_dir(out, s, resume=resume, overwrite=overwrite) if rank == 0 else None
+    error = None
+    if rank == 0:  # one rank checks (and, with --overwrite, deletes); all ranks learn the outcome
+        try:
+            check_out_dir(out, s, resume=resume, overwrite=overwrite)
+        except ValueError as e:
+            error = str(e)
     if world > 1:
-        dist.barrier()
+        box = [error]
+        dist.broadcast_object_list(box)
+        error = box[0]
+    if error is not None:
+        raise ValueError(error)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(json.dumps(s.to_json(), indent=2))
