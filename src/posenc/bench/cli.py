@@ -20,6 +20,7 @@ from .tasks import TASK_NAMES
 def _cmd(args: argparse.Namespace) -> int:
     from .report import format_table
     from .runner import run_bench, settings_for
+    from .train import Interrupted
 
     settings = settings_for(
         args.preset, encodings=args.encodings, tasks=args.tasks, seeds=args.seeds,
@@ -31,8 +32,12 @@ def _cmd(args: argparse.Namespace) -> int:
         from .data import load_corpus
 
         load_corpus(args.data, max_bytes=1)  # fail on a missing or empty path before any training
-    results = run_bench(settings, args.out, resume=args.resume, overwrite=args.overwrite,
-                        progress=not args.no_progress, device=args.device)
+    try:
+        results = run_bench(settings, args.out, resume=args.resume, overwrite=args.overwrite,
+                            progress=not args.no_progress, device=args.device)
+    except Interrupted as e:  # the checkpoint is saved: say how to go on
+        print(f"posenc bench: {e}", file=sys.stderr)
+        return 130
     if results is not None:
         print(format_table(results))
         print(f"wrote {args.out}/results.json, results.csv and plots/")
