@@ -185,7 +185,11 @@ def _curves(results: dict, task: str, variant_filter) -> dict[str, tuple[list[in
             if not variant_filter(r["encoding"], v):
                 continue
             label = r["encoding"] if v == "base" else f"{r['encoding']}+{v}"
-            for n, val in _per_length(r["points"], v).items():
+            curve = _per_length(r["points"], v)
+            if v != "base":  # scalings apply beyond L; within L the model is the unscaled one
+                base = _per_length(r["points"], "base")
+                curve = {n: x for n, x in base.items() if n <= r["train_length"]} | curve
+            for n, val in sorted(curve.items()):
                 acc[label][n].append(val)
     out = {}
     for label, by in acc.items():
