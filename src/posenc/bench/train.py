@@ -278,7 +278,7 @@ def train(
     net: nn.Module = model
     if ddp:
         ids = [device.index] if device.type == "cuda" else None
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
     end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
 
