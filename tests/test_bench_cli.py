@@ -10,7 +10,7 @@ from posenc import list_encodings
 from posenc.bench import figures, load_results
 from posenc.bench.data import load_corpus
 from posenc.bench.report import mean_reciprocal_rank
-from posenc.bench.runner import settings_for
+from posenc.bench.runner import PRESETS, settings_for
 from posenc.cli import main
 
 FAST = ["--preset", "micro", "--no-progress", "--encodings", "none", "learned"]
@@ -86,7 +86,7 @@ def test_corpus_split_by_file_is_deterministic(tmp_path):
 def test_preset_skips_unregistered_encodings(capsys):
     s = settings_for("full")
     assert set(s.encodings) <= set(list_encodings())
-    if set(settings_for.__globals__["PRESETS"]["full"]["encodings"]) - set(list_encodings()):
+    if set(PRESETS["full"]["encodings"]) - set(list_encodings()):
         assert "skipping encodings not registered yet" in capsys.readouterr().err
     with pytest.raises(ValueError, match="valid presets: micro, quick, full"):
         settings_for("huge")
