@@ -18,10 +18,16 @@ from .tasks import TASK_NAMES
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    import torch
+
     from .report import format_table
     from .runner import run_bench, settings_for
     from .train import Interrupted
 
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     settings = settings_for(
         args.preset, encodings=args.encodings, tasks=args.tasks, seeds=args.seeds,
         data=args.data, steps=args.steps, bf16=args.bf16 or None,
@@ -60,6 +66,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, help="override the preset's number of training steps")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads for torch (default: torch's); 1 is fastest for these tiny models on a busy machine")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="continue the earlier run in --out")

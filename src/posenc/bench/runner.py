@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..config import check_choice, check_int, check_positive
 from ..model import ModelConfig, Transformer
 from ..registry import get_info, list_encodings
 from .data import ByteCorpus, LMBatches, TaskBatches, load_corpus
@@ -68,6 +69,17 @@ class BenchSettings:
     data: str | None = None
     scalings: tuple[str, ...] = tuple(SCALINGS)
     eval_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        for name in ("seeds", "d_model", "n_layer", "n_head", "steps", "batch_size", "eval_examples",
+                     "passkey_examples", "lm_batch_size", "lm_train_bytes", "lm_eval_tokens"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("synthetic_length", self.synthetic_length, minimum=1)
+        check_int("passkey_length", self.passkey_length, minimum=PasskeyTask.min_length)
+        check_int("lm_length", self.lm_length, minimum=2)
+        check_positive("lr", self.lr)
+        for name in self.scalings:
+            check_choice("scalings", name, SCALINGS)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
