@@ -9,7 +9,13 @@ from posenc import ModelConfig, Transformer
 
 # Per-encoding config overrides that the generic invariance tests use. Empty means the
 # defaults; a family adds an entry only where its defaults cannot run a tiny model.
-TEST_CONFIGS: dict[str, dict] = {}
+TEST_CONFIGS: dict[str, dict] = {
+    # Small clip / bucket sizes so that clipping and log buckets happen within tiny sequences.
+    "shaw": {"clip": 3},
+    "relative_key": {"max_distance": 4},
+    "relative_key_query": {"max_distance": 4},
+    "deberta": {"position_buckets": 4, "max_relative_positions": 8},
+}
 
 
 def tiny_model(name: str, *, causal: bool = True, impl: str = "sdpa", dtype=torch.float32, **over) -> Transformer:

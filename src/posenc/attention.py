@@ -56,12 +56,48 @@ def build_mask(
     return mask
 
 
-@dataclass
 class LayerCache:
-    """Keys and values of one layer, (B, Hkv, T, D), after rotation."""
+    """Keys and values of one layer, (B, Hkv, T, D), after rotation.
 
-    k: Tensor | None = None
-    v: Tensor | None = None
+    Stored in buffers with spare capacity along T that double when full, so appending one
+    decoded token writes one slot instead of copying the whole cache (amortized O(1) per token,
+    not O(T)). ``k``/``v`` are views of the filled part.
+    """
+
+    def __init__(self) -> None:
+        self.kbuf: Tensor | None = None
+        self.vbuf: Tensor | None = None
+        self.n = 0
+
+    @property
+    def k(self) -> Tensor | None:
+        return None if self.kbuf is None else self.kbuf[:, :, : self.n]
+
+    @property
+    def v(self) -> Tensor | None:
+        return None if self.vbuf is None else self.vbuf[:, :, : self.n]
+
+    def set(self, k: Tensor, v: Tensor) -> None:
+        """Replace the contents (the sliding-memory and autograd paths)."""
+        self.kbuf, self.vbuf, self.n = k, v, k.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k, v (B, Hkv, t, D) after the filled part, growing capacity by doubling."""
+        need = self.n + k.shape[2]
+        buf = self.kbuf
+        if buf is None or need > buf.shape[2] or buf.dtype != k.dtype or buf.device != k.device:
+            cap = max(need, 2 * (0 if buf is None else buf.shape[2]), 16)
+            B, H, _, D = k.shape
+            kbuf = k.new_empty(B, H, cap, D)  # (B, Hkv, capacity, D)
+            vbuf = v.new_empty(B, H, cap, v.shape[-1])
+            if self.n:
+                kbuf[:, :, : self.n] = self.kbuf[:, :, : self.n]
+                vbuf[:, :, : self.n] = self.vbuf[:, :, : self.n]
+            self.kbuf, self.vbuf = kbuf, vbuf
+        self.kbuf[:, :, self.n : need] = k
+        self.vbuf[:, :, self.n : need] = v
+        self.n = need
+        return self.k, self.v
 
 
 class KVCache:
@@ -120,14 +156,17 @@ class KVCache:
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append this step's k, v to layer ``layer``; return all keys/values to attend to."""
         c = self.layers[layer]
-        if c.k is not None:
-            if c.k.shape[0] != k.shape[0]:
-                raise ValueError(f"batch size changed from {c.k.shape[0]} to {k.shape[0]} during decoding")
+        if c.kbuf is not None and c.kbuf.shape[0] != k.shape[0]:
+            raise ValueError(f"batch size changed from {c.kbuf.shape[0]} to {k.shape[0]} during decoding")
+        tracked = torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)
+        if self.max_length is None and not tracked:
+            return c.append(k, v)
+        # Sliding memory, or keys that carry gradient (in-place writes would break autograd).
+        if c.kbuf is not None:
             k, v = torch.cat([c.k, k], dim=2), torch.cat([c.v, v], dim=2)
         keep = self._keep(k.shape[2])
-        c.k, c.v = k[:, :, -keep:], v[:, :, -keep:]
-        if self.detach:
-            c.k, c.v = c.k.detach(), c.v.detach()
+        ck, cv = k[:, :, -keep:], v[:, :, -keep:]
+        c.set(ck.detach(), cv.detach()) if self.detach else c.set(ck, cv)
         return k, v
 
 
@@ -174,7 +213,8 @@ class AttentionContext:
             raise ValueError(
                 f"query batch {q_seq.positions.shape[0]} and key batch {k_seq.positions.shape[0]} differ"
             )
-        mask = build_mask(q_seq, k_seq, q_index, k_index, causal)
+        # One query aligned to the end of the keys sees them all: no causal mask needed.
+        mask = build_mask(q_seq, k_seq, q_index, k_index, causal and q_seq.positions.shape[1] > 1)
         plain = (
             causal
             and q_seq.positions.shape[1] == k_seq.positions.shape[1]
@@ -232,7 +272,14 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)
-        self.pe = pe
+        # The encoding is referenced, not registered as a submodule: its owner (the model)
+        # registers it once, so an encoding shared by several layers appears once in the
+        # state dict and in parameters(). Standalone users move/own it themselves.
+        self._pe = (pe,)
+
+    @property
+    def pe(self) -> PositionalEncoding | None:
+        return self._pe[0]
 
     def forward(
         self,
@@ -276,7 +323,7 @@ class Attention(nn.Module):
         if pe is not None and pe.has_score_bias:
             add = ctx.bias_for(pe)
         if pe is not None and pe.has_score:
-            s = pe.score(q, k, q_pos, k_pos, scale).float()
+            s = pe.score(q, k, q_pos, k_pos, scale, layer=self).float()
             add = s if add is None else add + s
 
         if self.impl == "eager" or (pe is not None and pe.has_output):

@@ -108,10 +108,15 @@ class PositionalEncoding(nn.Module):
         """Content-independent logit bias, float32, shape (B or 1, H, Tq, Tk)."""
         raise NotImplementedError
 
-    def score(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
+    def score(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
+    ) -> Tensor:
         """Content-dependent logit term (B, H, Tq, Tk) in logit units (already scaled).
 
-        q (B, H, Tq, D); k (B, H, Tk, D), grouped-query heads already expanded.
+        q (B, H, Tq, D); k (B, H, Tk, D), grouped-query heads already expanded. ``layer`` is
+        the calling attention module (None when called standalone); an encoding that reuses
+        the layer's own projections reads them there (DeBERTa's ``share_att_key`` projects
+        its position table with the layer's ``q_proj``/``k_proj``).
         """
         raise NotImplementedError
 

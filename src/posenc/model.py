@@ -194,7 +194,9 @@ class Transformer(nn.Module):
         if cfg.tie_weights:
             self.head.weight = self.tok_emb.weight
         self.drop = nn.Dropout(cfg.dropout)
-        self.apply(self._init)
+        # Encodings own their initialisation; the model initialises only its own layers.
+        for mod in (self.tok_emb, self.blocks, self.head):
+            mod.apply(self._init)
 
     @staticmethod
     def _init(m: nn.Module) -> None:

@@ -4,8 +4,24 @@ One module per encoding; importing this package registers them all.
 """
 
 from . import none, learned, sinusoidal  # noqa: F401
+from . import multiplicative, complex_order, convolutional, recurrent, floater  # noqa: F401
 
+from .complex_order import ComplexOrderEmbedding
+from .convolutional import ConvolutionalEncoding
+from .floater import FloaterEncoding, rk4
 from .learned import LearnedPositionalEmbedding
+from .multiplicative import MultiplicativeEmbedding
+from .recurrent import RecurrentEncoding
 from .sinusoidal import SinusoidalEncoding, sinusoidal_table
 
-__all__ = ["LearnedPositionalEmbedding", "SinusoidalEncoding", "sinusoidal_table"]
+__all__ = [
+    "ComplexOrderEmbedding",
+    "ConvolutionalEncoding",
+    "FloaterEncoding",
+    "LearnedPositionalEmbedding",
+    "MultiplicativeEmbedding",
+    "RecurrentEncoding",
+    "SinusoidalEncoding",
+    "rk4",
+    "sinusoidal_table",
+]

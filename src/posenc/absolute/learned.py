@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,11 @@ class LearnedPositionalEmbedding(PositionalEncoding):
 
     def __init__(self, config: LearnedConfig, dims: Dims) -> None:
         super().__init__(config, dims)
-        self.weight = nn.Parameter(torch.randn(config.max_len, dims.d_model) * config.init_std)
+        self.weight = nn.Parameter(self._fresh_rows(config.max_len, dims.d_model, torch.float32, None))
+
+    def _fresh_rows(self, n: int, dim: int, dtype: torch.dtype, device: torch.device | None) -> Tensor:
+        """Rows of a newly initialised table (used by __init__ and extend(method="random"))."""
+        return torch.randn(n, dim, dtype=dtype, device=device) * self.config.init_std
 
     @property
     def max_len(self) -> int:
@@ -81,8 +86,7 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         check_int("new_max_len", new_max_len, minimum=n)
         old = self.weight.detach()
         if method == "random":
-            extra = torch.randn(new_max_len - n, old.shape[1], dtype=old.dtype, device=old.device)
-            new = torch.cat([old, extra * self.config.init_std])
+            new = torch.cat([old, self._fresh_rows(new_max_len - n, old.shape[1], old.dtype, old.device)])
         elif method == "interpolate":
             if n < 2:
                 raise ValueError("interpolate needs a table of at least 2 rows")
@@ -96,7 +100,7 @@ class LearnedPositionalEmbedding(PositionalEncoding):
                 raise ValueError(f"hierarchical extension reaches at most n^2 = {n * n} positions, got {new_max_len}")
             new = hierarchical_extension(old, new_max_len, alpha)
         self.weight = nn.Parameter(new.contiguous())
-        self.config = LearnedConfig(max_len=new_max_len, init_std=self.config.init_std)
+        self.config = dataclasses.replace(self.config, max_len=new_max_len)
 
 
 def hierarchical_extension(table: Tensor, new_len: int, alpha: float) -> Tensor:

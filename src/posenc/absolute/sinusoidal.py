@@ -37,6 +37,11 @@ def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0, layout:
     check_even("dim", dim)
     check_positive("base", base)
     check_choice("layout", layout, LAYOUTS)
+    return _table(positions, dim, base, layout)
+
+
+def _table(positions: Tensor, dim: int, base: float, layout: str) -> Tensor:
+    # Unchecked core of sinusoidal_table (configs are validated once, at construction).
     i = torch.arange(dim // 2, dtype=torch.float64, device=positions.device)
     inv_freq = base ** (-2.0 * i / dim)  # (dim/2,)
     ang = positions.to(torch.float64)[..., None] * inv_freq  # (..., dim/2)
@@ -85,7 +90,7 @@ class SinusoidalEncoding(PositionalEncoding):
 
     def table(self, positions: Tensor) -> Tensor:
         """(B, T) positions -> (B, T, dim) float32 codes."""
-        return sinusoidal_table(positions, self.dim, self.config.base, self.config.layout)
+        return _table(positions, self.dim, self.config.base, self.config.layout)
 
     def embed(self, x: Tensor, seq: SequenceInfo, state: dict[str, Any] | None = None) -> Tensor:
         pe = self.table(seq.positions)  # (B, T, dim) float32

@@ -1,1 +1,42 @@
-"""The relative family. Importing this package registers its encodings."""
+"""The relative family. Importing this package registers its encodings.
+
+Content-dependent (``score``/``output`` hooks): shaw, relative_key, relative_key_query,
+transformer_xl, deberta. Their shared skew/gather machinery is :mod:`.distance`.
+
+Content-independent (``score_bias`` hook, computed once per forward and shared by layers):
+t5, alibi, kerple, fire.
+"""
+
+from . import shaw, relative_key, transformer_xl, deberta  # noqa: F401
+from . import t5, alibi, kerple, fire  # noqa: F401
+
+from .alibi import ALiBi, alibi_bias, alibi_slopes
+from .deberta import DebertaRelative, log_bucket_position
+from .distance import RelativeLayout, skew, unskew
+from .fire import Fire, fire_normalized_distance
+from .kerple import Kerple, kerple_bias
+from .relative_key import RelativeKey, RelativeKeyQuery
+from .shaw import ShawRelative
+from .t5 import T5RelativeBias, t5_relative_position_bucket
+from .transformer_xl import TransformerXLRelative
+
+__all__ = [
+    "ALiBi",
+    "DebertaRelative",
+    "Fire",
+    "Kerple",
+    "RelativeKey",
+    "RelativeKeyQuery",
+    "RelativeLayout",
+    "ShawRelative",
+    "T5RelativeBias",
+    "TransformerXLRelative",
+    "alibi_bias",
+    "alibi_slopes",
+    "fire_normalized_distance",
+    "kerple_bias",
+    "log_bucket_position",
+    "skew",
+    "t5_relative_position_bucket",
+    "unskew",
+]

@@ -1,1 +1,54 @@
-"""The rotary family. Importing this package registers its encodings."""
+"""The rotary family: RoPE and xPos (the ``rotate`` hook). Importing it registers both.
+
+* :mod:`.scaling` — ``ROPE_SCALINGS``, the registry of frequency scalings (pure functions);
+* :mod:`.functional` — kernels, cos/sin tables, layout conversion;
+* :mod:`.rope` — :class:`RotaryEmbedding` (``rope``); :mod:`.xpos` — :class:`XPos` (``xpos``);
+* :mod:`.hf` — :func:`from_hf`, a RoPE module from a Hugging Face config dict.
+"""
+
+from . import rope, xpos  # noqa: F401  (registers the encodings)
+from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary, apply_rotary_qk, convert_qk_layout
+from .hf import from_hf
+from .rope import RotaryConfig, RotaryEmbedding
+from .scaling import (
+    ROPE_SCALINGS,
+    SCALING_CONFIGS,
+    DefaultScaling,
+    DynamicNTKScaling,
+    LinearScaling,
+    Llama3Scaling,
+    LongRopeScaling,
+    NTKScaling,
+    YarnScaling,
+    base_inv_freq,
+    make_scaling_config,
+    rope_frequencies,
+)
+from .xpos import XPos, XPosConfig, xpos_scale
+
+__all__ = [
+    "KERNELS",
+    "LAYOUTS",
+    "ROPE_SCALINGS",
+    "SCALING_CONFIGS",
+    "DefaultScaling",
+    "DynamicNTKScaling",
+    "LinearScaling",
+    "Llama3Scaling",
+    "LongRopeScaling",
+    "NTKScaling",
+    "RotaryConfig",
+    "RotaryEmbedding",
+    "XPos",
+    "XPosConfig",
+    "YarnScaling",
+    "angles_cos_sin",
+    "apply_rotary",
+    "apply_rotary_qk",
+    "base_inv_freq",
+    "convert_qk_layout",
+    "from_hf",
+    "make_scaling_config",
+    "rope_frequencies",
+    "xpos_scale",
+]

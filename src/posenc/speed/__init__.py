@@ -11,7 +11,11 @@ import argparse
 import importlib
 
 # target name -> module (relative to this package)
-TARGETS: dict[str, str] = {}
+TARGETS: dict[str, str] = {
+    "rope": "rope",
+    "relative": "relative",
+    "model": "model",
+}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -1,0 +1,14 @@
+"""RoPE speed side by side (see ``posenc speed rope --help``).
+
+    PYTHONPATH=src python benchmarks/rope.py --lengths 512 2048 8192
+"""
+
+import argparse
+import sys
+
+from posenc.speed import rope
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=rope.__doc__.splitlines()[0])
+    rope.add_arguments(parser)
+    sys.exit(rope.run(parser.parse_args()))

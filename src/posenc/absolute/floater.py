@@ -1,0 +1,166 @@
+"""FLOATER: positions from a learned continuous dynamical system (Liu et al. 2020).
+
+Liu, Yu, Dhillon & Hsieh, "Learning to Encode Position for Transformer with Continuous
+Dynamical Model" (ICML 2020). The position code p(t) in R^C follows a neural ODE
+
+    dp/dt = h(p(t), t; theta),    p(0) = p0,
+
+and position i reads p(i * delta). Here h is a small MLP ``W2 tanh(W1 [p, t] + b1) + b2``;
+p0 is a learned vector (``learn_p0=True``) or zero; the code is added to the embeddings,
+``x + p(pos * delta)``. Like sinusoids it has no table to outgrow, like a learned table
+it adapts to the data.
+
+The ODE is solved with the classical fixed-step fourth-order Runge-Kutta method
+(:func:`rk4`, written here, no torchdiffeq), ``steps_per_position`` steps between two
+consecutive positions. One integration pass from t = 0 to the batch's largest position
+yields every p(i * delta) needed, which are then gathered per token; gradients flow through
+the solver (backprop through the steps, not the adjoint). The solver works in float32 or
+wider, whatever the model dtype. With a KV cache the computed codes live in ``state`` and
+each decoding step only integrates past the last computed position: step k always starts
+at t = k * dt, so the continued solution is exactly the one-pass solution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import EncodingConfig, check_int, check_positive
+from ..encoding import Dims, PositionalEncoding
+from ..positions import SequenceInfo
+from ..registry import register
+
+__all__ = ["FloaterConfig", "FloaterEncoding", "rk4"]
+
+
+def rk4(
+    f: Callable[[Tensor, float], Tensor],
+    y0: Tensor,
+    dt: float,
+    num_steps: int,
+    *,
+    start_step: int = 0,
+    record_every: int = 1,
+) -> Tensor:
+    """Classical Runge-Kutta 4 for dy/dt = f(y, t) with a fixed step ``dt``.
+
+    Starts from ``y0`` at t = start_step * dt, takes ``num_steps`` steps and returns the
+    states after every ``record_every``-th step, stacked: (num_steps // record_every, *y0.shape).
+    Times are computed as k * dt from the integer step k (not accumulated), so a solve that
+    is continued from a recorded state reproduces the one-pass solve exactly.
+    """
+    check_int("num_steps", num_steps, minimum=0)
+    check_int("record_every", record_every, minimum=1)
+    if num_steps % record_every:
+        raise ValueError(f"num_steps ({num_steps}) must be a multiple of record_every ({record_every})")
+    y, out = y0, []
+    for k in range(start_step, start_step + num_steps):
+        t = k * dt
+        k1 = f(y, t)
+        k2 = f(y + (0.5 * dt) * k1, t + 0.5 * dt)
+        k3 = f(y + (0.5 * dt) * k2, t + 0.5 * dt)
+        k4 = f(y + dt * k3, t + dt)
+        y = y + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        if (k + 1 - start_step) % record_every == 0:
+            out.append(y)
+    if not out:
+        return y0.new_zeros((0, *y0.shape))
+    return torch.stack(out)
+
+
+@dataclass
+class FloaterConfig(EncodingConfig):
+    delta: float = 0.1  # ODE time between consecutive positions: position i sits at t = i * delta
+    steps_per_position: int = 1  # RK4 steps between two positions (step = delta / steps_per_position)
+    hidden: int = 32  # width of the MLP h
+    learn_p0: bool = True  # p(0) learned (else fixed at zero)
+
+    def validate(self) -> None:
+        check_positive("delta", self.delta)
+        check_int("steps_per_position", self.steps_per_position, minimum=1)
+        check_int("hidden", self.hidden, minimum=1)
+        if not isinstance(self.learn_p0, bool):
+            raise TypeError(f"learn_p0 must be a bool, got {type(self.learn_p0).__name__} {self.learn_p0!r}")
+
+
+@register(
+    "floater",
+    family="absolute",
+    summary="position codes p(i*delta) from a learned neural ODE dp/dt = h(p, t), RK4-integrated",
+    paper="Liu et al. 2020, Learning to Encode Position for Transformer with Continuous Dynamical Model (FLOATER)",
+)
+class FloaterEncoding(PositionalEncoding):
+    """x + p(pos * delta), p solving dp/dt = MLP([p, t]) from p(0) = p0."""
+
+    Config = FloaterConfig
+
+    def __init__(self, config: FloaterConfig, dims: Dims) -> None:
+        super().__init__(config, dims)
+        C, Hh = dims.d_model, config.hidden
+        # Plain parameters (not nn.Linear): the model's init must not rescale the dynamics.
+        self.w1 = nn.Parameter(torch.randn(Hh, C + 1) / (C + 1) ** 0.5)
+        self.b1 = nn.Parameter(torch.zeros(Hh))
+        self.w2 = nn.Parameter(torch.randn(C, Hh) / Hh**0.5)
+        self.b2 = nn.Parameter(torch.zeros(C))
+        self.p0 = nn.Parameter(torch.zeros(C)) if config.learn_p0 else None
+
+    def _dtype(self) -> torch.dtype:
+        return torch.promote_types(self.w1.dtype, torch.float32)
+
+    def dynamics(self, dtype: torch.dtype) -> Callable[[Tensor, float], Tensor]:
+        """h(p, t) = W2 tanh(W1 [p, t] + b1) + b2 as a function (C,) -> (C,) in ``dtype``.
+
+        The weights are cast once per solve, and W1 [p, t] is split as W1p p + t w1t so no
+        step concatenates.
+        """
+        C = self.dims.d_model
+        w1 = self.w1.to(dtype)
+        w1p, w1t = w1[:, :C], w1[:, C]  # (hidden, C), (hidden,)
+        b1, w2, b2 = self.b1.to(dtype), self.w2.to(dtype), self.b2.to(dtype)
+
+        def h(p: Tensor, t: float) -> Tensor:
+            return F.linear(torch.tanh(F.linear(p, w1p, b1 + t * w1t)), w2, b2)
+
+        return h
+
+    def codes(self, num_positions: int, start: Tensor | None = None, first: int = 0) -> Tensor:
+        """p(i * delta) for i = first .. num_positions - 1 -> (num_positions - first, C).
+
+        With ``first`` > 0 the solve continues from ``start`` = p((first - 1) * delta), the
+        last code already computed.
+        """
+        c, dtype = self.config, self._dtype()
+        if first == 0:
+            p = self.w1.new_zeros(self.dims.d_model, dtype=dtype) if self.p0 is None else self.p0.to(dtype)
+            rest = rk4(self.dynamics(dtype), p, c.delta / c.steps_per_position,
+                       (num_positions - 1) * c.steps_per_position, record_every=c.steps_per_position)
+            return torch.cat([p[None], rest])  # (num_positions, C)
+        s = c.steps_per_position
+        return rk4(self.dynamics(dtype), start, c.delta / s, (num_positions - 1 - (first - 1)) * s,
+                   start_step=(first - 1) * s, record_every=s)
+
+    def _param_key(self) -> tuple:
+        return tuple((p.data_ptr(), p._version) for p in self.parameters())
+
+    def embed(self, x: Tensor, seq: SequenceInfo, state: dict[str, Any] | None = None) -> Tensor:
+        pos = seq.positions
+        if pos.numel() == 0:
+            return x
+        if not torch.compiler.is_compiling() and int(pos.min()) < 0:
+            raise ValueError(f"positions must be >= 0 for floater, got min {int(pos.min())}")
+        n = int(pos.max()) + 1
+        table = None
+        # Reuse the codes of earlier decoding steps when the parameters are unchanged.
+        if state is not None and state.get("key") == self._param_key() and not torch.is_grad_enabled():
+            table = state["codes"]
+            if table.shape[0] < n:
+                table = torch.cat([table, self.codes(n, start=table[-1], first=table.shape[0])])
+        if table is None:
+            table = self.codes(n)  # (n, C)
+        if state is not None and not torch.is_grad_enabled():
+            state["codes"], state["key"] = table, self._param_key()
+        return x + table[pos].to(x.dtype)  # (B, T, C)

@@ -1,0 +1,110 @@
+"""A recurrent layer in place of a positional encoding (Neishi & Yoshinaga 2019).
+
+Neishi & Yoshinaga, "On the Relation between Position Information and Sentence Length in
+Neural Machine Translation" (CoNLL 2019), replace the Transformer's positional encoding
+layer by an RNN over the token embeddings ("RNN-Transformer"): order enters through the
+recurrence, with no position ids at all, and long inputs do not meet unseen positions.
+
+Here a small GRU reads the embeddings x (B, T, C) and its hidden states h (B, T, Hd) are
+projected back and added: ``x + W h``. The recurrence respects the stream's structure:
+
+* it restarts from h = 0 where a document starts (position 0 or a new segment id), so a
+  packed row equals its documents run alone;
+* a padding token (``seq.valid`` False) leaves h unchanged, so padding changes nothing;
+* with a KV cache, the running h (and the last segment id) live in the ``state`` dict, so
+  decoding token by token equals one full forward.
+
+The GRU cell is PyTorch's (r, z, n gates, ``torch.nn.GRU`` parameters). Plain batches
+(no restart after the first token, no padding) run through ``nn.GRU`` itself (cuDNN on a
+GPU); the others run an explicit loop over time with the input gates precomputed in one
+matmul. The loop works in at least float32 whatever the model dtype: a recurrence
+accumulates rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..config import EncodingConfig, check_int
+from ..encoding import Dims, PositionalEncoding
+from ..positions import SequenceInfo
+from ..registry import register
+from .stream import document_starts
+
+__all__ = ["RecurrentConfig", "RecurrentEncoding", "gru_scan"]
+
+
+@dataclass
+class RecurrentConfig(EncodingConfig):
+    hidden: int = 64  # GRU state width Hd
+
+    def validate(self) -> None:
+        check_int("hidden", self.hidden, minimum=1)
+
+
+def gru_scan(gru: nn.GRU, x: Tensor, h0: Tensor, reset: Tensor, valid: Tensor) -> Tensor:
+    """Run ``gru``'s single layer over x (B, T, C) from h0 (B, Hd) -> states (B, T, Hd).
+
+    ``reset`` (B, T): h is zeroed before reading that token; ``valid`` (B, T): False tokens
+    keep the previous state. Works in float32 or wider; returns that dtype.
+    """
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    w_ih, w_hh = gru.weight_ih_l0.to(dtype), gru.weight_hh_l0.to(dtype)
+    b_ih, b_hh = gru.bias_ih_l0.to(dtype), gru.bias_hh_l0.to(dtype)
+    gi = torch.nn.functional.linear(x.to(dtype), w_ih, b_ih)  # (B, T, 3 Hd): all input gates at once
+    gi_r, gi_z, gi_n = gi.chunk(3, dim=-1)  # (B, T, Hd) each
+    h = h0.to(dtype)
+    out = []
+    for t in range(x.shape[1]):
+        h = h.masked_fill(reset[:, t, None], 0.0)
+        gh_r, gh_z, gh_n = torch.nn.functional.linear(h, w_hh, b_hh).chunk(3, dim=-1)  # (B, Hd) each
+        r = torch.sigmoid(gi_r[:, t] + gh_r)
+        z = torch.sigmoid(gi_z[:, t] + gh_z)
+        n = torch.tanh(gi_n[:, t] + r * gh_n)
+        h = torch.where(valid[:, t, None], (1 - z) * n + z * h, h)
+        out.append(h)
+    return torch.stack(out, dim=1)  # (B, T, Hd)
+
+
+@register(
+    "recurrent",
+    family="absolute",
+    summary="a GRU over the embeddings before the first layer, x + W h (RNN-Transformer)",
+    paper="Neishi & Yoshinaga 2019, On the Relation between Position Information and Sentence Length in NMT",
+)
+class RecurrentEncoding(PositionalEncoding):
+    """x + proj(GRU(x)): order from a recurrence that restarts at each document."""
+
+    Config = RecurrentConfig
+
+    def __init__(self, config: RecurrentConfig, dims: Dims) -> None:
+        super().__init__(config, dims)
+        self.gru = nn.GRU(dims.d_model, config.hidden, batch_first=True)
+        self.proj = nn.Linear(config.hidden, dims.d_model, bias=False)
+
+    def embed(self, x: Tensor, seq: SequenceInfo, state: dict[str, Any] | None = None) -> Tensor:
+        B, T, _ = x.shape
+        if T == 0:
+            return x
+        last_seg = None if state is None else state.get("segment")
+        reset = document_starts(seq, last_seg)  # (B, T)
+        valid = torch.ones_like(reset) if seq.valid is None else seq.valid
+        h0 = None if state is None else state.get("h")
+        if h0 is None:
+            h0 = x.new_zeros(B, self.config.hidden, dtype=torch.promote_types(x.dtype, torch.float32))
+        plain = seq.valid is None and not bool(reset[:, 1:].any())
+        if plain and x.dtype == self.gru.weight_ih_l0.dtype and x.dtype in (torch.float32, torch.float64):
+            h0 = h0.masked_fill(reset[:, :1], 0.0).to(x.dtype)
+            h, _ = self.gru(x, h0[None].contiguous())  # (B, T, Hd)
+        else:
+            h = gru_scan(self.gru, x, h0, reset, valid)  # (B, T, Hd)
+        if state is not None:
+            # Padding keeps h, so the last column is each row's running state.
+            state["h"] = h[:, -1]
+            if seq.segment_ids is not None:
+                state["segment"] = seq.segment_ids[:, -1]
+        return x + self.proj(h.to(x.dtype))  # (B, T, C)

@@ -1,0 +1,102 @@
+"""FIRE: functional interpolation for relative positions (Li et al. 2023, "Functional
+Interpolation for Relative Positions Improves Long Context Transformers", ICLR 2024).
+
+The bias of query position i for key position j is a learned function of a normalised
+distance, one output per head:
+
+    b_h(i, j) = f_theta( psi(i - j) / psi(max(L, i)) )_h,    psi(x) = log(c x + 1),
+
+with f_theta a small MLP (1 -> width -> H, ReLU), c > 0 learned (psi amplifies short
+distances), and L a learned threshold. Dividing by psi(i) ("progressive interpolation") maps
+every distance a query can see into [0, 1], whatever the sequence length; the threshold L keeps
+short prefixes from being stretched over the whole range. As in the paper's reference code,
+c and L enter through their absolute values (L = |L_multiplier * init_L|, the multiplier
+learned) and a small eps keeps the normaliser away from 0.
+
+FIRE is defined for causal attention (j <= i). For a key after its query (j > i, seen only
+in bidirectional use) psi takes |i - j|, as the reference code does: the bias is mirrored, and
+FIRE alone cannot tell a key's side.
+
+Shapes: positions (B, T); distances (B, Tq, Tk); bias (B or 1, H, Tq, Tk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import EncodingConfig, check_int, check_nonnegative, check_positive
+from ..encoding import Dims, PositionalEncoding
+from ..positions import relative_positions
+from ..registry import register
+from ._bias import bias_dtype, shared_rows
+
+__all__ = ["FireConfig", "Fire", "fire_normalized_distance"]
+
+
+def fire_normalized_distance(q_pos: Tensor, k_pos: Tensor, c: Tensor, L: Tensor, eps: float = 1e-6) -> Tensor:
+    """psi(|i - j|) / (psi(max(L, i)) + eps) with psi(x) = log(c x + 1): (B, Tq, Tk) in c's dtype.
+
+    ``c`` and ``L`` are 0-d tensors, used as given (positive; the module takes absolute values).
+    """
+    dtype = c.dtype
+    dist = relative_positions(q_pos, k_pos).abs().to(dtype)  # (B, Tq, Tk)
+    i = torch.maximum(q_pos.to(dtype), L)  # (B, Tq): the threshold L stretches short prefixes
+    num = torch.log1p(c * dist)
+    den = torch.log1p(c * i) + eps
+    return num / den[:, :, None]
+
+
+@dataclass
+class FireConfig(EncodingConfig):
+    mlp_width: int = 32
+    init_c: float = 0.1
+    init_L: float = 512.0  # threshold L at init (a length in tokens)
+    eps: float = 1e-6
+
+    def validate(self) -> None:
+        check_int("mlp_width", self.mlp_width, minimum=1)
+        check_positive("init_c", self.init_c)
+        check_positive("init_L", self.init_L)
+        check_nonnegative("eps", self.eps)
+
+
+@register(
+    "fire",
+    family="relative",
+    summary="per-head MLP of the log-normalised distance psi(i-j)/psi(max(L,i)) on the logits",
+    paper="Li et al. 2023, Functional Interpolation for Relative Positions Improves Long Context Transformers",
+)
+class Fire(PositionalEncoding):
+    """Logit bias ``MLP(psi(|i-j|) / psi(max(L, i)))`` with one output per head."""
+
+    Config = FireConfig
+
+    def __init__(self, config: FireConfig, dims: Dims) -> None:
+        super().__init__(config, dims)
+        self.fc1 = nn.Linear(1, config.mlp_width)
+        self.fc2 = nn.Linear(config.mlp_width, dims.num_heads)
+        self.c = nn.Parameter(torch.tensor(config.init_c))
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+
+    def mlp(self, x: Tensor) -> Tensor:
+        """f_theta: (...,) normalised distances -> (..., H), computed in x's dtype.
+
+        The weights are cast to x's dtype (float32 at least) so a bfloat16 model does not
+        round the distances, which differ by less than bfloat16's resolution far from the query.
+        """
+        w1, b1 = self.fc1.weight.to(x.dtype), self.fc1.bias.to(x.dtype)
+        w2, b2 = self.fc2.weight.to(x.dtype), self.fc2.bias.to(x.dtype)
+        return F.linear(F.relu(F.linear(x[..., None], w1, b1)), w2, b2)
+
+    def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        q_pos, k_pos = shared_rows(q_pos, k_pos)
+        dtype = bias_dtype(*self.parameters())
+        c = self.c.to(dtype).abs()
+        L = (self.L_multiplier.to(dtype) * self.config.init_L).abs()
+        x = fire_normalized_distance(q_pos, k_pos, c, L, self.config.eps)  # (B, Tq, Tk)
+        bias = self.mlp(x)  # (B, Tq, Tk, H)
+        return bias.permute(0, 3, 1, 2).contiguous()  # (B, H, Tq, Tk)

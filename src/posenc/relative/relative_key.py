@@ -1,0 +1,89 @@
+"""BERT's relative_key / relative_key_query (Huang et al. 2020, "Improve Transformer Models
+with Better Relative Position Embeddings", method 4; HF ``position_embedding_type``).
+
+One learned table a (2k + 1, D), shared by all heads, indexed by the clipped distance
+d = clip(q_pos_i - k_pos_j, -k, k) (query minus key, as HF BERT's ``position_ids_l -
+position_ids_r``):
+
+    relative_key:        logit_ij = (q_i·k_j + q_i·a_d) / sqrt(D)
+    relative_key_query:  logit_ij = (q_i·k_j + q_i·a_d + k_j·a_d) / sqrt(D)
+
+Both relative terms take the same 1/sqrt(D) as q·k (HF multiplies them by ``self.scaling``).
+HF's table has 2P - 1 rows for ``max_position_embeddings`` P and reads row d + P - 1; with
+``max_distance = P - 1`` the layouts are identical, so an HF ``distance_embedding.weight``
+loads as ``weight``. HF never clips (its distances stay below P); here distances beyond k
+share the boundary rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..config import EncodingConfig, check_int, check_positive
+from ..encoding import Dims, PositionalEncoding
+from ..registry import register
+from .distance import RelativeLayout
+
+__all__ = ["RelativeKeyConfig", "RelativeKey", "RelativeKeyQuery"]
+
+
+@dataclass
+class RelativeKeyConfig(EncodingConfig):
+    max_distance: int = 128  # k: distances clipped to [-k, k]; table of 2k + 1 rows
+    init_std: float = 0.02
+
+    def validate(self) -> None:
+        check_int("max_distance", self.max_distance, minimum=1)
+        check_positive("init_std", self.init_std)
+
+
+class _RelativeKeyBase(PositionalEncoding):
+    Config = RelativeKeyConfig
+    key_term = False  # relative_key_query adds k_j·a_d
+
+    def __init__(self, config: RelativeKeyConfig, dims: Dims) -> None:
+        super().__init__(config, dims)
+        self.weight = nn.Parameter(torch.randn(2 * config.max_distance + 1, dims.head_dim) * config.init_std)
+
+    def _clip(self, d: Tensor) -> Tensor:
+        k = self.config.max_distance
+        return d.clamp(-k, k)
+
+    def score(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
+    ) -> Tensor:
+        lay = RelativeLayout.build(q_pos, k_pos, self._clip)
+        kmax = self.config.max_distance
+        # The scale goes on the (R, D) rows, not the (B, H, Tq, Tk) result: on the skew path
+        # the result is then a view and no extra T^2 buffer is made here.
+        rows = (self.weight[lay.distances + kmax] * scale).to(q.dtype)  # (R, D)
+        out = lay.query_pairs(q @ rows.T)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
+        if self.key_term:
+            rows_k = (self.weight[lay.key_distances() + kmax] * scale).to(k.dtype)  # (R, D)
+            out = out + lay.key_pairs(k @ rows_k.T)  # (B, H, Tk, R) -> (B, H, Tq, Tk)
+        return out
+
+
+@register(
+    "relative_key",
+    family="relative",
+    summary="q·a(i-j): a learned clipped distance table shared by heads, added to the logits (BERT)",
+    paper="Huang et al. 2020, Improve Transformer Models with Better Relative Position Embeddings",
+)
+class RelativeKey(_RelativeKeyBase):
+    """``logit_ij += q_i·a_clip(i-j) / sqrt(D)`` (HF BERT ``relative_key``)."""
+
+
+@register(
+    "relative_key_query",
+    family="relative",
+    summary="q·a(i-j) + k·a(i-j): one clipped distance table seen by queries and keys (BERT)",
+    paper="Huang et al. 2020, Improve Transformer Models with Better Relative Position Embeddings (method 4)",
+)
+class RelativeKeyQuery(_RelativeKeyBase):
+    """``logit_ij += (q_i + k_j)·a_clip(i-j) / sqrt(D)`` (HF BERT ``relative_key_query``)."""
+
+    key_term = True

@@ -1,0 +1,92 @@
+"""Shaw et al. 2018, "Self-Attention with Relative Position Representations".
+
+Two learned tables w^K, w^V of 2k + 1 rows (D wide, shared by all heads) give the edge
+vectors a^K_ij = w^K[clip(j - i, k)] and a^V_ij = w^V[clip(j - i, k)] (the paper's index is
+key minus query: j - i = k_pos_j - q_pos_i). Then
+
+    e_ij = q_i·(k_j + a^K_ij) / sqrt(D)              (the ``score`` hook: q_i·a^K_ij / sqrt(D))
+    z_i  = sum_j alpha_ij (v_j + a^V_ij)             (the ``output`` hook: sum_j alpha_ij a^V_ij)
+
+Either part can be switched off (``use_key``, ``use_value``); the capability then disappears
+(``has_score``/``has_output`` follow the config), so a key-only Shaw keeps the SDPA path.
+The value term sums the probabilities of each query per distance row (an unskew or a
+scatter-add, (B, H, Tq, R)) and multiplies by w^V: no (T, T, D) tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..config import EncodingConfig, check_int, check_positive
+from ..encoding import Dims, PositionalEncoding
+from ..registry import register
+from .distance import RelativeLayout
+
+__all__ = ["ShawConfig", "ShawRelative"]
+
+
+@dataclass
+class ShawConfig(EncodingConfig):
+    clip: int = 16  # k: distances clipped to [-k, k] (the paper uses k = 16 for translation)
+    use_key: bool = True  # a^K on the keys (the logits)
+    use_value: bool = True  # a^V on the values (the attention output)
+    init_std: float = 0.02
+
+    def validate(self) -> None:
+        check_int("clip", self.clip, minimum=1)
+        check_positive("init_std", self.init_std)
+        if not (self.use_key or self.use_value):
+            raise ValueError("at least one of use_key, use_value must be True, got both False")
+
+
+@register(
+    "shaw",
+    family="relative",
+    summary="learned clipped relative vectors added to keys (a^K) and values (a^V)",
+    paper="Shaw et al. 2018, Self-Attention with Relative Position Representations",
+)
+class ShawRelative(PositionalEncoding):
+    Config = ShawConfig
+
+    def __init__(self, config: ShawConfig, dims: Dims) -> None:
+        super().__init__(config, dims)
+        rows = 2 * config.clip + 1
+        d = dims.head_dim
+        self.key_table = nn.Parameter(torch.randn(rows, d) * config.init_std) if config.use_key else None
+        self.value_table = nn.Parameter(torch.randn(rows, d) * config.init_std) if config.use_value else None
+
+    @property
+    def has_score(self) -> bool:
+        return self.config.use_key
+
+    @property
+    def has_output(self) -> bool:
+        return self.config.use_value
+
+    def _clip(self, d: Tensor) -> Tensor:
+        k = self.config.clip
+        return d.clamp(-k, k)
+
+    def _rows(self, table: Tensor, distances: Tensor) -> Tensor:
+        # distances are q_pos - k_pos; the paper's index is j - i = -(q_pos - k_pos).
+        return table[self.config.clip - distances]  # (R, D)
+
+    def score(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
+    ) -> Tensor:
+        if self.key_table is None:
+            raise RuntimeError("shaw has no key term (use_key=False)")
+        lay = RelativeLayout.build(q_pos, k_pos, self._clip)
+        rows = (self._rows(self.key_table, lay.distances) * scale).to(q.dtype)  # (R, D), scaled here: no T^2 copy
+        return lay.query_pairs(q @ rows.T)  # (B, H, Tq, R) -> (B, H, Tq, Tk)
+
+    def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        if self.value_table is None:
+            raise RuntimeError("shaw has no value term (use_value=False)")
+        lay = RelativeLayout.build(q_pos, k_pos, self._clip)
+        mass = lay.query_buckets(probs)  # (B, H, Tq, R)
+        rows = self._rows(self.value_table, lay.distances).to(mass.dtype)  # (R, D)
+        return mass @ rows  # (B, H, Tq, D)

@@ -1,0 +1,274 @@
+"""Applying rotations: the kernels, the angle tables and checkpoint layout conversion.
+
+Shapes: x (B, H, T, D); positions (B, T); cos, sin (B or 1, T, r/2) float32, where
+r = rotary_dim <= D is the number of rotated channels (the D - r others pass through).
+
+Two layouts pair the r rotated channels differently (Su et al. 2021, RoFormer):
+
+* ``"half"`` (GPT-NeoX, Hugging Face Llama ``rotate_half``): pair j is (x_j, x_{j + r/2});
+* ``"interleaved"`` (GPT-J, Meta Llama, RoFormer): pair j is (x_{2j}, x_{2j+1}).
+
+Both rotate pair j by angle m * theta_j at position m:
+(a, b) -> (a cos - b sin, b cos + a sin). The arithmetic is float32 (float64 for float64
+inputs) whatever the input dtype, with one rounding to the input dtype at the end, so a
+bfloat16 input is rotated to within one bfloat16 ulp of the exact result.
+
+Kernels (``kernel=``):
+
+* ``"eager"``: plain PyTorch; the interleaved layout is one complex multiplication
+  (``view_as_complex``), the half layout writes both halves in place when no gradient is
+  needed (about five passes over x: eager PyTorch cannot fuse the rotation).
+* ``"compiled"``: the same math through ``torch.compile`` with q and k in one graph. Inductor
+  fuses the rotation, the pass-through channels and both dtype casts into one loop per
+  tensor: one read and one write of x, float32 only in registers (each half is rounded to
+  x's dtype *before* the ``cat``, else Inductor materializes a float32 copy and casts it in
+  a second loop). Static shapes first; a second shape recompiles once with dynamic lengths.
+  If compilation fails (no C++ compiler, no Triton, ...) the eager kernel is used from then
+  on, with a warning.
+* ``"auto"`` (default): ``"compiled"`` for tensors of at least ``AUTO_COMPILE_MIN_NUMEL``
+  elements (q and k together), ``"eager"`` below, where the call overhead of a compiled
+  function (~0.1 ms) outweighs the fusion; setting it to None disables compilation.
+
+Inside an outer ``torch.compile`` every kernel is the plain functional form, which the
+outer graph fuses with its neighbours.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..config import check_choice, check_int
+
+__all__ = ["LAYOUTS", "KERNELS", "apply_rotary", "apply_rotary_qk", "angles_cos_sin", "convert_qk_layout"]
+
+LAYOUTS = ("half", "interleaved")
+KERNELS = ("auto", "eager", "compiled")
+
+#: "auto" compiles when q and k hold at least this many elements (None: never compile).
+AUTO_COMPILE_MIN_NUMEL: int | None = 1 << 18
+
+
+def angles_cos_sin(positions: Tensor, inv_freq: Tensor, attention_factor: float = 1.0) -> tuple[Tensor, Tensor]:
+    """cos and sin of m * theta_i, times ``attention_factor``: (...,) x (r/2,) -> (..., r/2) float32.
+
+    Angles are float64: in float32, m * theta_0 at m = 2^20 is off by up to 2^-4 rad (half an
+    ulp of 2^20), which no later rounding can repair.
+    """
+    ang = positions.to(torch.float64)[..., None] * inv_freq.to(device=positions.device, dtype=torch.float64)
+    cos, sin = ang.cos(), ang.sin()
+    if attention_factor != 1.0:
+        cos, sin = cos * attention_factor, sin * attention_factor
+    return cos.float(), sin.float()
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+# ---- functional kernels (autograd; the bodies torch.compile fuses) -------------------------
+def _half_functional(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    h = cos.shape[-1]
+    r = 2 * h
+    cos, sin = cos[:, None], sin[:, None]  # (B|1, 1, T, r/2)
+    xf = x[..., :r].to(_compute_dtype(x))
+    x1, x2 = xf[..., :h], xf[..., h:]
+    # Round each half to x.dtype before the cat: Inductor then writes the output directly
+    # (a cat of float32 halves is materialized in float32 and cast in a second loop).
+    o1 = (x1 * cos - x2 * sin).to(x.dtype)  # (B, H, T, r/2)
+    o2 = (x2 * cos + x1 * sin).to(x.dtype)
+    return torch.cat([o1, o2] if r == x.shape[-1] else [o1, o2, x[..., r:]], dim=-1)  # (B, H, T, D)
+
+
+def _interleaved_functional(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    h = cos.shape[-1]
+    r = 2 * h
+    cos, sin = cos[:, None], sin[:, None]  # (B|1, 1, T, r/2)
+    xf = x[..., :r].to(_compute_dtype(x)).unflatten(-1, (h, 2))  # (B, H, T, r/2, 2)
+    a, b = xf[..., 0], xf[..., 1]
+    pairs = [(a * cos - b * sin).to(x.dtype), (b * cos + a * sin).to(x.dtype)]  # rounded before the stack, as above
+    rot = torch.stack(pairs, dim=-1).flatten(-2)  # (B, H, T, r)
+    return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
+
+
+# One function per layout for q and k together: one compiled graph (one guard check) per call.
+# Separate functions, not a closure, because torch.compile caches per code object.
+def _half_qk(q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk: Tensor) -> tuple[Tensor, Tensor]:
+    return _half_functional(q, cq, sq), _half_functional(k, ck, sk)
+
+
+def _interleaved_qk(q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk: Tensor) -> tuple[Tensor, Tensor]:
+    return _interleaved_functional(q, cq, sq), _interleaved_functional(k, ck, sk)
+
+
+# ---- eager kernels -----------------------------------------------------------------------
+def _half_eager(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        return _half_functional(x, cos, sin)
+    h = cos.shape[-1]
+    r = 2 * h
+    cos, sin = cos[:, None].to(_compute_dtype(x)), sin[:, None].to(_compute_dtype(x))  # (B|1, 1, T, r/2)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if r < x.shape[-1]:
+        out[..., r:] = x[..., r:]  # pass-through channels, bit for bit
+    same = x.dtype == _compute_dtype(x)
+    xf = x[..., :r] if same else x[..., :r].to(_compute_dtype(x))
+    x1, x2 = xf[..., :h], xf[..., h:]
+    # Write each half in place: 4 passes over half of x instead of the 7 of the functional form.
+    o1 = out[..., :h] if same else torch.empty_like(x1)
+    o2 = out[..., h:r] if same else torch.empty_like(x2)
+    torch.mul(x1, cos, out=o1)
+    o1.addcmul_(x2, sin, value=-1.0)
+    torch.mul(x2, cos, out=o2)
+    o2.addcmul_(x1, sin)
+    if not same:
+        out[..., :h], out[..., h:r] = o1, o2  # one rounding to x.dtype
+    return out
+
+
+def _interleaved_eager(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    h = cos.shape[-1]
+    r = 2 * h
+    cdt = _compute_dtype(x)
+    # Pair j is (x_2j, x_2j+1) = one complex number; rotating it is multiplying by e^(i m theta_j).
+    e = torch.complex(cos.to(cdt), sin.to(cdt))[:, None]  # (B|1, 1, T, r/2)
+    xr = x[..., :r].to(cdt)
+    if xr.stride(-1) != 1 or any(s % 2 for s in xr.stride()[:-1]):
+        xr = xr.contiguous()
+    z = torch.view_as_complex(xr.unflatten(-1, (h, 2)))  # (B, H, T, r/2) complex
+    rot = torch.view_as_real(z * e).flatten(-2).to(x.dtype)  # (B, H, T, r)
+    return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
+
+
+_EAGER: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+    "half": _half_eager,
+    "interleaved": _interleaved_eager,
+}
+_FUNCTIONAL: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
+    "half": _half_functional,
+    "interleaved": _interleaved_functional,
+}
+_FUNCTIONAL_QK: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
+    "half": _half_qk,
+    "interleaved": _interleaved_qk,
+}
+
+# ---- compiled kernel ---------------------------------------------------------------------
+_compiled: dict[tuple[str, bool], Callable] = {}
+_compile_failed = False
+
+
+def _compiled_kernel(layout: str, qk: bool) -> Callable | None:
+    if _compile_failed:
+        return None
+    key = (layout, qk)
+    if key not in _compiled:
+        # dynamic=None: the first shape gets a static loop (fastest on CPU); a second shape
+        # recompiles once with its varying sizes symbolic, so decoding does not recompile per step.
+        _compiled[key] = torch.compile((_FUNCTIONAL_QK if qk else _FUNCTIONAL)[layout], fullgraph=True)
+    return _compiled[key]
+
+
+def _check_fits(x: Tensor, cos: Tensor, sin: Tensor, name: str) -> None:
+    if x.dim() != 4:
+        raise ValueError(f"{name} must have shape (B, H, T, D), got {tuple(x.shape)}")
+    h = cos.shape[-1]
+    if 2 * h > x.shape[-1] or cos.shape[-2] != x.shape[-2] or sin.shape != cos.shape:
+        raise ValueError(
+            f"cos/sin of shape {tuple(cos.shape)}/{tuple(sin.shape)} do not fit {name} of shape {tuple(x.shape)}"
+        )
+
+
+def _run_compiled(kernel: str, layout: str, qk: bool, numel: int, args: tuple[Tensor, ...]):
+    """The compiled kernel's result, or None when ``kernel`` says eager or compilation failed."""
+    global _compile_failed
+    if kernel == "eager" or (
+        kernel == "auto" and (AUTO_COMPILE_MIN_NUMEL is None or numel < AUTO_COMPILE_MIN_NUMEL)
+    ):
+        return None
+    fn = _compiled_kernel(layout, qk)
+    if fn is None:
+        return None
+    try:
+        return fn(*args)
+    except Exception as e:  # no C++ compiler, no Triton, unsupported platform, ...
+        _compile_failed = True
+        warnings.warn(f"posenc: compiled rotary kernel unavailable ({type(e).__name__}: {e}); using eager")
+        return None
+
+
+def apply_rotary_qk(
+    q: Tensor,
+    k: Tensor,
+    cos_q: Tensor,
+    sin_q: Tensor,
+    cos_k: Tensor,
+    sin_k: Tensor,
+    layout: str = "half",
+    kernel: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """Rotate q (B, H, Tq, D) by cos_q/sin_q (B|1, Tq, r/2) and k (B, Hkv, Tk, D) by cos_k/sin_k.
+
+    The same as two :func:`apply_rotary` calls, but the compiled kernel handles both tensors
+    in one call (one guard check). Returns new tensors of q's and k's dtypes.
+    """
+    _check_fits(q, cos_q, sin_q, "q")
+    _check_fits(k, cos_k, sin_k, "k")
+    if torch.compiler.is_compiling():
+        # The plain functional form: an outer torch.compile fuses it with its neighbours.
+        return _FUNCTIONAL_QK[layout](q, k, cos_q, sin_q, cos_k, sin_k)
+    out = _run_compiled(kernel, layout, True, q.numel() + k.numel(), (q, k, cos_q, sin_q, cos_k, sin_k))
+    if out is not None:
+        return out
+    return _EAGER[layout](q, cos_q, sin_q), _EAGER[layout](k, cos_k, sin_k)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", kernel: str = "auto") -> Tensor:
+    """Rotate the first r = 2 * cos.shape[-1] channels of ``x`` (B, H, T, D) in ``layout``.
+
+    ``cos``/``sin``: (B or 1, T, r/2), as made by :func:`angles_cos_sin`. Returns a new tensor
+    of x's dtype; channels r.. are copied unchanged.
+    """
+    _check_fits(x, cos, sin, "x")
+    if torch.compiler.is_compiling():
+        return _FUNCTIONAL[layout](x, cos, sin)
+    out = _run_compiled(kernel, layout, False, x.numel(), (x, cos, sin))
+    return _EAGER[layout](x, cos, sin) if out is None else out
+
+
+def _layout_permutation(head_dim: int, rotary_dim: int, to: str) -> Tensor:
+    # interleaved channel 2j -> half channel j; 2j+1 -> j + r/2 (pass-through channels stay).
+    to_half = torch.cat([torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2), torch.arange(rotary_dim, head_dim)])
+    return to_half if to == "half" else torch.argsort(to_half)
+
+
+def convert_qk_layout(
+    weight: Tensor, num_heads: int, head_dim: int, rotary_dim: int | None = None, to: str = "half"
+) -> Tensor:
+    """Permute a q or k projection between RoPE layouts, so that attention scores are unchanged.
+
+    ``weight``: (num_heads * head_dim, ...) — an ``nn.Linear`` weight (out, in) or bias (out,).
+    ``to="half"`` converts a checkpoint trained with interleaved pairs (GPT-J, Meta's Llama
+    release) to the half layout (GPT-NeoX, Hugging Face Llama); ``to="interleaved"`` is the
+    inverse. Within each head, interleaved channel 2j becomes half channel j and 2j+1 becomes
+    j + r/2; channels past ``rotary_dim`` stay. Apply it to both q and k projections.
+    """
+    check_choice("to", to, LAYOUTS)
+    check_int("num_heads", num_heads, minimum=1)
+    check_int("head_dim", head_dim, minimum=1)
+    rotary_dim = head_dim if rotary_dim is None else rotary_dim
+    check_int("rotary_dim", rotary_dim, minimum=2)
+    if rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even (it is split into pairs), got {rotary_dim}")
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
+    if weight.dim() < 1 or weight.shape[0] != num_heads * head_dim:
+        raise ValueError(
+            f"weight must have num_heads * head_dim = {num_heads * head_dim} rows, got shape {tuple(weight.shape)}"
+        )
+    perm = _layout_permutation(head_dim, rotary_dim, to).to(weight.device)
+    w = weight.reshape(num_heads, head_dim, *weight.shape[1:])  # (H, D, ...)
+    return w[:, perm].reshape(weight.shape)

@@ -1,0 +1,273 @@
+"""Rotary position embedding, RoPE (Su et al. 2021, "RoFormer: Enhanced Transformer with
+Rotary Position Embedding").
+
+Shapes: q (B, H, Tq, D), k (B, Hkv, Tk, D), positions (B, T); r = rotary_dim <= D.
+
+Each rotated pair j of q at position m turns by m * theta_j, theta_j = base^(-2j/r), and so
+does k at position n; then q_m . k_n depends on m - n only. Channels r.. pass through
+unchanged (partial rotary, GPT-NeoX). The frequencies may be rescaled for longer contexts by
+a rope type from :data:`posenc.rotary.ROPE_SCALINGS` (linear, NTK, dynamic NTK, YaRN, Llama 3,
+LongRoPE), chosen in the config or swapped later with :meth:`RotaryEmbedding.set_scaling`.
+
+Numerics: the frequencies are float64 Python-side tensors, not module buffers, so
+``module.to(torch.bfloat16)`` cannot round them; angles are float64, the cos/sin tables
+float32, and the rotation is float32 arithmetic rounded once to the input dtype.
+
+torch.compile: in eager mode cos/sin come from a table cache that grows as needed. Inside a
+compiled graph the cache is neither read nor written: cos/sin are computed from the
+positions (the same float64 formula the tables are built with), and the current length of
+length-dependent scalings is a tensor, so ``torch.compile(model, fullgraph=True,
+dynamic=True)`` traces without graph breaks, host syncs or mutated state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+import torch
+from torch import Tensor
+
+from ..config import EncodingConfig, check_choice, check_even, check_positive
+from ..encoding import Dims, PositionalEncoding
+from ..registry import register
+from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary_qk
+from .scaling import ROPE_SCALINGS, SCALING_CONFIGS, ScalingConfig, base_inv_freq, make_scaling_config
+
+__all__ = ["RotaryConfig", "RotaryEmbedding", "SCALING_PARAMS"]
+
+#: every scaling parameter a RotaryConfig may carry (each belongs to some rope types).
+SCALING_PARAMS = (
+    "factor",
+    "original_max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+    "truncate",
+    "low_freq_factor",
+    "high_freq_factor",
+    "short_factor",
+    "long_factor",
+)
+
+# Cos/sin tables are built for positions [0, 2^k); past this many positions angles are
+# computed per token instead (a 2^18 x 32 table pair is 64 MiB).
+MAX_TABLE_POSITIONS = 1 << 18
+_MAX_TABLES = 4  # cached (device, frequency set) pairs per module
+
+
+@dataclass
+class RotaryConfig(EncodingConfig):
+    """Config of :class:`RotaryEmbedding`.
+
+    Attributes:
+        base: theta_j = base^(-2j/r); > 0 and != 1. 10000 (RoFormer), 500000 (Llama 3).
+        rotary_dim: r, the rotated channels per head (even, <= head_dim); None = head_dim.
+        layout: "half" (GPT-NeoX / HF rotate_half) or "interleaved" (GPT-J / Meta / RoFormer).
+        scaling: rope type, a key of ``ROPE_SCALINGS``; its parameters are the fields below
+            (None = the type's default; a parameter the type does not take is an error).
+        kernel: "auto" (compiled for large inputs when torch.compile works, else eager),
+            "eager" or "compiled"; see :mod:`posenc.rotary.functional`.
+    """
+
+    base: float = 10000.0
+    rotary_dim: int | None = None
+    layout: str = "half"
+    scaling: str = "default"
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool | None = None
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+    kernel: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("short_factor", "long_factor"):  # JSON gives lists; keep the config hashable
+            if isinstance(getattr(self, name), list):
+                setattr(self, name, tuple(getattr(self, name)))
+        super().__post_init__()
+
+    def validate(self) -> None:
+        check_positive("base", self.base)
+        if self.base == 1.0:
+            raise ValueError("base must be != 1 (every pair would rotate at the same rate), got 1.0")
+        if self.rotary_dim is not None:
+            check_even("rotary_dim", self.rotary_dim)
+        check_choice("layout", self.layout, LAYOUTS)
+        check_choice("kernel", self.kernel, KERNELS)
+        self.scaling_config()  # validates the scaling parameters
+
+    def scaling_params(self) -> dict[str, Any]:
+        """The scaling parameters that are set (not None)."""
+        return {k: getattr(self, k) for k in SCALING_PARAMS if getattr(self, k) is not None}
+
+    def scaling_config(self) -> ScalingConfig:
+        """The typed config of ``scaling`` built from the set parameters."""
+        check_choice("scaling", self.scaling, ROPE_SCALINGS)
+        params = self.scaling_params()
+        allowed = {f.name for f in dataclasses.fields(SCALING_CONFIGS[self.scaling])}
+        extra = sorted(set(params) - allowed)
+        if extra:
+            raise ValueError(
+                f"{', '.join(extra)} not a parameter of rope type {self.scaling!r} "
+                f"(it takes: {', '.join(sorted(allowed)) or 'nothing'})"
+            )
+        return make_scaling_config(self.scaling, **params)
+
+
+@register(
+    "rope",
+    family="rotary",
+    summary="rotary position embedding: q, k pairs rotated by m*theta (2 layouts, partial, 7 scalings)",
+    paper="Su et al. 2021, RoFormer: Enhanced Transformer with Rotary Position Embedding",
+)
+class RotaryEmbedding(PositionalEncoding):
+    """RoPE as a ``rotate`` hook. See the module docstring; build with ``posenc.build("rope", ...)``.
+
+    >>> rope = posenc.build("rope", d_model=512, num_heads=8, scaling="yarn", factor=4.0,
+    ...                     original_max_position_embeddings=2048)
+    >>> q, k = rope.rotate(q, k, q_pos, k_pos)
+    """
+
+    Config = RotaryConfig
+
+    def __init__(self, config: RotaryConfig, dims: Dims) -> None:
+        super().__init__(config, dims)
+        r = dims.head_dim if config.rotary_dim is None else config.rotary_dim
+        check_even("rotary_dim" if config.rotary_dim is not None else "head_dim (the default rotary_dim)", r)
+        if r > dims.head_dim:
+            raise ValueError(f"rotary_dim must be <= head_dim ({dims.head_dim}), got {r}")
+        self.rotary_dim = r
+        self._base_inv_freq = base_inv_freq(r, config.base)  # (r/2,) float64, CPU: not a buffer
+        self._tables: OrderedDict[Hashable, tuple[Tensor, Tensor]] = OrderedDict()
+        self._set_scaling_config(config.scaling_config())
+
+    # ---- frequencies -------------------------------------------------------------------
+    def _set_scaling_config(self, scfg: ScalingConfig) -> None:
+        self._scaling_cfg = scfg
+        self._scaling_fn = ROPE_SCALINGS[self.config.scaling]
+        self.frequencies()  # fail now on a parameter that only the rotary dim can check
+        self._tables.clear()
+
+    def set_scaling(self, rope_type: str, **params: Any) -> None:
+        """Swap the frequency scaling in place, e.g. to evaluate a model trained with plain
+        RoPE at a longer length with a training-free scaling::
+
+            model.encodings[0].set_scaling("yarn", factor=4.0, original_max_position_embeddings=512)
+
+        Parameters not given take the type's defaults (the old ones are dropped).
+        """
+        new = dataclasses.replace(
+            self.config, scaling=rope_type, **{k: None for k in SCALING_PARAMS} | params
+        )  # validates
+        self.config = new
+        self._set_scaling_config(new.scaling_config())
+
+    def frequencies(self, seq_len: int | None = None) -> tuple[Tensor, float]:
+        """(inv_freq (r/2,) float64, attention_factor) for sequences of length ``seq_len``."""
+        return self._scaling_fn(self._base_inv_freq, self._scaling_cfg, base=self.config.base, seq_len=seq_len)
+
+    @property
+    def inv_freq(self) -> Tensor:
+        """theta_j after scaling, (r/2,) float64 (at seq_len=None for length-dependent types)."""
+        return self.frequencies()[0]
+
+    @property
+    def attention_factor(self) -> float:
+        """Multiplier of cos and sin (so of rotated q and k; logits get its square)."""
+        return self.frequencies()[1]
+
+    # ---- cos/sin -----------------------------------------------------------------------
+    def _table_key(self, inv_freq: Tensor, factor: float, device: torch.device) -> Hashable:
+        return (device.type, device.index, inv_freq.numpy().tobytes(), factor)
+
+    def current_length(self, q_pos: Tensor, k_pos: Tensor) -> int | Tensor | None:
+        """n = max position + 1 over q and k, for length-dependent scalings (None otherwise).
+
+        One length for q and k, so both use the same frequencies. Under torch.compile a 0-dim
+        tensor (an int would be a host sync and a graph break).
+        """
+        if not self._scaling_cfg.length_dependent or k_pos.numel() == 0:
+            return None
+        n = torch.maximum(q_pos.max(), k_pos.max()) + 1
+        return n if torch.compiler.is_compiling() else int(n)
+
+    def cos_sin(self, positions: Tensor, seq_len: int | Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """cos and sin (B or 1, T, r/2) float32 at integer ``positions`` (B, T).
+
+        Eager: looked up in a table for positions [0, P) cached per device and frequency set;
+        the table grows (to the next power of two) when a position reaches its end, and
+        positions past ``MAX_TABLE_POSITIONS`` are computed per token: nothing is ever read past
+        the end. Under torch.compile: computed from the positions (no table, no state touched;
+        negative positions are not checked there, as that would need a host sync).
+        ``seq_len`` (default max position + 1) selects the frequencies of length-dependent types.
+        """
+        if positions.dim() != 2:
+            raise ValueError(f"positions must have shape (B, T), got {tuple(positions.shape)}")
+        if positions.is_floating_point():
+            raise TypeError(f"positions must be integers, got {positions.dtype}")
+        if positions.shape[0] > 1 and positions.stride(0) == 0:
+            positions = positions[:1]  # the same row for the whole batch (from_offset): look it up once
+        if torch.compiler.is_compiling():
+            if seq_len is None and self._scaling_cfg.length_dependent:
+                seq_len = self.current_length(positions, positions)
+            return angles_cos_sin(positions, *self.frequencies(seq_len))
+        if positions.numel() == 0:
+            z = torch.zeros(*positions.shape, self.rotary_dim // 2, device=positions.device)
+            return z, z
+        lo, hi = (int(v) for v in torch.aminmax(positions))
+        if lo < 0:
+            raise ValueError(f"positions must be >= 0, got {lo}")
+        if seq_len is None:
+            seq_len = hi + 1
+        inv_freq, factor = self.frequencies(seq_len if self._scaling_cfg.length_dependent else None)
+        if hi >= MAX_TABLE_POSITIONS:
+            return angles_cos_sin(positions, inv_freq, factor)
+        key = self._table_key(inv_freq, factor, positions.device)
+        table = self._tables.get(key)
+        if table is None or table[0].shape[0] <= hi:
+            size = max(64, 1 << hi.bit_length())  # next power of two > hi
+            pos = torch.arange(size, device=positions.device)
+            table = angles_cos_sin(pos, inv_freq, factor)  # 2 x (P, r/2) float32
+            self._tables[key] = table
+            while len(self._tables) > _MAX_TABLES:
+                self._tables.popitem(last=False)
+        self._tables.move_to_end(key)
+        # hi < P checked above. index_select: a plain row gather, cheaper than advanced indexing.
+        flat = positions.reshape(-1)
+        return tuple(t.index_select(0, flat).view(*positions.shape, -1) for t in table)  # 2 x (B|1, T, r/2)
+
+    # ---- the hook ----------------------------------------------------------------------
+    def _q_k_cos_sin(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        # `is` traces under torch.compile (a data-pointer comparison does not).
+        same = q_pos is k_pos or (
+            not torch.compiler.is_compiling()
+            and q_pos.shape == k_pos.shape
+            and q_pos.stride() == k_pos.stride()
+            and q_pos.data_ptr() == k_pos.data_ptr()
+        )
+        seq_len = self.current_length(q_pos, k_pos)
+        cq, sq = self.cos_sin(q_pos, seq_len)
+        ck, sk = (cq, sq) if same else self.cos_sin(k_pos, seq_len)
+        return cq, sq, ck, sk
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotate q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk)."""
+        return apply_rotary_qk(q, k, *self._q_k_cos_sin(q_pos, k_pos), self.config.layout, self.config.kernel)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        parts = [f"rotary_dim={self.rotary_dim}", f"base={c.base}", f"layout={c.layout!r}", f"scaling={c.scaling!r}"]
+        parts += [f"{k}={v!r}" for k, v in c.scaling_params().items()]
+        return ", ".join(parts)

@@ -1,0 +1,217 @@
+"""Whole-model cost of every encoding: a training step and KV-cache decoding, as ratios to NoPE.
+
+Each encoding is put in the same model (same width, depth, heads, seed) and timed side by side
+in one run. Measurements are interleaved in rounds (one step of every model per round, the
+median over rounds), so a machine that slows down mid-run affects all encodings alike.
+
+Goals (ratio to NoPE), by the hooks an encoding uses: rotary and absolute <= 1.05,
+content-independent biases (score_bias) <= 1.3, content-dependent scores (score) <= 1.6.
+
+Example::
+
+    posenc speed model --lengths 1024 2048 --batch 8 --layers 6 --width 512 --heads 8
+    posenc speed model --encodings none rope alibi --lengths 256 --json out/model_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..model import ModelConfig, Transformer
+from ..registry import get_info, list_encodings
+from .timing import describe_machine, peak_memory
+
+__all__ = ["goal_for", "run_model_speed", "add_arguments", "run"]
+
+
+def goal_for(model: Transformer) -> tuple[str, float]:
+    """The goal class of a model's encodings, from the hooks they use (never their names)."""
+    encs = list(model.encodings)
+    if any(e.has_score or e.has_output for e in encs):
+        return "content-dependent score", 1.6
+    if any(e.has_score_bias for e in encs):
+        return "position bias", 1.3
+    return "rotary/absolute", 1.05
+
+
+def _config_for(name: str, max_len: int) -> dict[str, Any]:
+    # Table-based encodings must cover the longest context measured.
+    fields = {f.name for f in dataclasses.fields(get_info(name).config_cls)}
+    return {"max_len": max_len} if "max_len" in fields else {}
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def run_model_speed(
+    encodings: list[str],
+    lengths: list[int],
+    *,
+    batch: int = 8,
+    layers: int = 6,
+    width: int = 512,
+    heads: int = 8,
+    rounds: int = 3,
+    decode_contexts: list[int] = (1024, 4096),
+    decode_tokens: int = 16,
+    decode_batch: int = 1,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    vocab: int = 256,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Time a training step per length and decoding per context for every encoding."""
+    if "none" not in encodings:
+        encodings = ["none", *encodings]
+    max_len = max([*lengths, *(c + decode_tokens for c in decode_contexts)])
+    models: dict[str, Transformer] = {}
+    opts: dict[str, torch.optim.Optimizer] = {}
+    for name in encodings:
+        torch.manual_seed(0)
+        cfg = ModelConfig(
+            vocab_size=vocab, d_model=width, n_layer=layers, n_head=heads,
+            encoding=name, encoding_config=_config_for(name, max_len),
+        )
+        models[name] = Transformer(cfg).to(device=device, dtype=dtype)
+        opts[name] = torch.optim.AdamW(models[name].parameters(), lr=1e-4)
+    results: dict[str, Any] = {
+        "machine": describe_machine(),
+        "settings": dict(batch=batch, layers=layers, width=width, heads=heads, dtype=str(dtype),
+                         rounds=rounds, decode_tokens=decode_tokens, decode_batch=decode_batch),
+        "train": {}, "decode": {}, "memory": {}, "goal": {},
+    }
+    g = torch.Generator().manual_seed(0)
+
+    def train_step(name: str, T: int) -> None:
+        m, opt = models[name], opts[name]
+        x = torch.randint(0, vocab, (batch, T + 1), generator=g).to(device)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16 and device == "cuda"):
+            logits = m(x[:, :-1])
+            loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    @torch.no_grad()
+    def decode(name: str, ctx_len: int) -> float:
+        m = models[name].eval()
+        x = torch.randint(0, vocab, (decode_batch, ctx_len), generator=g).to(device)
+        cache = m.new_cache()
+        logits = m(x, cache=cache)
+        nxt = logits[:, -1:].argmax(-1)
+        _sync()
+        t0 = time.perf_counter()
+        for _ in range(decode_tokens):
+            nxt = m(nxt, cache=cache)[:, -1:].argmax(-1)
+        _sync()
+        m.train()
+        return decode_batch * decode_tokens / (time.perf_counter() - t0)
+
+    total = len(encodings) * (len(lengths) + len(decode_contexts)) * (rounds + 1)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="speed model", unit="run")
+    for T in lengths:
+        times: dict[str, list[float]] = {n: [] for n in encodings}
+        for r in range(rounds + 1):  # round 0 is warm-up
+            for name in encodings:
+                _sync()
+                t0 = time.perf_counter()
+                train_step(name, T)
+                _sync()
+                if r:
+                    times[name].append(time.perf_counter() - t0)
+                if bar:
+                    bar.update()
+        for name in encodings:
+            results["train"].setdefault(name, {})[T] = statistics.median(times[name])
+    for C in decode_contexts:
+        rates: dict[str, list[float]] = {n: [] for n in encodings}
+        for r in range(rounds + 1):
+            for name in encodings:
+                rate = decode(name, C)
+                if r:
+                    rates[name].append(rate)
+                if bar:
+                    bar.update()
+        for name in encodings:
+            results["decode"].setdefault(name, {})[C] = statistics.median(rates[name])
+    if bar:
+        bar.close()
+    T_mem = min(lengths)
+    for name in encodings:
+        results["memory"][name] = {T_mem: peak_memory(lambda: train_step(name, T_mem))}
+        results["goal"][name] = goal_for(models[name])
+    return results
+
+
+def format_table(res: dict[str, Any]) -> str:
+    """Rows: encodings; columns: train-step ratio per length, decode ratio per context."""
+    train, decode, mem = res["train"], res["decode"], res["memory"]
+    lengths = sorted(next(iter(train.values())))
+    contexts = sorted(next(iter(decode.values()))) if decode else []
+    head = ["encoding", "goal"] + [f"train T={T}" for T in lengths] + [f"decode ctx={C}" for C in contexts]
+    head += ["peak mem", "within goal"]
+    rows = [head]
+    for name in train:
+        label, goal = res["goal"][name]
+        ratios = [train[name][T] / train["none"][T] for T in lengths]
+        # Decoding: time per token ratio = NoPE's tokens/s over this encoding's.
+        ratios += [decode["none"][C] / decode[name][C] for C in contexts]
+        (T_mem, m), = mem[name].items()
+        m0 = mem["none"][T_mem]
+        ok = all(r <= goal for r in ratios)
+        rows.append([name, f"<= {goal:.2f}x"] + [f"{r:.2f}x" for r in ratios] + [f"{m / m0:.2f}x", "yes" if ok else "NO"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    base = [f"NoPE: " + ", ".join(f"train T={T} {train['none'][T]*1e3:.0f} ms" for T in lengths)]
+    base += [", ".join(f"decode ctx={C} {decode['none'][C]:.1f} tok/s" for C in contexts)]
+    return "\n".join(lines + [""] + base + [f"machine: {res['machine']}"])
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--encodings", nargs="*", default=None, help="encodings to time (default: all registered)")
+    p.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048], help="training sequence lengths")
+    p.add_argument("--batch", type=int, default=8, help="training batch size")
+    p.add_argument("--layers", type=int, default=6, help="number of layers")
+    p.add_argument("--width", type=int, default=512, help="model width")
+    p.add_argument("--heads", type=int, default=8, help="attention heads")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds (median reported), after one warm-up")
+    p.add_argument("--decode-contexts", nargs="*", type=int, default=[1024, 4096], help="KV-cache contexts to decode at")
+    p.add_argument("--decode-tokens", type=int, default=16, help="tokens decoded per measurement")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                   help="model dtype (default: float32 on CPU, bfloat16 on GPU)")
+    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+
+
+def run(args: argparse.Namespace) -> int:
+    names = args.encodings or list_encodings()
+    for n in names:
+        get_info(n)  # unknown names fail listing the valid ones
+    for flag in ("batch", "layers", "width", "heads", "rounds", "decode_tokens"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device == "cuda" else "float32"))
+    res = run_model_speed(
+        names, args.lengths, batch=args.batch, layers=args.layers, width=args.width, heads=args.heads,
+        rounds=args.rounds, decode_contexts=args.decode_contexts, decode_tokens=args.decode_tokens,
+        device=args.device, dtype=dtype,
+    )
+    print(format_table(res))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+    return 0

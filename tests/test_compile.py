@@ -1,0 +1,53 @@
+"""torch.compile: a tiny model per hook kind compiles with fullgraph=True and dynamic lengths,
+gives the eager result, and never mutates a buffer or a Python-side cache in forward (caches
+are built outside forward)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posenc
+from helpers import tiny_model
+
+pytestmark = pytest.mark.compile
+
+
+def _representatives() -> list[str]:
+    """The first registered encoding of each hook kind (embed, rotate, score_bias, score)."""
+    picks: dict[str, str] = {}
+    for name in posenc.list_encodings():
+        enc = posenc.build(name, d_model=32, num_heads=4)
+        for kind in ("embed", "rotate", "score_bias", "score"):
+            if getattr(enc, f"has_{kind}") and kind not in picks:
+                picks[kind] = name
+    return list(dict.fromkeys(picks.values()))
+
+
+def _python_state(model: torch.nn.Module) -> dict:
+    """Every dict attribute of every submodule (where caches live), shallowly: keys -> value ids."""
+    return {
+        (mod_name, attr): {k: id(v) for k, v in value.items()}
+        for mod_name, mod in model.named_modules()
+        for attr, value in vars(mod).items()
+        if isinstance(value, dict) and attr not in ("_modules", "_parameters", "_buffers")
+    }
+
+
+@pytest.mark.parametrize("name", _representatives())
+def test_compiles_fullgraph_dynamic_without_buffer_mutation(name):
+    torch._dynamo.reset()
+    model = tiny_model(name)
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    inputs = [torch.randint(0, 64, (2, T)) for T in (9, 17, 33)]
+    with torch.no_grad():
+        expected = [model(x) for x in inputs]  # eager first: eager caches may fill here, not below
+        buffers = {n: (b, b._version, b.data_ptr()) for n, b in model.named_buffers()}
+        state = _python_state(model)
+        for x, want in zip(inputs, expected):
+            torch.testing.assert_close(compiled(x), want, atol=1e-5, rtol=1e-5)
+    for n, b in model.named_buffers():
+        assert n in buffers, f"forward registered a new buffer {n}"
+        old, version, ptr = buffers[n]
+        assert b is old and b._version == version and b.data_ptr() == ptr, f"buffer {n} was mutated in forward"
+    assert _python_state(model) == state, "a compiled forward changed a Python-side cache"

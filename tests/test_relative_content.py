@@ -1,0 +1,401 @@
+"""Content-dependent relative encodings: fast paths against slow loops over the papers' formulas.
+
+Each reference below loops over (batch, head, query i, key j) and writes the paper's formula
+for one logit as a reader would, reading the encoding's parameters directly. The fast paths
+(skew on contiguous positions, gather otherwise) must match in float64 to 1e-10, forward and
+backward (gradients w.r.t. q, k and the encoding's parameters).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from posenc import SequenceInfo, build
+from posenc.attention import Attention, AttentionContext
+from posenc.relative import RelativeLayout, log_bucket_position, skew, unskew
+
+from helpers import tiny_model
+
+torch.set_default_dtype(torch.float32)
+F64 = torch.float64
+TOL = dict(atol=1e-10, rtol=1e-10)
+
+CONFIGS = {
+    "shaw": {"clip": 3},
+    "relative_key": {"max_distance": 3},
+    "relative_key_query": {"max_distance": 3},
+    "transformer_xl": {},
+    "transformer_xl_clamped": {"max_distance": 4},
+    "deberta": {"position_buckets": 4, "max_relative_positions": 8},
+    "deberta_c2p_nobuckets": {"p2c": False, "position_buckets": 0, "max_relative_positions": 3},
+    "deberta_p2c_shared": {"c2p": False, "position_buckets": 4, "max_relative_positions": 8, "share_att_key": True},
+    "deberta_shared_kv": {"position_buckets": 6, "max_relative_positions": 12, "share_att_key": True},
+}
+
+
+def make(label: str, d_model: int = 8, num_heads: int = 2) -> nn.Module:
+    name = label.split("_clamped")[0].split("_c2p")[0].split("_p2c")[0].split("_shared")[0]
+    torch.manual_seed(0)
+    enc = build(name, d_model=d_model, num_heads=num_heads, **CONFIGS[label]).to(F64)
+    with torch.no_grad():  # non-trivial values everywhere (LayerNorm starts at 1/0)
+        for p in enc.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return enc
+
+
+# ---- slow references: one logit term at a time ------------------------------------------------
+
+
+def clip(d: int, k: int) -> int:
+    return max(-k, min(k, d))
+
+
+def sinusoid(d: int, C: int, base: float) -> torch.Tensor:
+    """Transformer-XL's R_d: [sin(d w_m) for m] + [cos(d w_m) for m], w_m = base^(-2m/C)."""
+    w = [base ** (-2 * m / C) for m in range(C // 2)]
+    return torch.tensor([math.sin(d * x) for x in w] + [math.cos(d * x) for x in w], dtype=F64)
+
+
+def ref_logit(enc, layer, q, k, b, h, i, j, d, scale):
+    """The relative logit term of pair (i, j) at distance d = q_pos_i - k_pos_j."""
+    name, cfg = enc.name, enc.config
+    if name == "shaw":  # q_i · a^K_ij, a^K_ij = w^K[clip(j - i, k)]
+        return q[b, h, i] @ enc.key_table[clip(-d, cfg.clip) + cfg.clip] * scale
+    if name in ("relative_key", "relative_key_query"):  # (q_i [+ k_j]) · a[clip(i - j)]
+        a = enc.weight[clip(d, cfg.max_distance) + cfg.max_distance]
+        t = q[b, h, i] @ a
+        if name == "relative_key_query":
+            t = t + k[b, h, j] @ a
+        return t * scale
+    if name == "transformer_xl":  # u·k_j + (q_i + v)·W_R R_(i-j)
+        dd = d if cfg.max_distance is None else clip(d, cfg.max_distance)
+        H, D = enc.dims.num_heads, enc.dims.head_dim
+        r = (enc.r_net.weight @ sinusoid(dd, enc.dims.d_model, cfg.base)).view(H, D)[h]
+        return (enc.u[h] @ k[b, h, j] + (q[b, h, i] + enc.v[h]) @ r) * scale
+    if name == "deberta":  # q_i·K^r_delta + k_j·Q^r_delta, delta = clamp(bucket(i - j)) + span
+        from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+        span = cfg.span
+        rel = torch.tensor(d)
+        if cfg.position_buckets:
+            rel = make_log_bucket_position(rel, cfg.position_buckets, cfg.max_relative_positions).long()
+        delta = int(rel.clamp(-span, span - 1)) + span
+        P = enc.rel_embeddings[delta]
+        if enc.norm is not None:
+            P = enc.norm(P)
+        kproj = layer.k_proj if cfg.share_att_key else enc.pos_key_proj
+        qproj = layer.q_proj if cfg.share_att_key else enc.pos_query_proj
+        H, D = enc.dims.num_heads, enc.dims.head_dim
+        t = 0.0
+        if cfg.c2p:
+            kr = kproj(P).view(-1, D)
+            t = t + q[b, h, i] @ kr[h * kr.shape[0] // H]  # grouped k_proj: head h reads kv head h // (H/Hkv)
+        if cfg.p2c:
+            t = t + k[b, h, j] @ qproj(P).view(H, D)[h]
+        return t * scale
+    raise AssertionError(name)
+
+
+def ref_scores(enc, layer, q, k, q_pos, k_pos, scale):
+    B, H, Tq, _ = q.shape
+    Tk = k.shape[2]
+    kb = k_pos.expand(B, -1)
+    rows = [
+        ref_logit(enc, layer, q, k, b, h, i, j, int(q_pos[b, i] - kb[b, j]), scale)
+        for b in range(B) for h in range(H) for i in range(Tq) for j in range(Tk)
+    ]
+    return torch.stack(rows).view(B, H, Tq, Tk)
+
+
+def ref_value_term(enc, probs, q_pos, k_pos):
+    """Shaw's sum_j alpha_ij a^V_ij, a^V_ij = w^V[clip(j - i, k)]."""
+    B, H, Tq, Tk = probs.shape
+    kk = enc.config.clip
+    kb = k_pos.expand(B, -1)
+    out = []
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                z = sum(probs[b, h, i, j] * enc.value_table[clip(int(kb[b, j] - q_pos[b, i]), kk) + kk] for j in range(Tk))
+                out.append(z)
+    return torch.stack(out).view(B, H, Tq, -1)
+
+
+def layer_stub(d_model=8, num_heads=2, num_kv_heads=None):
+    torch.manual_seed(3)
+    return Attention(d_model, num_heads, num_kv_heads, bias=True).to(F64)
+
+
+# ---- settings: (q_pos, k_pos); skew path where contiguous, gather path otherwise ---------------
+
+SETTINGS = {
+    "self": (torch.arange(7).expand(2, 7), torch.arange(7).expand(2, 7)),
+    "decode": (torch.tensor([[9], [9]]), torch.arange(10).expand(2, 10)),
+    "cross_uniform": ((5 + torch.arange(3)).expand(2, 3), torch.arange(8).expand(2, 8)),
+    "cross_rows": (torch.tensor([[10, 11, 12], [2, 3, 4]]), torch.stack([torch.arange(6), 4 + torch.arange(6)])),
+    "packed": (torch.tensor([[0, 1, 2, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6]]),) * 2,
+    "kv_offsets": (torch.tensor([[6, 7], [3, 4]]), torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [0, 0, 0, 0, 1, 2, 3, 4]])),
+}
+
+
+def has_key_term(enc) -> bool:
+    return enc.has_score
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("label", [c for c in CONFIGS if c != "deberta_shared_kv"])  # that one: layer-level
+def test_score_matches_reference_forward_and_backward(label, setting):
+    enc = make(label)
+    if not has_key_term(enc):
+        pytest.skip("no score term")
+    layer = layer_stub()
+    q_pos, k_pos = SETTINGS[setting]
+    B, H, D = 2, 2, 4
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(B, H, q_pos.shape[1], D, generator=g, dtype=F64, requires_grad=True)
+    k = torch.randn(B, H, k_pos.shape[1], D, generator=g, dtype=F64, requires_grad=True)
+    scale = enc.attention_scale(D)
+    fast = enc.score(q, k, q_pos, k_pos, scale, layer=layer)
+    slow = ref_scores(enc, layer, q, k, q_pos, k_pos, scale)
+    torch.testing.assert_close(fast, slow, **TOL)
+    w = torch.randn(fast.shape, generator=g, dtype=F64)  # a random cotangent
+    params = [q, k, *enc.parameters(), *layer.parameters()]
+    gf = torch.autograd.grad((fast * w).sum(), params, allow_unused=True)
+    gs = torch.autograd.grad((slow * w).sum(), params, allow_unused=True)
+    for a, b in zip(gf, gs):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_shaw_value_term_matches_reference(setting):
+    enc = make("shaw")
+    q_pos, k_pos = SETTINGS[setting]
+    g = torch.Generator().manual_seed(8)
+    probs = torch.rand(2, 2, q_pos.shape[1], k_pos.shape[1], generator=g, dtype=F64).softmax(-1).requires_grad_(True)
+    v = torch.zeros(2, 2, k_pos.shape[1], 4, dtype=F64)
+    fast = enc.output(probs, v, q_pos, k_pos)
+    slow = ref_value_term(enc, probs, q_pos, k_pos)
+    torch.testing.assert_close(fast, slow, **TOL)
+    w = torch.randn(fast.shape, generator=g, dtype=F64)
+    params = [probs, enc.value_table]
+    for a, b in zip(torch.autograd.grad((fast * w).sum(), params), torch.autograd.grad((slow * w).sum(), params)):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("mode", ["causal", "bidirectional", "cross", "gqa"])
+@pytest.mark.parametrize("label", list(CONFIGS))
+def test_attention_matches_reference(label, mode):
+    """Whole attention layer (mask, softmax, Shaw's value term, o_proj) against the loops."""
+    enc = make(label)
+    kv = 1 if mode == "gqa" else None
+    attn = Attention(8, 2, kv, pe=enc, causal=mode in ("causal", "gqa"), impl="eager", bias=True).to(F64)
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 5, 8, generator=g, dtype=F64, requires_grad=True)
+    if mode == "cross":
+        ctx_x = torch.randn(2, 7, 8, generator=g, dtype=F64, requires_grad=True)
+        q_seq = SequenceInfo(torch.tensor([[3, 4, 5, 6, 7], [9, 10, 11, 12, 13]]))
+        k_seq = SequenceInfo(torch.stack([torch.arange(7), 2 + torch.arange(7)]))
+        ctx = AttentionContext.build(q_seq, k_seq, causal=False)
+        fast = attn(x, ctx, context=ctx_x)
+    else:
+        ctx_x = x
+        q_seq = k_seq = SequenceInfo.from_offset(2, 5)
+        fast = attn(x, q_seq)
+
+    B, H, D = 2, 2, 4
+    Hkv = kv or H
+    q = attn.q_proj(x).view(B, -1, H, D).transpose(1, 2)
+    k = attn.k_proj(ctx_x).view(B, -1, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, 1)
+    v = attn.v_proj(ctx_x).view(B, -1, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, 1)
+    scale = enc.attention_scale(D)
+    logits = q @ k.transpose(-1, -2) * scale
+    if enc.has_score:
+        logits = logits + ref_scores(enc, attn, q, k, q_seq.positions, k_seq.positions, scale)
+    if attn.causal:
+        logits = logits.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
+    probs = logits.softmax(-1)
+    out = probs @ v
+    if enc.has_output:
+        out = out + ref_value_term(enc, probs, q_seq.positions, k_seq.positions)
+    slow = attn.o_proj(out.transpose(1, 2).reshape(B, 5, H * D))
+    # Attention's eager path keeps logits in float32 whatever the input dtype (posenc's rule),
+    # so the whole layer matches to float32 precision; the hooks alone match to 1e-10 above.
+    tol = dict(atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(fast, slow, **tol)
+    params = [x, *([ctx_x] if mode == "cross" else []), *enc.parameters(), *attn.q_proj.parameters(), *attn.k_proj.parameters()]
+    w = torch.randn(fast.shape, generator=g, dtype=F64)
+    for a, b in zip(torch.autograd.grad((fast * w).sum(), params), torch.autograd.grad((slow * w).sum(), params)):
+        torch.testing.assert_close(a, b, **tol)
+
+
+# ---- the skew itself --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tq,tk", [(1, 6), (3, 7), (7, 3), (5, 5), (2, 1)])
+def test_skew_equals_explicit_gather(tq, tk):
+    # Column c of the (Tq, Tq + Tk - 1) scores holds index difference i - j = Tq - 1 - c.
+    r = tq + tk - 1
+    scores = torch.randn(2, 3, tq, r, dtype=F64)
+    want = torch.empty(2, 3, tq, tk, dtype=F64)
+    for i in range(tq):
+        for j in range(tk):
+            want[..., i, j] = scores[..., i, (tq - 1) - (i - j)]
+    torch.testing.assert_close(skew(scores, tk), want, atol=0, rtol=0)
+    # unskew is the adjoint (transpose) of skew: <skew(s), p> == <s, unskew(p)>.
+    p = torch.randn(2, 3, tq, tk, dtype=F64)
+    torch.testing.assert_close((skew(scores, tk) * p).sum(), (scores * unskew(p, r)).sum(), **TOL)
+
+
+def test_layout_paths_agree_on_memory_plus_segment():
+    """Transformer-XL layout: 6 memory keys + 4 segment keys; skew path == gather path."""
+    q_pos = (6 + torch.arange(4)).expand(2, 4)
+    k_pos = torch.arange(10).expand(2, 10)
+    fast = RelativeLayout.build(q_pos, k_pos)
+    assert fast.index is None and fast.num_rows == 13
+    d = q_pos[:, :, None] - k_pos[:, None, :]  # (B, Tq, Tk)
+    scores = torch.randn(2, 3, 4, 13, dtype=F64)
+    # The skew path's column c holds distance distances[c]; check each pair reads its own.
+    got = fast.query_pairs(scores)
+    for b in range(2):
+        for i in range(4):
+            for j in range(10):
+                c = int((fast.distances == d[b, i, j]).nonzero())
+                assert got[b, :, i, j].equal(scores[b, :, i, c])
+
+
+# ---- Transformer-XL segment memory ------------------------------------------------------------
+
+
+def test_transformer_xl_memory_spans_memory_plus_segment():
+    """Segment 2 with a 4-token memory == a forward over the last 4 + 4 tokens (one layer)."""
+    model = tiny_model("transformer_xl", n_layer=1)
+    tokens = torch.randint(0, 64, (2, 10))
+    with torch.no_grad():
+        cache = model.new_cache(max_length=4, detach=True)
+        model(tokens[:, :6], cache=cache)
+        assert cache.layers[0].k.shape[2] == 4
+        seg2 = model(tokens[:, 6:], cache=cache)
+        ref = model(tokens[:, 2:], SequenceInfo.from_offset(2, 8, offset=2))[:, 4:]
+    torch.testing.assert_close(seg2, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_transformer_xl_memory_is_detached():
+    model = tiny_model("transformer_xl", n_layer=2).train()
+    x = torch.randn(1, 10, 32, requires_grad=True)
+    for detach, expect_grad in [(True, False), (False, True)]:
+        cache = model.new_cache(max_length=5, detach=detach)
+        model(None, inputs_embeds=x[:, :5], cache=cache)
+        out = model(None, inputs_embeds=x[:, 5:], cache=cache)
+        gx, gu = torch.autograd.grad(out.sum(), [x, model.encodings[0].u], allow_unused=True)
+        assert (gx is not None and gx[:, :5].abs().sum() > 0) == expect_grad
+        assert gu is not None and gu.abs().sum() > 0  # the encoding still learns from segment 2
+
+
+# ---- DeBERTa against the reference implementation --------------------------------------------
+
+
+def test_log_bucket_position_golden_and_reference():
+    # bucket_size 256, max_position 512 (DeBERTa-v3): mid = 128, |d| <= 128 kept;
+    # d = 300: 128 + ceil(log(300/128) / log(511/128) * 127) = 128 + ceil(78.14) = 207;
+    # d = -1000: -(128 + ceil(log(7.8125) / log(3.992) * 127)) = -(128 + ceil(188.6)) = -317.
+    d = torch.tensor([0, 5, -5, 128, -128, 129, 300, -1000])
+    assert log_bucket_position(d, 256, 512).tolist() == [0, 5, -5, 128, -128, 129, 207, -317]
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    d = torch.arange(-3000, 3001)
+    for bs, mp in [(256, 512), (4, 8), (6, 12), (32, 33), (2, 3)]:
+        assert log_bucket_position(d, bs, mp).equal(make_log_bucket_position(d, bs, mp).long())
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_deberta_matches_hf_disentangled_attention(share):
+    from transformers import DebertaV2Config
+    from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention
+
+    C, H, T = 16, 2, 9
+    cfg = DebertaV2Config(
+        hidden_size=C, num_attention_heads=H, relative_attention=True, pos_att_type=["c2p", "p2c"],
+        position_buckets=4, max_relative_positions=8, share_att_key=share,
+    )
+    torch.manual_seed(0)
+    hf = DisentangledSelfAttention(cfg).to(F64).eval()
+    enc = build("deberta", d_model=C, num_heads=H, position_buckets=4, max_relative_positions=8,
+                share_att_key=share, layer_norm=False).to(F64)
+    rel = torch.randn(8, C, dtype=F64)  # 2 * span rows, span = 4 buckets
+    with torch.no_grad():
+        enc.rel_embeddings.copy_(rel)
+        if not share:
+            enc.pos_key_proj.load_state_dict(hf.pos_key_proj.state_dict())
+            enc.pos_query_proj.load_state_dict(hf.pos_query_proj.state_dict())
+    layer = nn.Module()
+    layer.q_proj, layer.k_proj = hf.query_proj, hf.key_proj
+    x = torch.randn(2, T, C, dtype=F64)
+    qh = hf.transpose_for_scores(hf.query_proj(x), H)  # (B*H, T, D)
+    kh = hf.transpose_for_scores(hf.key_proj(x), H)
+    want = hf.disentangled_attention_bias(qh, kh, None, rel, 3).view(2, H, T, T)
+    pos = torch.arange(T).expand(2, T)
+    got = enc.score(qh.view(2, H, T, -1), kh.view(2, H, T, -1), pos, pos, enc.attention_scale(C // H), layer=layer)
+    # HF divides by sqrt(D * 3) computed in float32, hence 1e-7 rather than 1e-10.
+    torch.testing.assert_close(got, want, atol=1e-7, rtol=1e-7)
+
+
+def test_deberta_attention_scale():
+    for c2p, p2c, n in [(True, True, 2), (True, False, 1), (False, True, 1)]:
+        enc = build("deberta", d_model=32, num_heads=4, c2p=c2p, p2c=p2c)
+        assert enc.attention_scale(8) == pytest.approx(1 / math.sqrt(8 * (1 + n)))
+
+
+def test_shaw_capabilities_follow_config():
+    assert not build("shaw", d_model=8, num_heads=2, use_key=False).has_score
+    assert not build("shaw", d_model=8, num_heads=2, use_value=False).has_output
+    both = build("shaw", d_model=8, num_heads=2)
+    assert both.has_score and both.has_output
+
+
+# ---- bad inputs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,config,match",
+    [
+        ("shaw", {"clip": 0}, "clip must be >= 1"),
+        ("shaw", {"use_key": False, "use_value": False}, "use_key, use_value"),
+        ("relative_key", {"max_distance": 0}, "max_distance must be >= 1"),
+        ("relative_key_query", {"max_distance": -2}, "max_distance must be >= 1"),
+        ("transformer_xl", {"max_distance": 0}, "max_distance must be >= 1"),
+        ("transformer_xl", {"base": -1.0}, "base must be > 0"),
+        ("deberta", {"c2p": False, "p2c": False}, "c2p, p2c"),
+        ("deberta", {"position_buckets": 600, "max_relative_positions": 512}, "position_buckets must be <="),
+        ("deberta", {"position_buckets": 1}, "position_buckets must be >= 2"),
+        ("deberta", {"position_buckets": 8, "max_relative_positions": 5}, "position_buckets"),
+        ("deberta", {"max_relative_positions": 0, "position_buckets": 0}, "max_relative_positions must be >= 1"),
+    ],
+)
+def test_bad_config_is_a_clear_error(name, config, match):
+    with pytest.raises(ValueError, match=match):
+        build(name, d_model=8, num_heads=2, **config)
+
+
+@pytest.mark.parametrize("name", ["shaw", "relative_key", "relative_key_query", "transformer_xl", "deberta"])
+def test_bad_num_heads(name):
+    with pytest.raises(ValueError, match="num_heads"):
+        build(name, d_model=8, num_heads=0)
+
+
+def test_other_bad_inputs():
+    with pytest.raises(ValueError, match="bucket_size must be <= max_position"):
+        log_bucket_position(torch.arange(5), 16, 8)
+    with pytest.raises(ValueError, match="d_model must be even"):
+        build("transformer_xl", d_model=9, num_heads=3)
+    enc = build("deberta", d_model=8, num_heads=2, share_att_key=True, position_buckets=0, max_relative_positions=4)
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="share_att_key needs the calling attention layer"):
+        enc.score(q, q, torch.arange(3)[None], torch.arange(3)[None], 0.5)
+    with pytest.raises(ValueError, match="skew needs"):
+        skew(torch.randn(3, 4), 3)
