@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "speed": "posenc.speed",
     "check": "posenc.analysis.checks",
     "plot": "posenc.analysis.plots",
+    "bench": "posenc.bench",
     "report": "posenc.analysis.report",
 }
 

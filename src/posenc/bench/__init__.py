@@ -1,0 +1,22 @@
+"""``posenc bench``: length generalization of positional encodings, measured.
+
+Small decoder-only Transformers are trained with each registered encoding on
+
+* synthetic sequence tasks (copy, reverse, sort, addition, parity, summation; Kazemnejad
+  et al. 2023) and tested beyond the training length by greedy exact match;
+* passkey retrieval (Mohtashami & Jaggi 2023), accuracy by context length and key depth;
+* byte-level language modelling, perplexity at 1x to 8x the training length;
+
+with training-free RoPE scalings (PI, NTK-aware, dynamic NTK, YaRN) evaluated as extra
+variants when the rotary encoding offers them. See docs/bench.md.
+
+Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.train`
+(harness), :mod:`.evaluate`, :mod:`.runner` (presets, orchestration), :mod:`.report`
+(table, CSV, plots, ``load_results``/``figures`` for the HTML report), :mod:`.cli`.
+"""
+
+from .cli import add_parser
+from .report import figures, format_table, load_results
+from .runner import PRESETS, BenchSettings, run_bench, settings_for
+
+__all__ = ["add_parser", "figures", "format_table", "load_results", "PRESETS", "BenchSettings", "run_bench", "settings_for"]

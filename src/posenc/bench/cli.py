@@ -1,0 +1,76 @@
+"""``posenc bench``: train small Transformers per encoding and test them beyond the training length.
+
+Examples::
+
+    posenc bench --preset quick --out runs/quick             # < 10 min on a laptop CPU
+    posenc bench --preset full --seeds 3 --out runs/full     # the paper-sized sweep
+    posenc bench --encodings none rope alibi --tasks copy lm --out runs/x
+    posenc bench --preset quick --out runs/quick --resume    # continue an interrupted run
+    torchrun --nproc_per_node 2 -m posenc bench --preset quick --out runs/ddp
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .tasks import TASK_NAMES
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    import torch
+
+    from .report import format_table
+    from .runner import run_bench, settings_for
+    from .train import Interrupted
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    settings = settings_for(
+        args.preset, encodings=args.encodings, tasks=args.tasks, seeds=args.seeds,
+        data=args.data, steps=args.steps, bf16=args.bf16 or None,
+    )
+    if args.data is not None and "lm" not in settings.tasks:
+        print("posenc bench: --data is only used by the 'lm' task, which is not selected", file=sys.stderr)
+    if "lm" in settings.tasks and args.data is not None:
+        from .data import load_corpus
+
+        load_corpus(args.data, max_bytes=1)  # fail on a missing or empty path before any training
+    try:
+        results = run_bench(settings, args.out, resume=args.resume, overwrite=args.overwrite,
+                            progress=not args.no_progress, device=args.device)
+    except Interrupted as e:  # the checkpoint is saved: say how to go on
+        print(f"posenc bench: {e}", file=sys.stderr)
+        return 130
+    if results is not None:
+        print(format_table(results))
+        print(f"wrote {args.out}/results.json, results.csv and plots/")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from .runner import PRESETS
+
+    p = subparsers.add_parser(
+        "bench", help="train small models per encoding; evaluate beyond the training length",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", default="quick", choices=list(PRESETS),
+                   help="sizes and lists: micro (seconds), quick (minutes on a CPU), full (hours)")
+    p.add_argument("--encodings", nargs="+", metavar="NAME", help="encodings to compare (default: the preset's)")
+    p.add_argument("--tasks", nargs="+", metavar="TASK", help=f"tasks (default: the preset's); any of {', '.join(TASK_NAMES)}")
+    p.add_argument("--seeds", type=int, help="number of seeds per (task, encoding) (default: the preset's)")
+    p.add_argument("--data", metavar="PATH", help="text file or folder for the lm task (default: the Python stdlib sources)")
+    p.add_argument("--steps", type=int, help="override the preset's number of training steps")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training")
+    p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads for torch (default: torch's); 1 is fastest for these tiny models on a busy machine")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true", help="continue the earlier run in --out")
+    g.add_argument("--overwrite", action="store_true", help="delete the earlier run in --out and start over")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd)

@@ -1,0 +1,202 @@
+"""Batches for training and evaluation: task examples and a byte-level corpus.
+
+A batch is a pure function of ``(seed, step)``: the loader keeps no hidden state, so its
+whole state in a checkpoint is the step counter, a resumed run sees exactly the batches an
+uninterrupted run would, and every data-parallel rank can build the same *global* batch
+and take its own rows (see :meth:`Batch.shard`).
+
+Shapes: inputs and labels (B, T); labels are -100 where no loss is taken (prompt tokens
+and padding), as in ``torch.nn.functional.cross_entropy(ignore_index=-100)``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..config import check_int
+from .tasks import PAD, Example, Task
+
+__all__ = ["IGNORE", "Batch", "collate", "TaskBatches", "ByteCorpus", "LMBatches", "load_corpus", "example_rng"]
+
+IGNORE = -100
+
+
+def example_rng(*keys: object) -> random.Random:
+    """A ``random.Random`` seeded by a string of ``keys`` (string seeds are hashed with
+    SHA-512, so the stream does not depend on PYTHONHASHSEED or the platform)."""
+    return random.Random("/".join(map(str, keys)))
+
+
+@dataclass
+class Batch:
+    """Next-token inputs and labels, (B, T) each."""
+
+    inputs: Tensor
+    labels: Tensor
+
+    @property
+    def num_targets(self) -> int:
+        """Tokens that carry loss in this batch."""
+        return int((self.labels != IGNORE).sum())
+
+    def shard(self, rank: int, world: int) -> "Batch":
+        """Rows ``rank, rank + world, ...`` of the global batch (this rank's share)."""
+        if self.inputs.shape[0] % world:
+            raise ValueError(f"batch size {self.inputs.shape[0]} must be divisible by the world size {world}")
+        return Batch(self.inputs[rank::world], self.labels[rank::world])
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(self.inputs.to(device), self.labels.to(device))
+
+
+def collate(examples: list[Example]) -> Batch:
+    """Right-pad ``prompt + target`` sequences; loss on the target tokens only.
+
+    Input position i predicts token i + 1, so the labels are the sequence shifted by one,
+    kept where the predicted token belongs to the target. Right padding is harmless in a
+    causal model: real tokens never attend to the padding after them.
+    """
+    T = max(len(e.tokens) for e in examples) - 1
+    inputs = torch.full((len(examples), T), PAD, dtype=torch.long)
+    labels = torch.full((len(examples), T), IGNORE, dtype=torch.long)
+    for b, e in enumerate(examples):
+        seq = torch.tensor(e.tokens)
+        n, p = len(e.tokens), len(e.prompt)
+        inputs[b, : n - 1] = seq[:-1]
+        labels[b, p - 1 : n - 1] = seq[p:]
+    return Batch(inputs, labels)
+
+
+class TaskBatches:
+    """Training batches of a :class:`Task`, lengths uniform in ``[min_length, max_length]``."""
+
+    def __init__(self, task: Task, batch_size: int, max_length: int, seed: int, min_length: int | None = None):
+        check_int("batch_size", batch_size, minimum=1)
+        min_length = task.min_length if min_length is None else min_length
+        check_int("min_length", min_length, minimum=task.min_length)
+        check_int("max_length", max_length, minimum=min_length)
+        self.task, self.batch_size, self.seed = task, batch_size, seed
+        self.min_length, self.max_length = min_length, max_length
+
+    def __call__(self, step: int) -> Batch:
+        """The global batch of training step ``step``."""
+        rng = example_rng("train", self.task.name, self.seed, step)
+        lengths = [rng.randint(self.min_length, self.max_length) for _ in range(self.batch_size)]
+        return collate([self.task.sample(n, rng) for n in lengths])
+
+
+@dataclass
+class ByteCorpus:
+    """A byte-level corpus split by file into train and validation streams (uint8, 1-D)."""
+
+    train: Tensor
+    val: Tensor
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.source}: {len(self.train):,} train bytes, {len(self.val):,} validation bytes"
+
+
+class LMBatches:
+    """Random windows of ``length + 1`` bytes from the training stream."""
+
+    def __init__(self, corpus: ByteCorpus, batch_size: int, length: int, seed: int):
+        check_int("batch_size", batch_size, minimum=1)
+        check_int("length", length, minimum=1)
+        if len(corpus.train) < length + 1:
+            raise ValueError(f"the training stream has {len(corpus.train)} bytes; need at least length + 1 = {length + 1}")
+        self.corpus, self.batch_size, self.length, self.seed = corpus, batch_size, length, seed
+
+    def __call__(self, step: int) -> Batch:
+        # mt19937 keeps only 32 bits of a seed: draw them from the step's own stream
+        g = torch.Generator().manual_seed(example_rng("lm", self.seed, step).getrandbits(32))
+        start = torch.randint(0, len(self.corpus.train) - self.length, (self.batch_size,), generator=g)
+        idx = start[:, None] + torch.arange(self.length + 1)  # (B, T + 1)
+        window = self.corpus.train[idx].long()
+        return Batch(window[:, :-1], window[:, 1:])
+
+
+def _walk_files(root: Path, suffix: str = "", skip: tuple[str, ...] = ()) -> list[Path]:
+    """Regular, non-hidden files below ``root`` in sorted order; folders named in ``skip`` are
+    pruned before descending (site-packages alone can hold more files than the stdlib)."""
+    found = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".") and x not in skip]
+        found += [Path(d) / f for f in files if f.endswith(suffix) and not f.startswith(".")]
+    return sorted(p for p in found if p.is_file())
+
+
+def _stdlib_files() -> tuple[Path, list[Path]]:
+    root = Path(sysconfig.get_paths()["stdlib"] or os.path.dirname(os.__file__))
+    return root, _walk_files(root, ".py", skip=("site-packages", "dist-packages", "__pycache__"))
+
+
+def _read_split(files: list[Path], max_bytes: int | None, every: int) -> tuple[bytes, bytes]:
+    """Every ``every``-th file (in sorted order) is validation; stop once both are full."""
+    train: list[bytes] = []
+    val: list[bytes] = []
+    n_train = n_val = 0
+    cap_val = None if max_bytes is None else max(max_bytes // (every - 1), 1)
+    for i, f in enumerate(files):
+        is_val = i % every == every - 1
+        if is_val and (cap_val is None or n_val < cap_val):
+            data = f.read_bytes()
+            val.append(data)
+            n_val += len(data) + 1
+        elif not is_val and (max_bytes is None or n_train < max_bytes):
+            data = f.read_bytes()
+            train.append(data)
+            n_train += len(data) + 1
+        if max_bytes is not None and n_train >= max_bytes and n_val >= (cap_val or 0):
+            break
+    return b"\n".join(train)[:max_bytes], b"\n".join(val)[:cap_val]
+
+
+def load_corpus(path: str | os.PathLike | None = None, max_bytes: int | None = None, val_every: int = 10) -> ByteCorpus:
+    """Load a byte corpus and split it into train and validation.
+
+    Args:
+        path: a text file, a folder (every regular, non-hidden file below it, sorted), or None
+            for the Python standard library's own ``.py`` sources.
+        max_bytes: cap on the training bytes (validation gets ``max_bytes / (val_every - 1)``).
+        val_every: every ``val_every``-th file in sorted order goes to validation; a single
+            file is split by bytes instead (its last ``1 / val_every``).
+    """
+    check_int("val_every", val_every, minimum=2)
+    if max_bytes is not None:
+        check_int("max_bytes", max_bytes, minimum=1)
+    if path is None:
+        root, files = _stdlib_files()
+        source = f"Python {sysconfig.get_python_version()} standard library ({root})"
+    else:
+        root = Path(path)
+        if not root.exists():
+            raise FileNotFoundError(f"--data: no such file or directory: {str(path)!r}")
+        if root.is_file():
+            files = [root]
+        else:
+            files = _walk_files(root)
+        source = str(root)
+    if len(files) == 1:
+        data = files[0].read_bytes()
+        cut = len(data) - len(data) // val_every
+        train, val = data[:cut][:max_bytes], data[cut:]
+        if max_bytes is not None:
+            val = val[: max(max_bytes // (val_every - 1), 1)]
+    else:
+        train, val = _read_split(files, max_bytes, val_every)
+    if not train or not val:
+        raise ValueError(
+            f"--data: {source!r} holds no usable text ({len(files)} files, {len(train)} train and "
+            f"{len(val)} validation bytes); give a non-empty text file or folder"
+        )
+    as_tensor = lambda b: torch.frombuffer(bytearray(b), dtype=torch.uint8)  # noqa: E731
+    return ByteCorpus(as_tensor(train), as_tensor(val), source)
+

@@ -1,0 +1,369 @@
+"""Run the benchmark: every (task, encoding, seed) trained, evaluated, and collected.
+
+Layout of an output directory::
+
+    OUT/bench.json                              the settings (checked on --resume)
+    OUT/runs/TASK/ENCODING/seedK/checkpoint.safetensors   while training
+    OUT/runs/TASK/ENCODING/seedK/model.safetensors        final weights
+    OUT/runs/TASK/ENCODING/seedK/result.json              its evaluation points
+    OUT/results.json, OUT/results.csv, OUT/plots/*.png    the collected results
+
+A run with a ``result.json`` is done and skipped on ``--resume``; one with a checkpoint
+continues from it. Under torchrun every rank trains; rank 0 evaluates and writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..config import check_choice, check_int, check_positive
+from ..model import ModelConfig, Transformer
+from ..registry import get_info, list_encodings
+from .data import ByteCorpus, LMBatches, TaskBatches, load_corpus
+from .evaluate import SCALINGS, exact_match, has_rope_scaling, perplexity, scaled_copies
+from .tasks import TASK_NAMES, VOCAB_SIZE, PasskeyTask, get_task
+from .train import TrainConfig, distributed_info, init_distributed, save_weights, train
+
+__all__ = ["BenchSettings", "PRESETS", "settings_for", "run_bench", "check_out_dir"]
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """Everything that determines the benchmark's numbers (stored in ``bench.json``)."""
+
+    encodings: tuple[str, ...]
+    tasks: tuple[str, ...]
+    seeds: int = 1
+    # model
+    d_model: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    # optimisation (global batch)
+    steps: int = 300
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    bf16: bool = False
+    # synthetic tasks: train on sizes 1..L, test 1..2L
+    synthetic_length: int = 8
+    eval_examples: int = 64
+    # passkey: train on contexts up to L, test at these multiples of L and depths
+    passkey_length: int = 32
+    passkey_eval_factors: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+    passkey_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    passkey_examples: int = 32
+    # byte-level LM: train on windows of L, test at these multiples of L
+    lm_length: int = 64
+    lm_batch_size: int = 16  # windows of lm_length bytes per step
+    lm_eval_factors: tuple[int, ...] = (1, 2, 4, 8)
+    lm_train_bytes: int = 2_000_000
+    lm_eval_tokens: int = 32_768  # tokens scored at every evaluation length
+    data: str | None = None
+    scalings: tuple[str, ...] = tuple(SCALINGS)
+    eval_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        for name in ("seeds", "d_model", "n_layer", "n_head", "steps", "batch_size", "eval_examples",
+                     "passkey_examples", "lm_batch_size", "lm_train_bytes", "lm_eval_tokens"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("synthetic_length", self.synthetic_length, minimum=1)
+        check_int("passkey_length", self.passkey_length, minimum=PasskeyTask.min_length)
+        check_int("lm_length", self.lm_length, minimum=2)
+        check_positive("lr", self.lr)
+        for name in self.scalings:
+            check_choice("scalings", name, SCALINGS)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def comparable(self) -> dict[str, Any]:
+        """The settings that must match to resume (the lists of runs may grow)."""
+        d = self.to_json()
+        for k in ("encodings", "tasks", "seeds"):
+            d.pop(k)
+        return json.loads(json.dumps(d))  # tuples -> lists, as stored
+
+
+_PRESET_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
+PRESETS: dict[str, dict[str, Any]] = {
+    # seconds: the smoke test
+    "micro": dict(
+        encodings=("none", "rope", "alibi"),
+        tasks=("copy", "passkey", "lm"),
+        d_model=16, n_layer=1, n_head=2, steps=4, batch_size=8, warmup_steps=1,
+        synthetic_length=4, eval_examples=4, passkey_length=12, passkey_eval_factors=(1.0, 2.0),
+        passkey_depths=(0.0, 1.0), passkey_examples=4, lm_length=16, lm_eval_factors=(1, 2),
+        lm_batch_size=8, lm_train_bytes=20_000, lm_eval_tokens=256, scalings=("linear",),
+    ),
+    # < 10 minutes on a 2-core CPU
+    "quick": dict(
+        encodings=_PRESET_ENCODINGS,
+        tasks=("copy", "passkey", "lm"),
+        d_model=64, n_layer=2, n_head=4, steps=600, batch_size=64, lr=3e-3, warmup_steps=30,
+        synthetic_length=6, eval_examples=64, passkey_length=24, passkey_examples=32,
+        lm_length=64, lm_batch_size=16, lm_eval_tokens=16_384,
+    ),
+    # the paper-sized sweep (hours on a CPU; minutes on a GPU)
+    "full": dict(
+        encodings=_PRESET_ENCODINGS + ("shaw", "deberta", "xpos", "fire", "kerple", "cope"),
+        tasks=TASK_NAMES,
+        seeds=3, d_model=256, n_layer=6, n_head=8, steps=10_000, batch_size=64, lr=1e-3,
+        warmup_steps=500, synthetic_length=20, eval_examples=256, passkey_length=256,
+        passkey_examples=64, lm_length=256, lm_batch_size=64, lm_train_bytes=50_000_000, lm_eval_tokens=262_144,
+    ),
+}
+
+
+def settings_for(
+    preset: str,
+    *,
+    encodings: list[str] | None = None,
+    tasks: list[str] | None = None,
+    seeds: int | None = None,
+    **overrides: Any,
+) -> BenchSettings:
+    """The settings of ``preset`` with overrides.
+
+    Encodings named explicitly must be registered (else a ValueError lists the valid ones);
+    a preset's encodings that are not registered yet are skipped with a message on stderr.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    base = dict(PRESETS[preset])
+    valid = list_encodings()
+    if encodings:
+        for name in encodings:
+            get_info(name)  # unknown names fail here, listing the valid ones
+        base["encodings"] = tuple(dict.fromkeys(encodings))
+    else:
+        missing = [e for e in base["encodings"] if e not in valid]
+        if missing:
+            print(f"posenc bench: skipping encodings not registered yet: {', '.join(missing)}", file=sys.stderr)
+        base["encodings"] = tuple(e for e in base["encodings"] if e in valid)
+    if tasks:
+        for name in tasks:
+            if name not in TASK_NAMES:
+                raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_NAMES)}")
+        base["tasks"] = tuple(dict.fromkeys(tasks))
+    if seeds is not None:
+        if seeds < 1:
+            raise ValueError(f"--seeds must be >= 1, got {seeds}")
+        base["seeds"] = seeds
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    if not base["encodings"]:
+        raise ValueError(f"no encoding to run; registered encodings: {', '.join(valid)}")
+    return BenchSettings(**base)
+
+
+# --------------------------------------------------------------------------- output dir
+
+_OWNED = ("bench.json", "runs", "results.json", "results.csv", "plots")
+
+
+def check_out_dir(out: Path, settings: BenchSettings, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix with an earlier run unless told to resume it or overwrite it."""
+    if resume and overwrite:
+        raise ValueError("pass --resume or --overwrite, not both")
+    stored = out / "bench.json"
+    earlier = stored.exists() or (out / "runs").exists()
+    if earlier and not (resume or overwrite):
+        raise ValueError(
+            f"--out {out} holds an earlier benchmark run; pass --resume to continue it or --overwrite to replace it"
+        )
+    if earlier and overwrite:
+        for name in _OWNED:  # only what the bench itself writes
+            p = out / name
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+    elif earlier and resume and stored.exists():
+        old = json.loads(stored.read_text())
+        old_cmp = {k: v for k, v in old.items() if k not in ("encodings", "tasks", "seeds")}
+        new_cmp = settings.comparable()
+        if old_cmp != new_cmp:
+            diff = {k: (old_cmp.get(k), v) for k, v in new_cmp.items() if old_cmp.get(k) != v}
+            raise ValueError(f"--resume: settings differ from the earlier run in {out} (earlier, now): {diff}")
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def _max_positions(s: BenchSettings, task: str) -> int:
+    """Longest sequence any evaluation feeds the model (sizes position tables)."""
+    if task == "lm":
+        return s.lm_length * max(s.lm_eval_factors)
+    if task == "passkey":
+        t = PasskeyTask()
+        n = max(round(f * s.passkey_length) for f in s.passkey_eval_factors)
+        return t.prompt_length(n) + t.target_length(n)
+    t = get_task(task)
+    n = 2 * s.synthetic_length
+    return t.prompt_length(n) + t.target_length(n)
+
+
+def build_model(s: BenchSettings, encoding: str, task: str, seed: int) -> Transformer:
+    """The benchmark's model for ``encoding``, initialised from ``seed``.
+
+    An encoding with a position table (a ``max_len`` config field) gets one row per
+    position the evaluation reaches; rows past the training length stay untrained.
+    """
+    fields = {f.name for f in dataclasses.fields(get_info(encoding).config_cls)}
+    enc_cfg = {"max_len": _max_positions(s, task)} if "max_len" in fields else {}
+    cfg = ModelConfig(
+        vocab_size=256 if task == "lm" else VOCAB_SIZE,
+        d_model=s.d_model,
+        n_layer=s.n_layer,
+        n_head=s.n_head,
+        encoding=encoding,
+        encoding_config=enc_cfg,
+    )
+    torch.manual_seed(seed)
+    return Transformer(cfg)
+
+
+def _train_config(s: BenchSettings, seed: int) -> TrainConfig:
+    return TrainConfig(
+        steps=s.steps,
+        lr=s.lr,
+        warmup_steps=min(s.warmup_steps, s.steps),
+        bf16=s.bf16,
+        seed=seed,
+        checkpoint_every=max(1, min(50, s.steps // 4)),
+    )
+
+
+def _train_length(s: BenchSettings, task: str) -> int:
+    return {"lm": s.lm_length, "passkey": s.passkey_length}.get(task, s.synthetic_length)
+
+
+def evaluate_run(model: Transformer, s: BenchSettings, task: str, corpus: ByteCorpus | None) -> list[dict]:
+    """Evaluation points ``{variant, length, depth, value}`` of a trained model."""
+    points: list[dict] = []
+    L = _train_length(s, task)
+    rope = has_rope_scaling(model)
+
+    def variants(factor: float, original: int):
+        yield "base", model
+        if rope and factor > 1:
+            yield from scaled_copies(model, factor, original, s.scalings)
+
+    if task == "lm":
+        assert corpus is not None
+        for f in s.lm_eval_factors:
+            n = L * f
+            for variant, m in variants(n / L, L):
+                r = perplexity(m, corpus.val, n, max_windows=max(1, s.lm_eval_tokens // n))
+                points.append(dict(variant=variant, length=n, depth=None, value=r["ppl"]))
+        return points
+    t = get_task(task)
+    if task == "passkey":
+        lengths = sorted({max(t.min_length, round(f * L)) for f in s.passkey_eval_factors})
+        depths: tuple[float | None, ...] = s.passkey_depths
+        n_ex = s.passkey_examples
+    else:
+        lengths, depths, n_ex = list(range(1, 2 * L + 1)), (None,), s.eval_examples
+    train_tokens = t.prompt_length(L) + t.target_length(L)
+    for n in lengths:
+        factor = (t.prompt_length(n) + t.target_length(n)) / train_tokens
+        for variant, m in variants(factor, train_tokens):
+            for d in depths:
+                acc = exact_match(m, t, n, n_ex, eval_seed=s.eval_seed, depth=d)
+                points.append(dict(variant=variant, length=n, depth=d, value=acc))
+    return points
+
+
+def run_one(
+    s: BenchSettings, task: str, encoding: str, seed: int, run_dir: Path, corpus: ByteCorpus | None,
+    device: torch.device, progress: bool,
+) -> dict | None:
+    """Train and evaluate one model; returns its record (rank 0) or None (other ranks)."""
+    done = run_dir / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    rank, world = distributed_info()
+    model = build_model(s, encoding, task, seed).to(device)
+    L = _train_length(s, task)
+    if task == "lm":
+        assert corpus is not None
+        batches = LMBatches(corpus, s.lm_batch_size, L, seed)
+    elif task == "passkey":
+        batches = TaskBatches(PasskeyTask(), s.batch_size, L, seed)
+    else:
+        batches = TaskBatches(get_task(task), s.batch_size, L, seed)
+    ckpt = run_dir / "checkpoint.safetensors"
+    result = train(model, batches, _train_config(s, seed), checkpoint=ckpt, progress=progress,
+                   desc=f"{task}/{encoding}/seed{seed}")
+    record = None
+    if rank == 0:
+        save_weights(model, run_dir / "model.safetensors")
+        points = evaluate_run(model, s, task, corpus)
+        record = dict(
+            task=task, encoding=encoding, seed=seed, train_length=L,
+            metric="ppl" if task == "lm" else "accuracy",
+            train_loss=result.last_loss, train_seconds=result.seconds,
+            parameters=model.num_parameters(), points=points,
+        )
+        tmp = done.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(done)
+        ckpt.unlink(missing_ok=True)
+    if world > 1:
+        dist.barrier()
+    return record
+
+
+def run_bench(
+    s: BenchSettings, out: str | Path, *, resume: bool = False, overwrite: bool = False,
+    progress: bool = True, device: str | None = None,
+) -> dict | None:
+    """Run every (task, encoding, seed) of ``s`` into ``out``; returns the collected results
+    (on rank 0; None on other ranks) after writing results.json, results.csv and plots."""
+    from .report import collect, write_outputs
+
+    out = Path(out)
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    rank, world = init_distributed(dev)
+    if dev.type == "cuda" and world > 1:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    for name in ("batch_size", "lm_batch_size"):
+        if getattr(s, name) % world:
+            raise ValueError(f"{name} ({getattr(s, name)}) must be divisible by the number of processes ({world})")
+    error = None
+    if rank == 0:  # one rank checks (and, with --overwrite, deletes); all ranks learn the outcome
+        try:
+            check_out_dir(out, s, resume=resume, overwrite=overwrite)
+        except ValueError as e:
+            error = str(e)
+    if world > 1:
+        box = [error]
+        dist.broadcast_object_list(box)
+        error = box[0]
+    if error is not None:
+        raise ValueError(error)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(json.dumps(s.to_json(), indent=2))
+    corpus = load_corpus(s.data, max_bytes=s.lm_train_bytes) if "lm" in s.tasks else None
+    if corpus is not None and rank == 0:
+        print(f"posenc bench: corpus {corpus.describe()}", file=sys.stderr)
+    records = []
+    for task in s.tasks:
+        for encoding in s.encodings:
+            for seed in range(s.seeds):
+                run_dir = out / "runs" / task / encoding / f"seed{seed}"
+                run_dir.mkdir(parents=True, exist_ok=True)
+                records.append(run_one(s, task, encoding, seed, run_dir, corpus, dev, progress))
+    if rank != 0:
+        return None
+    results = collect(s, records)
+    write_outputs(results, out)
+    return results

@@ -1,0 +1,135 @@
+"""posenc.bench task generators and batches against reference solvers written here.
+
+The solvers below are independent of posenc.bench.tasks: they decode the prompt from the
+token layout stated in the docs (digits 0-9, SEP=10, PLUS=11, KEY=13, QUERY=14) and solve
+it with plain Python arithmetic (int() on digit strings for addition).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from posenc.bench.data import IGNORE, ByteCorpus, LMBatches, TaskBatches, collate, example_rng
+from posenc.bench.tasks import SYNTHETIC_TASKS, PasskeyTask, get_task
+
+SEP, PLUS, KEY, QUERY = 10, 11, 13, 14
+
+
+def solve(task: str, prompt: tuple[int, ...]) -> tuple[int, ...]:
+    assert prompt[-1] == SEP
+    body = list(prompt[:-1])
+    if task == "copy":
+        return tuple(body)
+    if task == "reverse":
+        return tuple(reversed(body))
+    if task == "sort":
+        return tuple(sorted(body))
+    if task == "parity":
+        assert set(body) <= {0, 1}
+        return (sum(body) % 2,)
+    if task == "summation":
+        return (sum(body) % 10,)
+    if task == "addition":
+        i = body.index(PLUS)
+        a, b = body[:i], body[i + 1 :]
+        assert len(a) == len(b)
+        # numbers are written least-significant digit first
+        total = int("".join(map(str, a[::-1]))) + int("".join(map(str, b[::-1])))
+        digits = str(total).zfill(len(a) + 1)
+        return tuple(int(c) for c in reversed(digits))
+    if task == "passkey":
+        assert prompt[-2] == QUERY
+        ctx = list(prompt[:-2])
+        assert ctx.count(KEY) == 1
+        k = ctx.index(KEY)
+        return tuple(ctx[k + 1 : k + 6])
+    raise AssertionError(task)
+
+
+def problem_size(task: str, prompt: tuple[int, ...]) -> int:
+    if task == "addition":
+        return (len(prompt) - 2) // 2
+    if task == "passkey":
+        return len(prompt) - 2
+    return len(prompt) - 1
+
+
+@pytest.mark.parametrize("name", [*SYNTHETIC_TASKS, "passkey"])
+def test_every_example_is_solvable_and_sized(name):
+    task = get_task(name)
+    rng = random.Random(0)
+    lo = task.min_length
+    for n in range(lo, lo + 25):
+        for _ in range(20):
+            e = task.sample(n, rng)
+            assert problem_size(name, e.prompt) == n
+            assert len(e.prompt) == task.prompt_length(n)
+            assert len(e.target) == task.target_length(n)
+            assert all(isinstance(t, int) and 0 <= t < 20 for t in e.tokens)
+            assert e.target == solve(name, e.prompt), (name, e)
+
+
+def test_exact_formats_by_hand():
+    # addition: 47 + 85 = 132, digits least-significant first: a = 7 4, b = 5 8, sum = 2 3 1
+    rng = random.Random(3)
+    found = (get_task("addition").sample(2, rng) for _ in range(100_000))
+    e = next(x for x in found if x.prompt[:2] == (7, 4) and x.prompt[3:5] == (5, 8))
+    assert e.prompt == (7, 4, PLUS, 5, 8, SEP) and e.target == (2, 3, 1)
+    e = get_task("reverse").sample(3, random.Random(1))
+    assert e.prompt[-1] == SEP and e.target == e.prompt[:3][::-1]
+
+
+def test_passkey_depth_places_key():
+    t = PasskeyTask()
+    for depth, where in ((0.0, 0), (1.0, 30 - 6)):
+        e = t.sample(30, random.Random(0), depth=depth)
+        assert e.prompt.index(KEY) == where  # 24 filler tokens before the key at depth 1
+        assert len(e.prompt) == 32 and e.prompt[-2:] == (QUERY, SEP)
+    with pytest.raises(ValueError, match="depth"):
+        t.sample(30, random.Random(0), depth=1.5)
+
+
+def test_bad_length_and_unknown_task():
+    with pytest.raises(ValueError, match="length must be >= 1"):
+        get_task("copy").sample(0, random.Random(0))
+    with pytest.raises(ValueError, match="valid tasks: copy, reverse, sort, addition, parity, summation, passkey"):
+        get_task("multiply")
+
+
+def test_collate_loss_on_target_only():
+    e1 = get_task("copy").sample(2, random.Random(0))  # 2 digits SEP | 2 digits: 5 tokens
+    e2 = get_task("copy").sample(3, random.Random(1))  # 7 tokens
+    b = collate([e1, e2])
+    assert b.inputs.shape == (2, 6)
+    # row 0: inputs x1 x2 SEP y1 PAD PAD; labels predict y1 (at SEP) and y2 (at y1)
+    assert b.inputs[0].tolist() == list(e1.tokens[:-1]) + [12, 12]
+    assert b.labels[0].tolist() == [IGNORE, IGNORE, e1.target[0], e1.target[1], IGNORE, IGNORE]
+    assert b.labels[1].tolist() == [IGNORE, IGNORE, IGNORE, *e2.target]
+    assert b.num_targets == 5
+
+
+def test_batches_are_a_function_of_seed_and_step():
+    src = TaskBatches(get_task("sort"), 8, 6, seed=5)
+    a, b, c = src(3), src(3), src(4)
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.labels, b.labels)
+    assert not torch.equal(a.inputs[:, :3], c.inputs[:, :3])
+    assert example_rng("x", 1).random() == example_rng("x", 1).random()
+    sh = a.shard(1, 2)
+    assert torch.equal(sh.inputs, a.inputs[1::2])
+    with pytest.raises(ValueError, match="divisible"):
+        a.shard(0, 3)
+
+
+def test_lm_batches_are_windows_that_change_with_step():
+    stream = torch.arange(1000) % 251
+    src = LMBatches(ByteCorpus(stream.to(torch.uint8), stream[:10].to(torch.uint8), "t"), 4, 16, seed=0)
+    b = src(0)
+    assert torch.equal(b.labels[:, :-1], b.inputs[:, 1:])  # labels are the next bytes
+    # each row is a contiguous run of the stream
+    assert all(torch.equal(torch.diff(row) % 251, torch.ones(15, dtype=torch.long)) for row in b.inputs)
+    starts = {tuple(src(s).inputs[:, 0].tolist()) for s in range(20)}
+    assert len(starts) == 20  # a new draw at every step
+    assert torch.equal(src(7).inputs, src(7).inputs)
