@@ -9,6 +9,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 OUT    ?= out
+THREADS ?= 1
 
 .PHONY: venv install install-test test test-all demo clean
 
@@ -28,9 +29,15 @@ install-test: $(PY)
 test: install-test
 	$(PY) -m pytest -q
 
+# The main job: every encoding's properties measured, the quick length-generalization
+# benchmark (about 10 minutes on a 2-core CPU; an interrupted run resumes where it stopped),
+# and one self-contained HTML report of both.
 demo: install
-	$(VENV)/bin/posenc list
-	$(VENV)/bin/posenc example
+	$(VENV)/bin/posenc list --short
+	$(VENV)/bin/posenc check
+	$(VENV)/bin/posenc bench --preset quick --threads $(THREADS) --out $(OUT)/bench --resume
+	$(VENV)/bin/posenc report --out $(OUT)/report --bench $(OUT)/bench
+	@echo "report: $(OUT)/report/report.html"
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache
