@@ -113,7 +113,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     # the paper-sized sweep (hours on a CPU; minutes on a GPU)
     "full": dict(
-        encodings=_PRESET_ENCODINGS + ("shaw", "deberta", "xpos", "fire", "kerple", "cope"),
+        encodings=_PRESET_ENCODINGS + ("shaw", "relative_key_query", "transformer_xl", "deberta", "xpos", "fire", "kerple"),
         tasks=TASK_NAMES,
         seeds=3, d_model=256, n_layer=6, n_head=8, steps=10_000, batch_size=64, lr=1e-3,
         warmup_steps=500, synthetic_length=20, eval_examples=256, passkey_length=256,
