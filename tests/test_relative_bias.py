@@ -468,3 +468,13 @@ def test_masked_bias_is_built_once_per_forward(monkeypatch):
     with torch.no_grad():
         model(torch.randint(0, 64, (2, 7)))
     assert calls == [False, True, True]
+
+
+@pytest.mark.parametrize("name", RELATIVE)
+def test_sdpa_row_blocked_bias_equals_eager_past_one_block(name):
+    # T = 300 > 256 rows: the SDPA path attends in row blocks (causal_sdpa_with_bias).
+    tokens = torch.randint(0, 64, (1, 300))
+    with torch.no_grad():
+        eager = tiny_model(name, impl="eager", dtype=torch.float64)(tokens)
+        sdpa = tiny_model(name, impl="sdpa", dtype=torch.float64)(tokens)
+    torch.testing.assert_close(sdpa, eager)
