@@ -310,6 +310,47 @@ def test_fire_against_reference():
     _check_against_reference(enc, bias, ref)
 
 
+def test_fire_piecewise_linear_mlp_matches_the_mlp_everywhere():
+    # score_bias evaluates f_theta as slopes/intercepts per piece between the units' knots.
+    # Compare with the MLP written out, on a grid holding every knot exactly, points beside
+    # them, and far outside; units with w1 < 0, w1 = 0 (b1 > 0 and b1 < 0) included.
+    torch.manual_seed(1)
+    enc = build("fire", d_model=12, num_heads=3, mlp_width=7).double()
+    with torch.no_grad():
+        enc.fc1.weight[2, 0] = 0.0
+        enc.fc1.bias[2] = 0.4
+        enc.fc1.weight[3, 0] = 0.0
+        enc.fc1.bias[3] = -0.2
+        enc.fc1.weight[4, 0] = -abs(enc.fc1.weight[4, 0])
+    w1, b1 = enc.fc1.weight[:, 0], enc.fc1.bias
+    knots = torch.stack([-b1[k] / w1[k] for k in range(7) if w1[k] != 0])
+    x = torch.cat([knots, knots - 1e-3, knots + 1e-3, torch.linspace(-5, 5, 101, dtype=torch.float64)])
+    want = torch.stack(
+        [
+            torch.stack([enc.fc2.bias[h] + sum(enc.fc2.weight[h, k] * torch.relu(w1[k] * xi + b1[k]) for k in range(7))
+                         for h in range(3)])
+            for xi in x
+        ]
+    )  # (N, H)
+    sorted_knots, slopes, intercepts = enc.mlp_pieces(torch.float64)
+    piece = torch.searchsorted(sorted_knots, x)
+    got = slopes[piece] * x[:, None] + intercepts[piece]
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+
+
+def test_fire_contiguous_positions_past_the_threshold_against_reference():
+    # The model's default positions (one shared row), queries on both sides of L = 6.
+    enc = build("fire", d_model=12, num_heads=3, mlp_width=5, init_L=6.0).double()
+    pos = torch.arange(13)[None]
+    bias = enc.score_bias(pos, pos)[0]  # (H, T, T)
+    c, L = enc.c.abs(), (enc.L_multiplier * 6.0).abs()
+    for i in range(13):
+        for j in range(13):
+            x = torch.log1p(c * abs(i - j)) / (torch.log1p(c * torch.clamp(L, min=float(i))) + 1e-6)
+            want = enc.mlp(x)  # (H,): the MLP itself, on this one input
+            torch.testing.assert_close(bias[:, i, j], want, atol=1e-12, rtol=1e-12)
+
+
 def test_fire_progressive_interpolation():
     # Past the threshold, psi(i - j) / psi(i) maps each query's visible keys onto [0, 1]: the
     # first key gets 1 and the query itself 0, at any query position.
@@ -468,3 +509,13 @@ def test_masked_bias_is_built_once_per_forward(monkeypatch):
     with torch.no_grad():
         model(torch.randint(0, 64, (2, 7)))
     assert calls == [False, True, True]
+
+
+@pytest.mark.parametrize("name", RELATIVE)
+def test_sdpa_row_blocked_bias_equals_eager_past_one_block(name):
+    # T = 300 > 256 rows: the SDPA path attends in row blocks (causal_sdpa_with_bias).
+    tokens = torch.randint(0, 64, (1, 300))
+    with torch.no_grad():
+        eager = tiny_model(name, impl="eager", dtype=torch.float64)(tokens)
+        sdpa = tiny_model(name, impl="sdpa", dtype=torch.float64)(tokens)
+    torch.testing.assert_close(sdpa, eager)

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from .encoding import PositionalEncoding
 from .positions import SequenceInfo
 
-__all__ = ["Attention", "AttentionContext", "KVCache", "LayerCache", "build_mask"]
+__all__ = ["Attention", "AttentionContext", "KVCache", "LayerCache", "build_mask", "causal_sdpa_with_bias"]
 
 Impl = Literal["eager", "sdpa"]
 
@@ -54,6 +54,26 @@ def build_mask(
     if mask is not None and (k_seq.valid is not None or q_seq.segment_ids is not None):
         mask = mask | ~mask.any(-1, keepdim=True)
     return mask
+
+
+def causal_sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, masked_bias: Tensor, scale: float, rows: int = 256) -> Tensor:
+    """Causal SDPA (Tq == Tk) whose float ``attn_mask`` (B|1, H, T, T) already holds -inf above the diagonal.
+
+    SDPA cannot combine a float mask with ``is_causal`` (the math backend rejects it), so with
+    the mask alone it computes every query-key block, twice the work of causal attention. Each
+    block of ``rows`` queries attends only to the keys up to its last query instead: the keys
+    left out are all -inf for those queries, so the result is the same, and about half the
+    blocks are skipped (at T = 2048 on CPU, 1.9x causal SDPA becomes about 1.25x).
+    """
+    T = q.shape[2]
+    if T <= rows:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=masked_bias, scale=scale)
+    outs = []
+    for a in range(0, T, rows):
+        z = min(a + rows, T)
+        m = masked_bias[:, :, a:z, :z]  # (B|1, H, z - a, z): a view, no copy
+        outs.append(F.scaled_dot_product_attention(q[:, :, a:z], k[:, :, :z], v[:, :, :z], attn_mask=m, scale=scale))
+    return torch.cat(outs, dim=2)  # (B, H, T, D)
 
 
 class LayerCache:
@@ -345,7 +365,11 @@ class Attention(nn.Module):
                 out = out[0]
         elif pe is not None and pe.has_score_bias and not pe.has_score:
             # The bias alone depends on positions only: masked once per forward, shared by layers.
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.masked_bias_for(pe, q.dtype), scale=scale)
+            masked = ctx.masked_bias_for(pe, q.dtype)
+            if ctx.plain_causal:
+                out = causal_sdpa_with_bias(q, k, v, masked, scale)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=masked, scale=scale)
         else:
             out = self._sdpa(q, k, v, scale, add, ctx)
         out = out.transpose(1, 2).reshape(B, Tq, H * D)  # (B, Tq, H*D)
@@ -369,4 +393,6 @@ class Attention(nn.Module):
         if add is not None:
             add = add.to(q.dtype)
             attn_mask = add if ctx.mask is None else add.masked_fill(~ctx.mask, float("-inf"))
+            if ctx.plain_causal:
+                return causal_sdpa_with_bias(q, k, v, attn_mask, scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)

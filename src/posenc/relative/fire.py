@@ -92,11 +92,36 @@ class Fire(PositionalEncoding):
         w2, b2 = self.fc2.weight.to(x.dtype), self.fc2.bias.to(x.dtype)
         return F.linear(F.relu(F.linear(x[..., None], w1, b1)), w2, b2)
 
+    def mlp_pieces(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+        """f_theta as the piecewise-linear function it is: (knots (W,), slopes (W+1, H), intercepts (W+1, H)).
+
+        A ReLU MLP of one scalar input is linear between the points ``x = -b1_k / w1_k`` where
+        a hidden unit switches on or off. On piece s (``knots[s-1] < x <= knots[s]``, sorted),
+        ``f(x) = slopes[s] * x + intercepts[s]``, with unit k active when its knot lies below the
+        piece and ``w1_k > 0``, or above it and ``w1_k < 0``; a unit with ``w1_k = 0`` is the
+        constant relu(b1_k). At a knot the unit is 0 either way, so both pieces agree there.
+        """
+        w1, b1 = self.fc1.weight[:, 0].to(dtype), self.fc1.bias.to(dtype)  # (W,) each
+        w2, b2 = self.fc2.weight.to(dtype), self.fc2.bias.to(dtype)  # (H, W), (H,)
+        flat = w1 == 0
+        knots_unsorted = torch.where(flat, torch.inf, -b1 / torch.where(flat, 1.0, w1))  # (W,)
+        knots, order = knots_unsorted.sort()
+        rank = order.argsort()  # (W,) position of each unit's knot among the sorted knots
+        piece = torch.arange(w1.shape[0] + 1, device=w1.device)[:, None]  # (W+1, 1)
+        active = torch.where(flat, b1 > 0, torch.where(w1 > 0, rank < piece, rank >= piece))  # (W+1, W)
+        active = active.to(dtype)
+        return knots, (active * w1) @ w2.T, (active * b1) @ w2.T + b2
+
     def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         q_pos, k_pos = shared_rows(q_pos, k_pos)
         dtype = bias_dtype(*self.parameters())
         c = self.c.to(dtype).abs()
         L = (self.L_multiplier.to(dtype) * self.config.init_L).abs()
         x = fire_normalized_distance(q_pos, k_pos, c, L, self.config.eps)  # (B, Tq, Tk)
-        bias = self.mlp(x)  # (B, Tq, Tk, H)
-        return bias.permute(0, 3, 1, 2).contiguous()  # (B, H, Tq, Tk)
+        # Evaluating the MLP on every pair would build a (B, Tq, Tk, W) hidden tensor (1 GiB
+        # at T = 2048); as a piecewise-linear function it is a lookup and a multiply-add per head.
+        knots, slopes, intercepts = self.mlp_pieces(dtype)
+        piece = torch.searchsorted(knots, x)  # (B, Tq, Tk) in [0, W]
+        table = torch.cat([slopes, intercepts], dim=1).T  # (2H, W+1): one gather for both
+        a, b = table.index_select(1, piece.flatten()).view(2, -1, *piece.shape).unbind(0)  # (H, B, Tq, Tk) each
+        return torch.addcmul(b, a, x).transpose(0, 1).contiguous()  # (B, H, Tq, Tk)
