@@ -55,18 +55,23 @@ def _load_families() -> None:
 
 
 def list_encodings(family: str | None = None) -> list[str]:
-    """Names of all registered encodings (optionally of one family), in registration order."""
+    """Names of all registered encodings (optionally of one family).
+
+    Ordered by family (none, absolute, relative, rotary), then by registration order within
+    the family, so the listing does not depend on which module happened to be imported first.
+    """
     _load_families()
     if family is not None:
         check_choice("family", family, FAMILIES)
-    return [n for n, i in _REGISTRY.items() if family is None or i.family == family]
+    names = [n for n, i in _REGISTRY.items() if family is None or i.family == family]
+    return sorted(names, key=lambda n: FAMILIES.index(_REGISTRY[n].family))
 
 
 def get_info(name: str) -> EncodingInfo:
     """The :class:`EncodingInfo` of ``name``; an unknown name lists the valid ones."""
     _load_families()
     if name not in _REGISTRY:
-        raise ValueError(f"unknown encoding {name!r}; valid encodings: {', '.join(_REGISTRY)}")
+        raise ValueError(f"unknown encoding {name!r}; valid encodings: {', '.join(list_encodings())}")
     return _REGISTRY[name]
 
 
