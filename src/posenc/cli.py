@@ -68,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, PermissionError) as e:
         print(f"posenc {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and friends
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print(f"posenc {args.command}: interrupted", file=sys.stderr)
         return 130
