@@ -251,3 +251,23 @@ def test_bad_positions_are_clear_errors():
         rope_frequencies("ntk", 2, 10000.0, factor=2.0)
     with pytest.raises(TypeError, match="unexpected keyword"):
         rope_frequencies("linear", 8, 10000.0, factor=2.0, low_freq_factor=1.0)
+
+
+def test_cos_sin_memo_is_keyed_on_positions_versions_and_scaling():
+    """The per-forward memo must never serve stale tables: a new positions tensor, an in-place
+    edit of the positions, or a new scaling all recompute (checked against a fresh module)."""
+    import posenc
+
+    enc = posenc.build("rope", d_model=32, num_heads=2)
+    fresh = lambda: posenc.build("rope", d_model=32, num_heads=2)  # noqa: E731
+    q, k = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
+    pos = torch.arange(5)[None]
+    a = enc.rotate(q, k, pos, pos)
+    assert enc.rotate(q, k, pos, pos)[0] is not None
+    pos.add_(3)  # in place: the version changes
+    torch.testing.assert_close(enc.rotate(q, k, pos, pos)[0], fresh().rotate(q, k, pos, pos)[0], rtol=0, atol=0)
+    assert not torch.equal(enc.rotate(q, k, pos, pos)[0], a[0])
+    enc.set_scaling("linear", factor=2.0)
+    ref = fresh()
+    ref.set_scaling("linear", factor=2.0)
+    torch.testing.assert_close(enc.rotate(q, k, pos, pos)[0], ref.rotate(q, k, pos, pos)[0], rtol=0, atol=0)

@@ -341,7 +341,9 @@ class Attention(nn.Module):
         pe = self.pe
         q_pos, k_pos = ctx.q_seq.positions, ctx.k_seq.positions
         if pe is not None and pe.has_rotate:
-            q, k = pe.rotate(q, k, q_pos, k_pos[:, -Tk:])
+            # In self-attention the new keys sit exactly at the query positions: passing the
+            # same tensor lets an encoding compute its rotation tables once for both.
+            q, k = pe.rotate(q, k, q_pos, q_pos if context is None else k_pos[:, -Tk:])
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, Tcache + Tk, D)
         if Hkv != H:

@@ -159,6 +159,7 @@ class RotaryEmbedding(PositionalEncoding):
         self._scaling_fn = ROPE_SCALINGS[self.config.scaling]
         self.frequencies()  # fail now on a parameter that only the rotary dim can check
         self._tables.clear()
+        self._memo: tuple | None = None  # see _q_k_cos_sin
 
     def set_scaling(self, rope_type: str, **params: Any) -> None:
         """Swap the frequency scaling in place, e.g. to evaluate a model trained with plain
@@ -250,6 +251,20 @@ class RotaryEmbedding(PositionalEncoding):
 
     # ---- the hook ----------------------------------------------------------------------
     def _q_k_cos_sin(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        if torch.compiler.is_compiling():
+            return self._compute_q_k_cos_sin(q_pos, k_pos)
+        # Eager: every layer sharing this module rotates at the same position tensors in one
+        # forward (and one decoding step), so the last lookup is memoized. Keyed on the tensors
+        # themselves (held, so their ids cannot be reused) and their in-place versions; a new
+        # scaling clears it (_set_scaling_config).
+        m = self._memo
+        if m is not None and m[0] is q_pos and m[1] is k_pos and m[2] == (q_pos._version, k_pos._version):
+            return m[3]
+        out = self._compute_q_k_cos_sin(q_pos, k_pos)
+        self._memo = (q_pos, k_pos, (q_pos._version, k_pos._version), out)
+        return out
+
+    def _compute_q_k_cos_sin(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         # `is` traces under torch.compile (a data-pointer comparison does not).
         same = q_pos is k_pos or (
             not torch.compiler.is_compiling()
