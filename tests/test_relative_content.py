@@ -176,15 +176,17 @@ def test_score_matches_reference_forward_and_backward(label, setting):
             torch.testing.assert_close(a, b, **TOL)
 
 
+@pytest.mark.parametrize("form", ["score_by_angles", "score_by_table"])
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_transformer_xl_angle_form_matches_reference(setting):
-    """The compile-time form (angle-difference identities) against the loop, forward and backward."""
+def test_transformer_xl_both_forms_match_reference(setting, form):
+    """Both forms score() chooses between by cost (angle-difference identities; the projected
+    distance table) against the loop, forward and backward."""
     enc = make("transformer_xl")
     q_pos, k_pos = SETTINGS[setting]
     g = torch.Generator().manual_seed(7)
     q = torch.randn(2, 2, q_pos.shape[1], 4, generator=g, dtype=F64, requires_grad=True)
     k = torch.randn(2, 2, k_pos.shape[1], 4, generator=g, dtype=F64, requires_grad=True)
-    fast = enc.score_by_angles(q, k, q_pos, k_pos, 0.5)
+    fast = getattr(enc, form)(q, k, q_pos, k_pos, 0.5)
     slow = ref_scores(enc, None, q, k, q_pos, k_pos, 0.5)
     torch.testing.assert_close(fast, slow, **TOL)
     w = torch.randn(fast.shape, generator=g, dtype=F64)

@@ -79,9 +79,18 @@ class TransformerXLRelative(PositionalEncoding):
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
     ) -> Tensor:
         m = self.config.max_distance
-        if m is None and torch.compiler.is_compiling():
-            # Unclipped, the gather path's row range depends on the positions' values.
+        tq, tk, C = q.shape[-2], k.shape[-2], self.dims.d_model
+        # Unclipped, the angle form is exact for any positions. Use it under compile (the table
+        # path's row range depends on the positions' values) and whenever it is cheaper: its
+        # cost H·Tq·Tk·C against the table's projection (Tq+Tk)·C·H·D, e.g. in decoding
+        # (Tq = 1), where projecting a row per cached key would dominate the step.
+        if m is None and (torch.compiler.is_compiling() or tq * tk * C < (tq + tk) * C * self.dims.head_dim):
             return self.score_by_angles(q, k, q_pos, k_pos, scale)
+        return self.score_by_table(q, k, q_pos, k_pos, scale)
+
+    def score_by_table(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
+        """The term through W_R R_d for the distances that occur, skewed or gathered into pairs."""
+        m = self.config.max_distance
         lay = RelativeLayout.build(q_pos, k_pos, self._clip, None if m is None else (-m, m))
         # The scale is applied to the small factors (W rows, u), never to a (T, T) tensor.
         r = (self.relative_keys(lay.distances) * scale).to(q.dtype)  # (H, D, W)
