@@ -445,3 +445,22 @@ def test_other_bad_inputs():
         enc.score(q, q, torch.arange(3)[None], torch.arange(3)[None], 0.5)
     with pytest.raises(ValueError, match="skew needs"):
         skew(torch.randn(3, 4), 3)
+
+
+@pytest.mark.parametrize("share_att_key", [False, True])
+def test_deberta_inference_table_memo_matches_and_tracks_parameter_updates(share_att_key):
+    """Under no_grad the projected table is memoized; it must equal the autograd path and be
+    rebuilt after an in-place parameter update (an optimizer step)."""
+    model = tiny_model("deberta", n_layer=2, encoding_config={"share_att_key": share_att_key})
+    tokens = torch.randint(0, 64, (2, 9))
+    with torch.no_grad():
+        a = model(tokens)
+        a2 = model(tokens)  # served from the memo
+    torch.testing.assert_close(a, a2, rtol=0, atol=0)
+    torch.testing.assert_close(a, model(tokens).detach(), rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.1)  # in place, as an optimizer step
+        b = model(tokens)
+    torch.testing.assert_close(b, model(tokens).detach(), rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(a, b)

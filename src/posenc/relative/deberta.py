@@ -121,6 +121,7 @@ class DebertaRelative(PositionalEncoding):
         C, HD = dims.d_model, dims.num_heads * dims.head_dim
         self.rel_embeddings = nn.Parameter(torch.randn(2 * config.span, C) * config.init_std)
         self.norm = nn.LayerNorm(C) if config.layer_norm else None
+        self._inference_tables: dict = {}  # see _project
         own = not config.share_att_key
         self.pos_key_proj = nn.Linear(C, HD) if own and config.c2p else None
         self.pos_query_proj = nn.Linear(C, HD) if own and config.p2c else None
@@ -138,15 +139,31 @@ class DebertaRelative(PositionalEncoding):
 
     def _project(self, distances: Tensor, which: str, layer: nn.Module | None) -> Tensor:
         """Position keys ("k") or queries ("q") for distances (R,) -> (H, D, R)."""
-        p = self.rel_embeddings[distances + self.config.span]  # (R, C)
-        if self.norm is not None:
-            p = self.norm(p)  # row-wise: the same as normalizing the whole table, then indexing
         if self.config.share_att_key:
             proj = getattr(layer, f"{which}_proj", None)
             if proj is None:
                 raise ValueError(f"share_att_key needs the calling attention layer (with {which}_proj) as `layer`")
         else:
             proj = self.pos_key_proj if which == "k" else self.pos_query_proj
+        rows = distances + self.config.span
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return self._project_rows(self.rel_embeddings[rows], proj)
+        # Inference: the projected table depends on parameters only, and a decoding step would
+        # otherwise project it again in every layer for a single query. Memoized per projection,
+        # keyed on the parameters themselves (held) and their in-place versions.
+        params = [self.rel_embeddings, proj.weight, *(() if self.norm is None else self.norm.parameters())]
+        key = (which, id(proj.weight))
+        stamp = tuple((p.dtype, p.device, p._version) for p in params)
+        hit = self._inference_tables.get(key)
+        if hit is None or hit[0] is not proj.weight or hit[1] != stamp:
+            hit = (proj.weight, stamp, self._project_rows(self.rel_embeddings, proj))  # (H, D, 2*span)
+            self._inference_tables[key] = hit
+        return hit[2].index_select(-1, rows)  # (H, D, R)
+
+    def _project_rows(self, p: Tensor, proj: nn.Linear) -> Tensor:
+        """Table rows p (R, C) -> normalized, projected (H, D, R)."""
+        if self.norm is not None:
+            p = self.norm(p)  # row-wise: the same as normalizing the whole table, then indexing
         r = proj(p.to(proj.weight.dtype))  # (R, Hp*D)
         H, D = self.dims.num_heads, self.dims.head_dim
         r = r.view(r.shape[0], -1, D).permute(1, 2, 0)  # (Hp, D, R)
