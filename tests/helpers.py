@@ -48,3 +48,17 @@ def _perturb(model: Transformer) -> None:
 
 def all_encodings() -> list[str]:
     return posenc.list_encodings()
+
+
+def assert_embed_decodes_incrementally(enc, x: torch.Tensor, prefix: int) -> None:
+    """A stateful embed hook fed a prefix, then one token at a time through ``state``, gives
+    the output of one call over the whole sequence. x (B, T, C)."""
+    from posenc import SequenceInfo
+
+    B, T = x.shape[:2]
+    full = enc.embed(x, SequenceInfo.from_offset(B, T))
+    state: dict = {}
+    parts = [enc.embed(x[:, :prefix], SequenceInfo.from_offset(B, prefix), state)]
+    for t in range(prefix, T):
+        parts.append(enc.embed(x[:, t : t + 1], SequenceInfo.from_offset(B, 1, offset=t), state))
+    torch.testing.assert_close(torch.cat(parts, 1), full)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc import SequenceInfo, build
+from helpers import assert_embed_decodes_incrementally
 
 
 def _enc(**cfg):
@@ -76,12 +77,7 @@ def test_zero_padding_leaks_absolute_position():
 def test_state_decodes_incrementally_and_centered_refuses_a_cache():
     enc = _enc(kernel_size=4)
     x = torch.randn(2, 9, 6, dtype=torch.float64)
-    full = enc.embed(x, SequenceInfo.from_offset(2, 9))
-    state: dict = {}
-    parts = [enc.embed(x[:, :2], SequenceInfo.from_offset(2, 2), state)]
-    for t in range(2, 9):
-        parts.append(enc.embed(x[:, t : t + 1], SequenceInfo.from_offset(2, 1, offset=t), state))
-    torch.testing.assert_close(torch.cat(parts, 1), full)
+    assert_embed_decodes_incrementally(enc, x, prefix=2)
     with pytest.raises(ValueError, match="causal=True"):
         _enc(causal=False).embed(x, SequenceInfo.from_offset(2, 9), {})
 

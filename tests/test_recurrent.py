@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from posenc import SequenceInfo, build
+from helpers import assert_embed_decodes_incrementally
 
 
 def _reference_gru(enc, x_doc, h=None):
@@ -72,12 +73,7 @@ def test_padding_leaves_the_state_unchanged(side):
 def test_state_carries_the_recurrence_across_calls():
     enc = _enc()
     x = torch.randn(2, 10, 8, dtype=torch.float64)
-    full = enc.embed(x, SequenceInfo.from_offset(2, 10))
-    state: dict = {}
-    parts = [enc.embed(x[:, :4], SequenceInfo.from_offset(2, 4), state)]
-    for t in range(4, 10):
-        parts.append(enc.embed(x[:, t : t + 1], SequenceInfo.from_offset(2, 1, offset=t), state))
-    torch.testing.assert_close(torch.cat(parts, 1), full)
+    assert_embed_decodes_incrementally(enc, x, prefix=4)
 
 
 def test_agrees_with_torch_gru_on_each_document():
