@@ -1,0 +1,171 @@
+"""argparse ``type=`` functions: every CLI option is checked when it is parsed.
+
+A bad value raises :class:`argparse.ArgumentTypeError`, so argparse prints the usage and one
+line that names the option, what is allowed and what was received, then exits with code 2::
+
+    posenc speed model: error: argument --lengths: must be a positive int, got 0
+
+Example::
+
+    p.add_argument("--lengths", nargs="+", type=positive_int)
+    p.add_argument("--head-dim", type=even_positive_int)
+    p.add_argument("--device", type=device, default=default_device())
+    p.add_argument("--out", type=output_dir)
+
+Only ``device`` imports torch (lazily), so ``posenc --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+__all__ = [
+    "positive_int",
+    "nonnegative_int",
+    "even_positive_int",
+    "positive_float",
+    "nonnegative_float",
+    "device",
+    "default_device",
+    "output_dir",
+    "existing_dir",
+    "existing_path",
+]
+
+
+def _int(value: str, what: str) -> int:
+    try:
+        return int(value, 10)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}") from None
+
+
+def positive_int(value: str) -> int:
+    """An int >= 1 (lengths, batch sizes, repeats, steps)."""
+    n = _int(value, "a positive int")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {n}")
+    return n
+
+
+def nonnegative_int(value: str) -> int:
+    """An int >= 0 (counts where zero means "none")."""
+    n = _int(value, "a non-negative int")
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative int, got {n}")
+    return n
+
+
+def even_positive_int(value: str) -> int:
+    """An even int >= 2 (head dims that RoPE rotates in pairs)."""
+    n = _int(value, "an even positive int")
+    if n < 2 or n % 2:
+        raise argparse.ArgumentTypeError(f"must be an even positive int, got {n}")
+    return n
+
+
+def _float(value: str, what: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}") from None
+    if not math.isfinite(x):  # float() accepts "nan" and "inf"
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}")
+    return x
+
+
+def positive_float(value: str) -> float:
+    """A finite float > 0."""
+    x = _float(value, "a positive finite float")
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite float, got {x:g}")
+    return x
+
+
+def nonnegative_float(value: str) -> float:
+    """A finite float >= 0."""
+    x = _float(value, "a non-negative finite float")
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative finite float, got {x:g}")
+    return x
+
+
+_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def default_device() -> str:
+    """``"cuda"`` when CUDA is available, else ``"cpu"``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device(value: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``mps``, refused when this machine lacks it.
+
+    Checked here so that ``--device cuda`` on a CPU-only machine is one line at parse time, not
+    a CUDA initialisation traceback minutes into a run.
+    """
+    import torch
+
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in _DEVICE_TYPES:
+        raise argparse.ArgumentTypeError(
+            f"must be one of {', '.join(_DEVICE_TYPES)} (or cuda:N), got {value!r}"
+        )
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(f"CUDA is not available on this machine, got {value!r}; use --device cpu")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise argparse.ArgumentTypeError(
+                f"CUDA device index must be in [0, {count - 1}] on this machine, got {value!r}"
+            )
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"MPS is not available on this machine, got {value!r}; use --device cpu")
+    return str(dev)
+
+
+def output_dir(value: str) -> Path:
+    """A directory to write into: existing, or creatable (no file in its way, parent writable).
+
+    Nothing is created here; the command creates it when it starts writing.
+    """
+    if not value:
+        raise argparse.ArgumentTypeError("must be a directory path, got ''")
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"must be a directory, got {value!r}, which is an existing file")
+    # The nearest existing ancestor must be a writable directory: a file there ("out.txt/run")
+    # would make mkdir fail later with an unrelated NotADirectoryError.
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise argparse.ArgumentTypeError(f"must be a directory path, got {value!r}, but {str(probe)!r} is a file")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"must be a writable directory, got {value!r} ({str(probe)!r} is not writable)")
+    return path
+
+
+def existing_dir(value: str) -> Path:
+    """An existing directory (to read from)."""
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        state = "a file" if path.exists() else "missing"
+        raise argparse.ArgumentTypeError(f"must be an existing directory, got {value!r} ({state})")
+    return path
+
+
+def existing_path(value: str) -> Path:
+    """An existing file or directory (to read from)."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"must be an existing file or directory, got {value!r} (missing)")
+    return path
