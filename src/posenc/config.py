@@ -23,12 +23,29 @@ __all__ = [
 ]
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = None) -> None:
-    """Raise ``TypeError``/``ValueError`` unless ``value`` is an int (not bool) >= ``minimum``."""
+def check_int(
+    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+) -> None:
+    """Raise ``TypeError``/``ValueError`` unless ``value`` is an int (not bool) in
+    ``[minimum, maximum]`` (either bound may be omitted).
+
+    >>> check_int("max_len", 10**9, minimum=1, maximum=2**20)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_len must be in [1, 1048576], got 1000000000
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    too_low = minimum is not None and value < minimum
+    too_high = maximum is not None and value > maximum
+    if too_low or too_high:
+        if maximum is None:
+            allowed = f">= {minimum}"
+        elif minimum is None:
+            allowed = f"<= {maximum}"
+        else:
+            allowed = f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} must be {allowed}, got {value}")
 
 
 def _check_number(name: str, value: Any) -> float:
