@@ -83,10 +83,10 @@ def test_bf16_module_under_autocast_within_one_ulp(layout, name):
 def test_table_grows_and_never_reads_past_its_end(monkeypatch):
     rope = posenc.build("rope", d_model=32, num_heads=2)
     c1, _ = rope.cos_sin(torch.tensor([[3, 100]]))
-    (table,) = rope._tables.values()
+    (table,) = rope._cache.values()
     assert table[0].shape[0] == 128  # next power of two above 100
     c2, s2 = rope.cos_sin(torch.tensor([[3, 100, 5000]]))
-    (table,) = rope._tables.values()
+    (table,) = rope._cache.values()
     assert table[0].shape[0] == 8192
     ref_c, ref_s = angles_cos_sin(torch.tensor([[3, 100, 5000]]), rope.inv_freq)
     assert torch.equal(c2, ref_c) and torch.equal(s2, ref_s)

@@ -14,7 +14,7 @@ them once per forward in an :class:`AttentionContext` and every layer reuses the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -194,17 +194,19 @@ class KVCache:
 class AttentionContext:
     """Everything attention needs that depends on positions only, built once per forward.
 
-    ``biases`` memoizes each encoding's ``score_bias`` (keyed by the module's id), so layers
-    that share an encoding share one (B, H, Tq, Tk) bias; ``masked`` memoizes that bias with
-    the mask folded in (SDPA's float ``attn_mask``), so it is not rebuilt by every layer.
+    It lives for one forward (one decoding step) and holds, per encoding module used in that
+    forward: its ``prepare`` state (``states``), its ``score_bias`` (``biases``), and that bias
+    with the mask folded in (``masked``, SDPA's float ``attn_mask``). Layers that share an
+    encoding module share all three; nothing outlives the forward.
     """
 
     q_seq: SequenceInfo
     k_seq: SequenceInfo
     mask: Tensor | None
     plain_causal: bool  # mask is exactly causal with Tq == Tk: SDPA can use is_causal
-    biases: dict[int, Tensor] = field(default_factory=dict)
-    masked: dict[tuple[int, torch.dtype], Tensor] = field(default_factory=dict)
+    states: dict[PositionalEncoding, Any] = field(default_factory=dict)
+    biases: dict[PositionalEncoding, Tensor] = field(default_factory=dict)
+    masked: dict[tuple[PositionalEncoding, torch.dtype], Tensor] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -245,15 +247,21 @@ class AttentionContext:
         )
         return cls(q_seq, k_seq, mask, plain)
 
+    def state_for(self, pe: PositionalEncoding) -> Any:
+        """``pe.prepare(q positions, k positions)``, computed on first use in this forward."""
+        if pe not in self.states:
+            self.states[pe] = pe.prepare(self.q_seq.positions, self.k_seq.positions)
+        return self.states[pe]
+
     def bias_for(self, pe: PositionalEncoding) -> Tensor:
-        key = id(pe)
-        if key not in self.biases:
-            self.biases[key] = pe.score_bias(self.q_seq.positions, self.k_seq.positions)
-        return self.biases[key]
+        """``pe.score_bias(q positions, k positions)`` (B|1, H, Tq, Tk), once per forward."""
+        if pe not in self.biases:
+            self.biases[pe] = pe.score_bias(self.q_seq.positions, self.k_seq.positions)
+        return self.biases[pe]
 
     def masked_bias_for(self, pe: PositionalEncoding, dtype: torch.dtype) -> Tensor:
         """``bias_for(pe)`` in ``dtype`` with -inf where the mask hides a key, memoized."""
-        key = (id(pe), dtype)
+        key = (pe, dtype)
         if key not in self.masked:
             bias = self.bias_for(pe).to(dtype)
             self.masked[key] = bias if self.mask is None else bias.masked_fill(~self.mask, float("-inf"))
@@ -340,10 +348,11 @@ class Attention(nn.Module):
 
         pe = self.pe
         q_pos, k_pos = ctx.q_seq.positions, ctx.k_seq.positions
+        state = None if pe is None else ctx.state_for(pe)
         if pe is not None and pe.has_rotate:
             # In self-attention the new keys sit exactly at the query positions: passing the
-            # same tensor lets an encoding compute its rotation tables once for both.
-            q, k = pe.rotate(q, k, q_pos, q_pos if context is None else k_pos[:, -Tk:])
+            # same tensor lets an encoding use its query tables for the keys too.
+            q, k = pe.rotate(q, k, q_pos, q_pos if context is None else k_pos[:, -Tk:], state=state)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, Tcache + Tk, D)
         if Hkv != H:
@@ -355,14 +364,14 @@ class Attention(nn.Module):
         if pe is not None and pe.has_score_bias:
             add = ctx.bias_for(pe)
         if pe is not None and pe.has_score:
-            s = pe.score(q, k, q_pos, k_pos, scale, layer=self).float()
+            s = pe.score(q, k, q_pos, k_pos, scale, layer=self, state=state).float()
             add = s if add is None else add + s
 
         if self.impl == "eager" or (pe is not None and pe.has_output):
             out = self._eager(q, k, v, scale, add, ctx.mask)
             if pe is not None and pe.has_output:
                 probs = out[1]
-                out = out[0] + pe.output(probs, v, q_pos, k_pos).to(v.dtype)
+                out = out[0] + pe.output(probs, v, q_pos, k_pos, state=state).to(v.dtype)
             else:
                 out = out[0]
         elif pe is not None and pe.has_score_bias and not pe.has_score:

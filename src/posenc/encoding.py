@@ -15,6 +15,13 @@ encoding overrides and never branch on its name:
 
 ``attention_scale(head_dim)`` sets the logit scale (DeBERTa divides by sqrt(d * (1 + n))).
 
+Per-forward state: ``prepare(q_pos, k_pos)`` computes whatever depends on positions (and
+parameters) only, such as RoPE's cos/sin tables or a relative scheme's distance layout. The
+attention context calls it once per forward (once per decoding step) for each encoding module
+and passes the result to every layer's ``rotate`` / ``score`` / ``output`` as ``state``, so
+layers that share a module share the work, and no cache keyed on tensors is needed. Called
+standalone (``state=None``), a hook prepares its own state.
+
 Capabilities are read from which methods a subclass overrides (``has_embed`` and friends),
 so attention stays a short, name-free piece of code.
 """
@@ -92,6 +99,15 @@ class PositionalEncoding(nn.Module):
         return self._overrides("output")
 
     # ---- hooks ----------------------------------------------------------------------------
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> Any:
+        """Per-forward state for the hooks below, from query positions (B, Tq) and the
+        positions of all keys attended to (B, Tk), cache included. Default: no state.
+
+        In self-attention the caller passes the same tensor as ``q_pos`` for the keys that
+        are new in this forward, so ``rotate(..., k_pos=q_pos)`` can reuse the query tables.
+        """
+        return None
+
     def embed(self, x: Tensor, seq: SequenceInfo, state: dict[str, Any] | None = None) -> Tensor:
         """Return embeddings (B, T, C) with position information.
 
@@ -100,8 +116,14 @@ class PositionalEncoding(nn.Module):
         """
         return x
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        """Return rotated (q, k): q (B, H, Tq, D) at q_pos (B, Tq), k (B, Hkv, Tk, D) at k_pos."""
+    def rotate(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: Any = None
+    ) -> tuple[Tensor, Tensor]:
+        """Return rotated (q, k): q (B, H, Tq, D) at q_pos (B, Tq), k (B, Hkv, Tk, D) at k_pos.
+
+        ``k_pos`` are the positions of the keys being rotated (the new ones, not the cache);
+        ``state`` is ``prepare``'s result for this forward, or None.
+        """
         return q, k
 
     def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -109,18 +131,25 @@ class PositionalEncoding(nn.Module):
         raise NotImplementedError
 
     def score(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        scale: float,
+        layer: nn.Module | None = None,
+        state: Any = None,
     ) -> Tensor:
         """Content-dependent logit term (B, H, Tq, Tk) in logit units (already scaled).
 
         q (B, H, Tq, D); k (B, H, Tk, D), grouped-query heads already expanded. ``layer`` is
         the calling attention module (None when called standalone); an encoding that reuses
         the layer's own projections reads them there (DeBERTa's ``share_att_key`` projects
-        its position table with the layer's ``q_proj``/``k_proj``).
+        its position table with the layer's ``q_proj``/``k_proj``). ``state``: see ``prepare``.
         """
         raise NotImplementedError
 
-    def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, state: Any = None) -> Tensor:
         """Additive term on the attention output (B, H, Tq, D) from probs (B, H, Tq, Tk)."""
         raise NotImplementedError
 

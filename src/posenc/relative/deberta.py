@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -172,7 +173,8 @@ class DebertaRelative(PositionalEncoding):
         return r
 
     def score(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
+        state: Any = None,
     ) -> Tensor:
         lay = RelativeLayout.build(q_pos, k_pos, self._canon, self.bounds)
         out: Tensor | None = None

@@ -18,6 +18,7 @@ share the boundary rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -53,7 +54,8 @@ class _RelativeKeyBase(PositionalEncoding):
         return d.clamp(-k, k)
 
     def score(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
+        state: Any = None,
     ) -> Tensor:
         kmax = self.config.max_distance
         lay = RelativeLayout.build(q_pos, k_pos, self._clip, (-kmax, kmax))

@@ -16,6 +16,7 @@ queries, or a scatter-add, (B, H, Tq, 2k + 1)) and multiplies by w^V: no (T, T, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -79,7 +80,8 @@ class ShawRelative(PositionalEncoding):
         return table[self.config.clip - distances]  # (R, D)
 
     def score(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
+        state: Any = None,
     ) -> Tensor:
         if self.key_table is None:
             raise RuntimeError("shaw has no key term (use_key=False)")
@@ -87,7 +89,7 @@ class ShawRelative(PositionalEncoding):
         rows = (self._rows(self.key_table, lay.distances) * scale).to(q.dtype)  # (W, D), scaled here: no T^2 copy
         return lay.query_pairs(q, rows.T)  # (B, H, Tq, Tk)
 
-    def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, state: Any = None) -> Tensor:
         if self.value_table is None:
             raise RuntimeError("shaw has no value term (use_value=False)")
         lay = self._layout(q_pos, k_pos)

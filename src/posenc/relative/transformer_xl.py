@@ -18,6 +18,7 @@ needs no special case here. The relative shift is :func:`~posenc.relative.distan
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -76,7 +77,8 @@ class TransformerXLRelative(PositionalEncoding):
         return r.view(-1, self.dims.num_heads, self.dims.head_dim).permute(1, 2, 0)  # (H, D, R)
 
     def score(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
+        state: Any = None,
     ) -> Tensor:
         m = self.config.max_distance
         tq, tk, C = q.shape[-2], k.shape[-2], self.dims.d_model

@@ -36,7 +36,7 @@ from ..registry import register
 from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary_qk
 from .scaling import ROPE_SCALINGS, SCALING_CONFIGS, ScalingConfig, base_inv_freq, make_scaling_config
 
-__all__ = ["RotaryConfig", "RotaryEmbedding", "SCALING_PARAMS"]
+__all__ = ["RotaryConfig", "RotaryEmbedding", "RotaryState", "SCALING_PARAMS"]
 
 #: every scaling parameter a RotaryConfig may carry (each belongs to some rope types).
 SCALING_PARAMS = (
@@ -58,6 +58,16 @@ SCALING_PARAMS = (
 # computed per token instead (a 2^18 x 32 table pair is 64 MiB).
 MAX_TABLE_POSITIONS = 1 << 18
 _MAX_TABLES = 4  # cached (device, frequency set) pairs per module
+
+
+@dataclass(frozen=True)
+class RotaryState:
+    """Per-forward rotary state: cos/sin (B|1, Tq, r/2) float32 at the query positions, for
+    the frequencies of ``seq_len`` (None unless the scaling depends on the length)."""
+
+    seq_len: int | Tensor | None
+    cos: Tensor
+    sin: Tensor
 
 
 @dataclass
@@ -150,7 +160,7 @@ class RotaryEmbedding(PositionalEncoding):
             raise ValueError(f"rotary_dim must be <= head_dim ({dims.head_dim}), got {r}")
         self.rotary_dim = r
         self._base_inv_freq = base_inv_freq(r, config.base)  # (r/2,) float64, CPU: not a buffer
-        self._tables: OrderedDict[Hashable, tuple[Tensor, Tensor]] = OrderedDict()
+        self._cache: OrderedDict[Hashable, tuple[Tensor, Tensor]] = OrderedDict()
         self._set_scaling_config(config.scaling_config())
 
     # ---- frequencies -------------------------------------------------------------------
@@ -158,8 +168,7 @@ class RotaryEmbedding(PositionalEncoding):
         self._scaling_cfg = scfg
         self._scaling_fn = ROPE_SCALINGS[self.config.scaling]
         self.frequencies()  # fail now on a parameter that only the rotary dim can check
-        self._tables.clear()
-        self._memo: tuple | None = None  # see _q_k_cos_sin
+        self._cache.clear()
 
     def set_scaling(self, rope_type: str, **params: Any) -> None:
         """Swap the frequency scaling in place, e.g. to evaluate a model trained with plain
@@ -236,50 +245,46 @@ class RotaryEmbedding(PositionalEncoding):
         if hi >= MAX_TABLE_POSITIONS:
             return angles_cos_sin(positions, inv_freq, factor)
         key = self._table_key(inv_freq, factor, positions.device)
-        table = self._tables.get(key)
+        table = self._cache.get(key)
         if table is None or table[0].shape[0] <= hi:
             size = max(64, 1 << hi.bit_length())  # next power of two > hi
             pos = torch.arange(size, device=positions.device)
             table = angles_cos_sin(pos, inv_freq, factor)  # 2 x (P, r/2) float32
-            self._tables[key] = table
-            while len(self._tables) > _MAX_TABLES:
-                self._tables.popitem(last=False)
-        self._tables.move_to_end(key)
+            self._cache[key] = table
+            while len(self._cache) > _MAX_TABLES:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(key)
         # hi < P checked above. index_select: a plain row gather, cheaper than advanced indexing.
         flat = positions.reshape(-1)
         return tuple(t.index_select(0, flat).view(*positions.shape, -1) for t in table)  # 2 x (B|1, T, r/2)
 
     # ---- the hook ----------------------------------------------------------------------
-    def _q_k_cos_sin(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        if torch.compiler.is_compiling():
-            return self._compute_q_k_cos_sin(q_pos, k_pos)
-        # Eager: every layer sharing this module rotates at the same position tensors in one
-        # forward (and one decoding step), so the last lookup is memoized. Keyed on the tensors
-        # themselves (held, so their ids cannot be reused) and their in-place versions; a new
-        # scaling clears it (_set_scaling_config).
-        m = self._memo
-        if m is not None and m[0] is q_pos and m[1] is k_pos and m[2] == (q_pos._version, k_pos._version):
-            return m[3]
-        out = self._compute_q_k_cos_sin(q_pos, k_pos)
-        self._memo = (q_pos, k_pos, (q_pos._version, k_pos._version), out)
-        return out
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> RotaryState:
+        """cos/sin at the query positions, once per forward for every layer that shares this
+        module. In self-attention the new keys sit at the query positions, so ``rotate`` reuses
+        them for k; ``k_pos`` (all keys, cache included) only sets the current length of
+        length-dependent scalings, as in ``rotate``."""
+        seq_len = self.current_length(q_pos, q_pos)
+        cos, sin = self.cos_sin(q_pos, seq_len)
+        return RotaryState(seq_len, cos, sin)
 
-    def _compute_q_k_cos_sin(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        # `is` traces under torch.compile (a data-pointer comparison does not).
-        same = q_pos is k_pos or (
-            not torch.compiler.is_compiling()
-            and q_pos.shape == k_pos.shape
-            and q_pos.stride() == k_pos.stride()
-            and q_pos.data_ptr() == k_pos.data_ptr()
-        )
+    def _cos_sin_qk(self, q_pos: Tensor, k_pos: Tensor, state: RotaryState | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        if k_pos is q_pos:  # self-attention: the new keys are at the query positions
+            state = self.prepare(q_pos, k_pos) if state is None else state
+            return state.cos, state.sin, state.cos, state.sin
+        # Cross-attention, or a standalone call with other key positions: both tables here,
+        # at one length for q and k (length-dependent scalings).
         seq_len = self.current_length(q_pos, k_pos)
-        cq, sq = self.cos_sin(q_pos, seq_len)
-        ck, sk = (cq, sq) if same else self.cos_sin(k_pos, seq_len)
-        return cq, sq, ck, sk
+        return (*self.cos_sin(q_pos, seq_len), *self.cos_sin(k_pos, seq_len))
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        """Rotate q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk)."""
-        return apply_rotary_qk(q, k, *self._q_k_cos_sin(q_pos, k_pos), self.config.layout, self.config.kernel)
+    def rotate(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: RotaryState | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk).
+
+        ``state`` is :meth:`prepare`'s result for this forward (computed here when None).
+        """
+        return apply_rotary_qk(q, k, *self._cos_sin_qk(q_pos, k_pos, state), self.config.layout, self.config.kernel)
 
     def extra_repr(self) -> str:
         c = self.config

@@ -82,7 +82,10 @@ class XPos(RotaryEmbedding):
         cos, sin = ang.cos() * (scale * factor), ang.sin() * (scale * factor)
         return cos.float(), sin.float()
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> None:
+        return None  # the scale differs for q and k: computed per call
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: None = None) -> tuple[Tensor, Tensor]:
         if not torch.compiler.is_compiling():  # a host sync: eager only
             if q_pos.numel() and int(q_pos.min()) < 0 or k_pos.numel() and int(k_pos.min()) < 0:
                 raise ValueError("positions must be >= 0")
