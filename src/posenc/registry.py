@@ -6,10 +6,11 @@ parametrize over :func:`list_encodings`, so a new entry is tested automatically.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from .config import check_choice
+from .config import EncodingConfig, check_choice, check_int, field_types
 from .encoding import Dims, PositionalEncoding
 
 __all__ = ["EncodingInfo", "register", "build", "list_encodings", "get_info", "FAMILIES"]
@@ -28,6 +29,34 @@ class EncodingInfo:
     @property
     def config_cls(self) -> type:
         return self.cls.Config
+
+    @property
+    def config_keys(self) -> tuple[str, ...]:
+        """The parameters the encoding's config takes, in declaration order."""
+        return tuple(field_types(self.config_cls))
+
+    def make_config(self, config: Mapping[str, Any]) -> EncodingConfig:
+        """The encoding's typed config from a mapping of parameters.
+
+        An unknown key is a ``TypeError`` naming it, the encoding and the valid keys (the
+        dataclass constructor alone would not list them); values are type- and range-checked
+        by the config itself.
+        """
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config of encoding {self.name!r} must be a mapping of parameters, "
+                            f"got {type(config).__name__} {config!r}")
+        keys = self.config_keys
+        for k in config:
+            if not isinstance(k, str):
+                raise TypeError(f"config keys of encoding {self.name!r} must be str, got {type(k).__name__} {k!r}")
+        unknown = [k for k in config if k not in keys]
+        if unknown:
+            valid = ", ".join(keys) if keys else "none (it takes no parameters)"
+            raise TypeError(
+                f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                f"for encoding {self.name!r}; valid keys: {valid}"
+            )
+        return self.config_cls(**config)
 
 
 _REGISTRY: dict[str, EncodingInfo] = {}
@@ -70,6 +99,10 @@ def list_encodings(family: str | None = None) -> list[str]:
 def get_info(name: str) -> EncodingInfo:
     """The :class:`EncodingInfo` of ``name``; an unknown name lists the valid ones."""
     _load_families()
+    if not isinstance(name, str):
+        raise TypeError(
+            f"encoding name must be a str (one of: {', '.join(list_encodings())}), got {type(name).__name__} {name!r}"
+        )
     if name not in _REGISTRY:
         raise ValueError(f"unknown encoding {name!r}; valid encodings: {', '.join(list_encodings())}")
     return _REGISTRY[name]
@@ -86,14 +119,20 @@ def build(
     """Build encoding ``name`` for a model of width ``d_model`` and ``num_heads`` heads.
 
     ``head_dim`` defaults to ``d_model // num_heads``; remaining keyword arguments go to the
-    encoding's config dataclass, which validates them.
+    encoding's config dataclass, which checks their types and ranges. An unknown keyword is a
+    ``TypeError`` that lists the encoding's valid keys.
 
     >>> enc = build("sinusoidal", d_model=64, num_heads=4, base=10000.0)
     """
     info = get_info(name)
+    # Checked here, before any arithmetic: d_model=64.0 or num_heads="4" must not reach
+    # `d_model % num_heads` or a tensor shape.
+    check_int("d_model", d_model, minimum=1)
+    check_int("num_heads", num_heads, minimum=1)
     if head_dim is None:
-        if num_heads < 1 or d_model % num_heads:
+        if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         head_dim = d_model // num_heads
+    check_int("head_dim", head_dim, minimum=1)
     dims = Dims(d_model=d_model, num_heads=num_heads, head_dim=head_dim)
-    return info.cls(info.cls.Config(**config), dims)
+    return info.cls(info.make_config(config), dims)
