@@ -51,8 +51,8 @@ def test_micro_smoke_resume_and_overwrite(tmp_path, capsys):
     [
         (["--tasks", "multiply"], "unknown task 'multiply'; valid tasks: copy, reverse, sort, addition, parity, summation, passkey, lm"),
         (["--encodings", "nope"], "unknown encoding 'nope'; valid encodings: "),
-        (["--tasks", "lm", "--data", "/no/such/path"], "no such file or directory"),
-        (["--steps", "0"], "steps must be >= 1, got 0"),
+        (["--tasks", "lm", "--data", "/no/such/path"], "argument --data: must be an existing file or directory, got '/no/such/path'"),
+        (["--steps", "0"], "argument --steps: must be a positive int, got 0"),
     ],
 )
 def test_bad_input_is_a_clear_error(tmp_path, capsys, args, message):

@@ -62,15 +62,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run ``posenc <argv>``; returns the exit code.
+
+    Bad options exit 2 from argparse with one line naming the option; errors the library
+    raises for bad values (ValueError, TypeError) or files (OSError) are one line and exit 2;
+    Ctrl-C, at any moment, is one line ``posenc: interrupted`` and exit 130, never a traceback.
+    """
+    command = "posenc"
     try:
+        # building the parser imports every subcommand module (and torch): inside the try,
+        # so a Ctrl-C there is handled like one during the work
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # --help (0) or a bad option (2, its one line already printed)
+            return 0 if e.code is None else int(e.code)
+        command = " ".join(["posenc", args.command, *([args.target] if getattr(args, "target", None) else [])])
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, PermissionError) as e:
-        print(f"posenc {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt as e:
+        detail = str(e)  # bench's Interrupted says where its checkpoint is
+        print(f"posenc: interrupted{': ' + detail if detail else ''}", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into `head` and friends
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        print(f"posenc {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except (ValueError, TypeError, OSError) as e:
+        print(f"{command}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(e: BaseException) -> str:
+    """The exception's message on one line (an OSError without one: its strerror and file)."""
+    msg = str(e)
+    if isinstance(e, OSError) and e.strerror:
+        msg = f"{e.strerror}: {e.filename!r}" if e.filename else e.strerror
+    return " ".join(msg.split()) or type(e).__name__
+

@@ -26,11 +26,13 @@ __all__ = [
     "positive_int",
     "nonnegative_int",
     "even_positive_int",
+    "int_at_least",
     "positive_float",
     "nonnegative_float",
     "device",
     "default_device",
     "output_dir",
+    "output_file",
     "existing_dir",
     "existing_path",
 ]
@@ -65,6 +67,19 @@ def even_positive_int(value: str) -> int:
     if n < 2 or n % 2:
         raise argparse.ArgumentTypeError(f"must be an even positive int, got {n}")
     return n
+
+
+def int_at_least(minimum: int):
+    """A type function accepting ints >= ``minimum`` (e.g. lengths a task needs at least 2 of)."""
+
+    def parse(value: str) -> int:
+        n = _int(value, f"an int >= {minimum}")
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"must be an int >= {minimum}, got {n}")
+        return n
+
+    parse.__name__ = f"int_at_least_{minimum}"
+    return parse
 
 
 def _float(value: str, what: str) -> float:
@@ -151,6 +166,17 @@ def output_dir(value: str) -> Path:
         raise argparse.ArgumentTypeError(f"must be a directory path, got {value!r}, but {str(probe)!r} is a file")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"must be a writable directory, got {value!r} ({str(probe)!r} is not writable)")
+    return path
+
+
+def output_file(value: str) -> Path:
+    """A file to write: not a directory, in a directory that exists or can be created."""
+    if not value:
+        raise argparse.ArgumentTypeError("must be a file path, got ''")
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"must be a file path, got {value!r}, which is a directory")
+    output_dir(str(path.parent))  # no file in the way of its folder, folder writable
     return path
 
 

@@ -10,6 +10,7 @@ import argparse
 
 import torch
 
+from .cli_args import positive_int
 from .model import ModelConfig, Transformer
 from .registry import get_info, list_encodings
 
@@ -49,5 +50,5 @@ def _cmd(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("example", help="build a tiny model per encoding and run it")
     p.add_argument("encodings", nargs="*", help="encodings to show (default: all)")
-    p.add_argument("--length", type=int, default=16, help="sequence length of the forward pass")
+    p.add_argument("--length", type=positive_int, default=16, help="sequence length of the forward pass")
     p.set_defaults(func=_cmd)

@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ..cli_args import int_at_least, positive_int
 from ..config import check_int
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
@@ -648,6 +649,8 @@ def results_to_json(results: dict[str, dict[str, CheckResult]]) -> dict:
 # CLI
 # ---------------------------------------------------------------------------------------
 def _cmd_check(args: argparse.Namespace) -> int:
+    if args.d_model % args.heads:  # each was checked by the parser; this is the pair
+        raise ValueError(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads})")
     probe = Probe(d_model=args.d_model, num_heads=args.heads, train_len=args.train_len)
     results = run_checks(args.names, probe)
     if args.json:
@@ -667,8 +670,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("check", help="measure each encoding's claimed properties by running it")
     p.add_argument("names", nargs="*", metavar="NAME", help="encodings to check (default: all registered)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--d-model", type=int, default=64, help="probe model width C (default 64)")
-    p.add_argument("--heads", type=int, default=4, help="probe heads H (default 4)")
-    p.add_argument("--train-len", type=int, default=128, help="training length L the curves are judged against (default 128)")
+    p.add_argument("--d-model", type=int_at_least(2), default=64, help="probe model width C (default 64)")
+    p.add_argument("--heads", type=positive_int, default=4, help="probe heads H, dividing --d-model (default 4)")
+    p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L the curves are judged against (default 128)")
     p.set_defaults(func=_cmd_check)
 

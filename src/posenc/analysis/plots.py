@@ -29,6 +29,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from ..cli_args import output_dir
+
 __all__ = ["PLOTS", "PlotResult", "FIGSIZE", "DPI", "make_plot", "parse_options", "prepare_out_dir", "rope_bound", "library_function"]
 
 FIGSIZE = (10.0, 5.0)  # inches; with DPI every PNG is 1000 x 500 pixels
@@ -451,7 +453,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Kinds: all, " + ", ".join(f"{k} ({(f.__doc__ or '').split(':')[0].split('.')[0].strip()})" for k, f in PLOTS.items()),
     )
     p.add_argument("kind", metavar="KIND", help="plot kind, or 'all' (see the list above)")
-    p.add_argument("--out", required=True, help="directory for the PNG files (created if missing)")
+    p.add_argument("--out", type=output_dir, required=True, help="directory for the PNG files (created if missing)")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="override a parameter of the plot function, e.g. --set train_len=8192 --set bases=1e4,1e6 (repeatable)",

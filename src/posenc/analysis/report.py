@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..cli_args import existing_dir, int_at_least, output_dir
 from .checks import CHECKS, Probe, claims, run_checks
 from .plots import PLOTS, make_plot, prepare_out_dir
 
@@ -205,10 +206,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="write one self-contained HTML page: checks, figures, benchmark")
-    p.add_argument("--out", required=True, help="directory for report.html (and figures/)")
-    p.add_argument("--bench", default=None, help="output directory of `posenc bench` to embed (results.json, PNGs)")
+    p.add_argument("--out", type=output_dir, required=True, help="directory for report.html (and figures/)")
+    p.add_argument("--bench", type=existing_dir, default=None, help="output directory of `posenc bench` to embed (results.json, PNGs)")
     p.add_argument("--encodings", nargs="+", default=None, metavar="NAME", help="encodings to check (default: all)")
     p.add_argument("--plots", nargs="+", default=None, metavar="KIND", help="plot kinds to include (default: all)")
-    p.add_argument("--train-len", type=int, default=128, help="training length L of the checks (default 128)")
+    p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L of the checks (default 128)")
     p.set_defaults(func=_cmd_report)
 

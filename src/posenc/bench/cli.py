@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..cli_args import device, existing_path, output_dir, positive_int
 from .tasks import TASK_NAMES
 
 
@@ -25,12 +26,10 @@ def _cmd(args: argparse.Namespace) -> int:
     from .train import Interrupted
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     settings = settings_for(
         args.preset, encodings=args.encodings, tasks=args.tasks, seeds=args.seeds,
-        data=args.data, steps=args.steps, bf16=args.bf16 or None,
+        data=None if args.data is None else str(args.data), steps=args.steps, bf16=args.bf16 or None,
     )
     if args.data is not None and "lm" not in settings.tasks:
         print("posenc bench: --data is only used by the 'lm' task, which is not selected", file=sys.stderr)
@@ -61,14 +60,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="sizes and lists: micro (seconds), quick (minutes on a CPU), full (hours)")
     p.add_argument("--encodings", nargs="+", metavar="NAME", help="encodings to compare (default: the preset's)")
     p.add_argument("--tasks", nargs="+", metavar="TASK", help=f"tasks (default: the preset's); any of {', '.join(TASK_NAMES)}")
-    p.add_argument("--seeds", type=int, help="number of seeds per (task, encoding) (default: the preset's)")
-    p.add_argument("--data", metavar="PATH", help="text file or folder for the lm task (default: the Python stdlib sources)")
-    p.add_argument("--steps", type=int, help="override the preset's number of training steps")
+    p.add_argument("--seeds", type=positive_int, help="number of seeds per (task, encoding) (default: the preset's)")
+    p.add_argument("--data", type=existing_path, metavar="PATH", help="text file or folder for the lm task (default: the Python stdlib sources)")
+    p.add_argument("--steps", type=positive_int, help="override the preset's number of training steps")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training")
-    p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--threads", type=int, metavar="N",
+    p.add_argument("--device", type=device, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    p.add_argument("--threads", type=positive_int, metavar="N",
                    help="CPU threads for torch (default: torch's); 1 is fastest for these tiny models on a busy machine")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (locked while a run writes it)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="continue the earlier run in --out")
     g.add_argument("--overwrite", action="store_true", help="delete the earlier run in --out and start over")

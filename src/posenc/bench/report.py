@@ -24,7 +24,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-__all__ = ["collect", "summarise", "mean_reciprocal_rank", "format_table", "write_outputs", "load_results", "figures"]
+from .files import write_json
+
+__all__ = ["collect", "summarise", "mean_reciprocal_rank", "format_table", "write_outputs", "load_results", "read_record", "figures"]
 
 RESULTS_FORMAT = "posenc-bench-results-1"
 
@@ -138,9 +140,7 @@ def _metric_of(summary: list[dict], task: str) -> str:
 def write_outputs(results: dict, out: Path) -> list[Path]:
     """results.json, results.csv (one row per point) and plots/*.png; returns the paths."""
     out = Path(out)
-    tmp = out / ".results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(out / "results.json")
+    write_json(out / "results.json", results, indent=1)  # strict: NaN (no run beyond L) -> null
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["task", "encoding", "variant", "seed", "train_length", "length", "depth", "metric", "value"])
@@ -171,7 +171,25 @@ def load_results(path: str | Path) -> dict:
     results = json.loads(p.read_text())
     if results.get("format") != RESULTS_FORMAT:
         raise ValueError(f"{p} is not posenc bench results (format {results.get('format')!r})")
-    return results
+    return _nan_for_null(results)
+
+
+_NUMBERS = ("value", "train_loss", "in_mean", "in_std", "beyond_mean", "beyond_std")
+
+
+def _nan_for_null(obj: Any) -> Any:
+    """Undo :func:`~posenc.bench.files.finite_or_none` for the numeric fields: null -> NaN,
+    so the summaries and plots compute as they did before the file was written."""
+    if isinstance(obj, dict):
+        return {k: (math.nan if v is None and (k in _NUMBERS) else _nan_for_null(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_for_null(v) for v in obj]
+    return obj
+
+
+def read_record(path: str | Path) -> dict:
+    """One run's ``result.json``, with null metrics back as NaN."""
+    return _nan_for_null(json.loads(Path(path).read_text()))
 
 
 def _curves(results: dict, task: str, variant_filter) -> dict[str, tuple[list[int], list[float], list[float]]]:

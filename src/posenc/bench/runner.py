@@ -2,19 +2,27 @@
 
 Layout of an output directory::
 
+    OUT/.lock                                   held (flock) by the process writing OUT
     OUT/bench.json                              the settings (checked on --resume)
+    OUT/runs/TASK/ENCODING/seedK/run.json                 the settings this run was trained with
     OUT/runs/TASK/ENCODING/seedK/checkpoint.safetensors   while training
     OUT/runs/TASK/ENCODING/seedK/model.safetensors        final weights
     OUT/runs/TASK/ENCODING/seedK/result.json              its evaluation points
     OUT/results.json, OUT/results.csv, OUT/plots/*.png    the collected results
 
-A run with a ``result.json`` is done and skipped on ``--resume``; one with a checkpoint
-continues from it. Under torchrun every rank trains; rank 0 evaluates and writes.
+A run with a ``result.json`` is done and skipped on ``--resume`` (after verifying its
+``model.safetensors``); one with a checkpoint continues from it; one whose evaluation was
+interrupted is evaluated again from its final checkpoint. Every run records its own settings
+in ``run.json``, so ``--resume`` refuses a run trained with other settings even when
+``bench.json`` is gone or was replaced (the error names the settings that differ; nothing is
+deleted, ``--overwrite`` starts over). Every JSON file is strict (NaN/inf written as null).
+Under torchrun every rank trains; rank 0 evaluates and writes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import shutil
 import sys
@@ -29,11 +37,12 @@ from ..config import check_choice, check_int, check_positive
 from ..model import ModelConfig, Transformer
 from ..registry import get_info, list_encodings
 from .data import ByteCorpus, LMBatches, TaskBatches, load_corpus
+from .files import OutDirLock, write_json
 from .evaluate import SCALINGS, exact_match, has_rope_scaling, perplexity, scaled_copies
 from .tasks import TASK_NAMES, VOCAB_SIZE, PasskeyTask, get_task
-from .train import TrainConfig, distributed_info, init_distributed, save_weights, train
+from .train import TrainConfig, distributed_info, init_distributed, save_weights, train, verify_weights
 
-__all__ = ["BenchSettings", "PRESETS", "settings_for", "run_bench", "check_out_dir"]
+__all__ = ["BenchSettings", "PRESETS", "settings_for", "run_bench", "check_out_dir", "check_runs", "run_settings"]
 
 @dataclass(frozen=True)
 class BenchSettings:
@@ -168,8 +177,12 @@ def settings_for(
 _OWNED = ("bench.json", "runs", "results.json", "results.csv", "plots")
 
 
-def check_out_dir(out: Path, settings: BenchSettings, *, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix with an earlier run unless told to resume it or overwrite it."""
+def check_out_dir(out: Path, settings: BenchSettings, *, resume: bool, overwrite: bool) -> bool:
+    """Refuse to mix with an earlier run unless told to resume it or overwrite it.
+
+    Returns True when an earlier ``bench.json`` exists and matches ``settings``: only then are
+    runs without their own ``run.json`` (written before posenc recorded one) trusted.
+    """
     if resume and overwrite:
         raise ValueError("pass --resume or --overwrite, not both")
     stored = out / "bench.json"
@@ -186,12 +199,65 @@ def check_out_dir(out: Path, settings: BenchSettings, *, resume: bool, overwrite
             elif p.exists():
                 p.unlink()
     elif earlier and resume and stored.exists():
-        old = json.loads(stored.read_text())
+        try:
+            old = json.loads(stored.read_text())
+        except ValueError:
+            raise ValueError(f"--resume: {stored} is not valid JSON; use --overwrite to start over") from None
         old_cmp = {k: v for k, v in old.items() if k not in ("encodings", "tasks", "seeds")}
         new_cmp = settings.comparable()
         if old_cmp != new_cmp:
             diff = {k: (old_cmp.get(k), v) for k, v in new_cmp.items() if old_cmp.get(k) != v}
             raise ValueError(f"--resume: settings differ from the earlier run in {out} (earlier, now): {diff}")
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------- one run's settings
+
+
+def run_settings(s: BenchSettings, task: str, encoding: str, seed: int) -> dict[str, Any]:
+    """What determines one run's numbers: every comparable setting, the task, encoding and seed.
+
+    (Settings of other tasks are included too: simpler, and stricter, than deciding per task.)
+    """
+    return dict(s.comparable(), task=task, encoding=encoding, seed=seed)
+
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``settings``."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+_RUN_FILES = ("result.json", "model.safetensors", "checkpoint.safetensors")
+
+
+def check_run_dir(run_dir: Path, settings: dict[str, Any], *, trust_unrecorded: bool) -> None:
+    """Make sure ``run_dir`` holds nothing trained with other settings, then record ours.
+
+    A ``run.json`` with other settings is refused, naming them. A run with results but no
+    ``run.json`` is trusted only when the earlier ``bench.json`` matched (``trust_unrecorded``).
+    """
+    record = run_dir / "run.json"
+    if record.exists():
+        try:
+            old = json.loads(record.read_text())["settings"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"--resume: {record} is unreadable; use --overwrite to start over") from None
+        if old != settings:
+            diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+            diff.update({k: (v, None) for k, v in old.items() if k not in settings})
+            raise ValueError(
+                f"--resume: {run_dir} was trained with other settings (earlier, now): {diff}; "
+                "use the earlier settings or --overwrite"
+            )
+        return
+    found = [n for n in _RUN_FILES if (run_dir / n).exists()]
+    if found and not trust_unrecorded:
+        raise ValueError(
+            f"--resume: {run_dir} holds {', '.join(found)} but no run.json recording its settings, and "
+            "bench.json is missing, so they cannot be checked; use --overwrite to start over"
+        )
+    write_json(record, dict(settings=settings, hash=settings_hash(settings)), indent=1)
 
 
 # --------------------------------------------------------------------------- one run
@@ -285,10 +351,17 @@ def run_one(
     s: BenchSettings, task: str, encoding: str, seed: int, run_dir: Path, corpus: ByteCorpus | None,
     device: torch.device, progress: bool,
 ) -> dict | None:
-    """Train and evaluate one model; returns its record (rank 0) or None (other ranks)."""
+    """Train and evaluate one model; returns its record (rank 0) or None (other ranks).
+
+    A finished run (``result.json``) is returned as recorded (:func:`check_runs` verified its
+    ``model.safetensors`` first).
+    """
     done = run_dir / "result.json"
+    final = run_dir / "model.safetensors"
     if done.exists():
-        return json.loads(done.read_text())
+        from .report import read_record
+
+        return read_record(done)
     rank, world = distributed_info()
     model = build_model(s, encoding, task, seed).to(device)
     L = _train_length(s, task)
@@ -304,7 +377,7 @@ def run_one(
                    desc=f"{task}/{encoding}/seed{seed}")
     record = None
     if rank == 0:
-        save_weights(model, run_dir / "model.safetensors")
+        save_weights(model, final)
         points = evaluate_run(model, s, task, corpus)
         record = dict(
             task=task, encoding=encoding, seed=seed, train_length=L,
@@ -312,10 +385,8 @@ def run_one(
             train_loss=result.last_loss, train_seconds=result.seconds,
             parameters=model.num_parameters(), points=points,
         )
-        tmp = done.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(done)
-        ckpt.unlink(missing_ok=True)
+        write_json(done, record)  # NaN/inf -> null: strict JSON
+        ckpt.unlink(missing_ok=True)  # only now: the result is safe, and this checkpoint verified
     if world > 1:
         dist.barrier()
     return record
@@ -326,9 +397,10 @@ def run_bench(
     progress: bool = True, device: str | None = None,
 ) -> dict | None:
     """Run every (task, encoding, seed) of ``s`` into ``out``; returns the collected results
-    (on rank 0; None on other ranks) after writing results.json, results.csv and plots."""
-    from .report import collect, write_outputs
+    (on rank 0; None on other ranks) after writing results.json, results.csv and plots.
 
+    ``out`` is locked for the whole call (a second writer gets a ValueError naming its pid).
+    """
     out = Path(out)
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     rank, world = init_distributed(dev)
@@ -337,21 +409,51 @@ def run_bench(
     for name in ("batch_size", "lm_batch_size"):
         if getattr(s, name) % world:
             raise ValueError(f"{name} ({getattr(s, name)}) must be divisible by the number of processes ({world})")
+    lock = OutDirLock(out)
     error = None
-    if rank == 0:  # one rank checks (and, with --overwrite, deletes); all ranks learn the outcome
+    trusted = False
+    if rank == 0:  # one rank locks and checks (and, with --overwrite, deletes); all ranks learn the outcome
         try:
-            check_out_dir(out, s, resume=resume, overwrite=overwrite)
+            lock.__enter__()  # released in the finally below, or by the kernel on any exit
+            trusted = check_out_dir(out, s, resume=resume, overwrite=overwrite)
+            check_runs(out, s, trusted=trusted)  # before any training: fail fast, and on all ranks
         except ValueError as e:
             error = str(e)
     if world > 1:
         box = [error]
         dist.broadcast_object_list(box)
         error = box[0]
-    if error is not None:
-        raise ValueError(error)
+    try:
+        if error is not None:
+            raise ValueError(error)
+        return _run_locked(s, out, dev, rank, progress)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _run_dir(out: Path, task: str, encoding: str, seed: int) -> Path:
+    return out / "runs" / task / encoding / f"seed{seed}"
+
+
+def check_runs(out: Path, s: BenchSettings, *, trusted: bool) -> None:
+    """Every run directory of ``s``: settings recorded or checked (:func:`check_run_dir`), and
+    a finished run's ``model.safetensors`` verified, so ``--resume`` reuses only sound runs."""
+    for task in s.tasks:
+        for encoding in s.encodings:
+            for seed in range(s.seeds):
+                run_dir = _run_dir(out, task, encoding, seed)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                check_run_dir(run_dir, run_settings(s, task, encoding, seed), trust_unrecorded=trusted)
+                if (run_dir / "result.json").exists():
+                    verify_weights(run_dir / "model.safetensors")
+
+
+def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progress: bool) -> dict | None:
+    from .report import collect, write_outputs
+
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json").write_text(json.dumps(s.to_json(), indent=2))
+        write_json(out / "bench.json", s.to_json(), indent=2)
     corpus = load_corpus(s.data, max_bytes=s.lm_train_bytes) if "lm" in s.tasks else None
     if corpus is not None and rank == 0:
         print(f"posenc bench: corpus {corpus.describe()}", file=sys.stderr)
@@ -359,7 +461,7 @@ def run_bench(
     for task in s.tasks:
         for encoding in s.encodings:
             for seed in range(s.seeds):
-                run_dir = out / "runs" / task / encoding / f"seed{seed}"
+                run_dir = _run_dir(out, task, encoding, seed)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 records.append(run_one(s, task, encoding, seed, run_dir, corpus, dev, progress))
     if rank != 0:

@@ -5,8 +5,10 @@
   the step counter.
 * **Resumable, bitwise.** A checkpoint (safetensors, written to a temporary file and
   renamed, so a kill never leaves half a file) holds the weights, AdamW's moments and step
-  counts, the step, and the torch RNG states. Resuming from it reaches bitwise the same
-  final weights as a run that was never interrupted. Ctrl-C or SIGTERM stop the run at the
+  counts, the step, the last loss, and the torch RNG states. Resuming from it reaches bitwise
+  the same final weights as a run that was never interrupted. Checkpoints and weights carry
+  a sha256 of their tensors and are verified on load (:mod:`posenc.bench.files`): a corrupt,
+  truncated, empty or non-finite file is refused, never trained from. Ctrl-C or SIGTERM stop the run at the
   next step boundary, save, and raise :class:`Interrupted`; a second Ctrl-C aborts at once.
 * **Data parallel.** Under ``torchrun --nproc_per_node N`` each rank builds the same global
   batch, takes its rows and weights its summed token loss by ``N / global_targets``;
@@ -35,11 +37,11 @@ from typing import Callable, Iterator, Protocol
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from ..config import check_int, check_nonnegative, check_positive, check_range
 from .data import IGNORE, Batch
+from .files import load_tensors, save_tensors
 
 __all__ = [
     "TrainConfig",
@@ -50,6 +52,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "save_weights",
+    "verify_weights",
     "load_weights",
     "distributed_info",
     "init_distributed",
@@ -135,31 +138,31 @@ def init_distributed(device: torch.device) -> tuple[int, int]:
 # --------------------------------------------------------------------------- checkpoints
 
 
-def _atomic_save(tensors: dict[str, Tensor], path: Path, metadata: dict[str, str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one
-
-
 def _model_tensors(model: nn.Module) -> dict[str, Tensor]:
     # clone: tied weights share storage, which safetensors refuses to write twice
     return {k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()}
 
 
 def save_weights(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
-    """The model's weights alone, atomically, as safetensors."""
-    _atomic_save(_model_tensors(model), Path(path), metadata or {})
+    """The model's weights alone, atomically, as safetensors with a checksum."""
+    save_tensors(path, _model_tensors(model), metadata or {})
+
+
+def verify_weights(path: str | os.PathLike) -> dict[str, Tensor]:
+    """The tensors of a :func:`save_weights` file, verified (ValueError naming the file if not)."""
+    return load_tensors(path, what="weights")[0]
 
 
 def load_weights(model: nn.Module, path: str | os.PathLike) -> None:
-    model.load_state_dict(load_file(str(path)))
+    """Load verified weights into ``model``."""
+    model.load_state_dict(verify_weights(path))
 
 
 def save_checkpoint(
-    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig
+    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, cfg: TrainConfig,
+    loss: float = math.nan,
 ) -> None:
-    """Weights, optimizer state, step and RNG states in one safetensors file."""
+    """Weights, optimizer state, step, last loss and RNG states in one verified safetensors file."""
     tensors = {f"model/{k}": v for k, v in _model_tensors(model).items()}
     opt = optimizer.state_dict()
     for pid, state in opt["state"].items():
@@ -171,27 +174,27 @@ def save_checkpoint(
     meta = {
         "format": CHECKPOINT_FORMAT,
         "step": str(step),
+        "loss": repr(float(loss)),  # so a run resumed after its last step still reports it
         "param_groups": json.dumps(opt["param_groups"]),
         "train_config": json.dumps(asdict(cfg)),
     }
-    _atomic_save(tensors, Path(path), meta)
+    save_tensors(path, tensors, meta)
 
 
 def load_checkpoint(
     path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainConfig
-) -> int:
-    """Restore what :func:`save_checkpoint` wrote; returns the step to continue from."""
-    from safetensors import safe_open
+) -> tuple[int, float]:
+    """Restore what :func:`save_checkpoint` wrote; returns (step to continue from, its last loss).
 
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
+    The file is verified first (checksum, finite values); a bad one raises ValueError naming it.
+    """
+    tensors, meta = load_tensors(path, what="checkpoint")
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a posenc bench checkpoint (format {meta.get('format')!r})")
     saved_cfg = json.loads(meta["train_config"])
     if saved_cfg != asdict(cfg):
         diff = {k: (saved_cfg.get(k), v) for k, v in asdict(cfg).items() if saved_cfg.get(k) != v}
         raise ValueError(f"checkpoint {path} was made with other training settings (saved, now): {diff}")
-    tensors = load_file(str(path))
     device = next(model.parameters()).device
     model.load_state_dict({k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")})
     state: dict[int, dict[str, Tensor]] = {}
@@ -204,7 +207,7 @@ def load_checkpoint(
     torch.set_rng_state(tensors["rng/torch"])
     if "rng/cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng/cuda"])
-    return int(meta["step"])
+    return int(meta["step"]), float(meta.get("loss", "nan"))
 
 
 # --------------------------------------------------------------------------- training
@@ -272,8 +275,9 @@ def train(
     optimizer = make_optimizer(model, cfg)
     ckpt = None if checkpoint is None else Path(checkpoint)
     step = 0
+    loss_value = float("nan")
     if ckpt is not None and ckpt.exists():
-        step = load_checkpoint(ckpt, model, optimizer, cfg)
+        step, loss_value = load_checkpoint(ckpt, model, optimizer, cfg)
     ddp = world > 1
     net: nn.Module = model
     if ddp:
@@ -284,13 +288,12 @@ def train(
 
     def save() -> None:
         if ckpt is not None and rank == 0:
-            save_checkpoint(ckpt, model, optimizer, step, cfg)
+            save_checkpoint(ckpt, model, optimizer, step, cfg, loss_value)
         if ddp:
             dist.barrier()
 
     model.train()
     t0 = time.perf_counter()
-    loss_value = float("nan")
     tokens = 0  # global input tokens seen in this call, for tokens/s
     bar = tqdm(total=cfg.steps, initial=step, desc=desc, disable=not progress or rank != 0, leave=False)
     with _stop_on_signal() as stop:

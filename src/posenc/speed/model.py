@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..cli_args import default_device, output_file, positive_int
+from ..cli_args import device as device_arg
 from ..model import ModelConfig, Transformer
 from ..registry import get_info, list_encodings
 from .timing import describe_machine, peak_memory
@@ -183,28 +185,28 @@ def format_table(res: dict[str, Any]) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--encodings", nargs="*", default=None, help="encodings to time (default: all registered)")
-    p.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048], help="training sequence lengths")
-    p.add_argument("--batch", type=int, default=8, help="training batch size")
-    p.add_argument("--layers", type=int, default=6, help="number of layers")
-    p.add_argument("--width", type=int, default=512, help="model width")
-    p.add_argument("--heads", type=int, default=8, help="attention heads")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds (median reported), after one warm-up")
-    p.add_argument("--decode-contexts", nargs="*", type=int, default=[1024, 4096], help="KV-cache contexts to decode at")
-    p.add_argument("--decode-tokens", type=int, default=16, help="tokens decoded per measurement")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
+    p.add_argument("--lengths", nargs="+", type=positive_int, default=[1024, 2048], help="training sequence lengths")
+    p.add_argument("--batch", type=positive_int, default=8, help="training batch size")
+    p.add_argument("--layers", type=positive_int, default=6, help="number of layers")
+    p.add_argument("--width", type=positive_int, default=512, help="model width (divisible by --heads)")
+    p.add_argument("--heads", type=positive_int, default=8, help="attention heads")
+    p.add_argument("--rounds", type=positive_int, default=3, help="timed rounds (median reported), after one warm-up")
+    p.add_argument("--decode-contexts", nargs="*", type=positive_int, default=[1024, 4096],
+                   help="KV-cache contexts to decode at")
+    p.add_argument("--decode-tokens", type=positive_int, default=16, help="tokens decoded per measurement")
+    p.add_argument("--device", type=device_arg, default=default_device(), help="cpu, cuda or cuda:N (default: cuda if available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                    help="model dtype (default: float32 on CPU, bfloat16 on GPU)")
-    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--json", type=output_file, default=None, help="also write the results to this JSON file")
 
 
 def run(args: argparse.Namespace) -> int:
     names = args.encodings or list_encodings()
     for n in names:
         get_info(n)  # unknown names fail listing the valid ones
-    for flag in ("batch", "layers", "width", "heads", "rounds", "decode_tokens"):
-        if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device == "cuda" else "float32"))
+    if args.width % args.heads:  # the parser checked each alone; this is the pair
+        raise ValueError(f"--width ({args.width}) must be divisible by --heads ({args.heads})")
+    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
     res = run_model_speed(
         names, args.lengths, batch=args.batch, layers=args.layers, width=args.width, heads=args.heads,
         rounds=args.rounds, decode_contexts=args.decode_contexts, decode_tokens=args.decode_tokens,
@@ -213,5 +215,5 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(res))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(res, f, indent=1, default=str)
+            json.dump(res, f, indent=1, default=str, allow_nan=False)
     return 0

@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention import Attention, causal_sdpa_with_bias
+from ..cli_args import default_device, even_positive_int, int_at_least, output_file, positive_int
+from ..cli_args import device as device_arg
 from ..registry import build, list_encodings
 from .timing import describe_machine, peak_memory, time_fn
 
@@ -145,24 +147,20 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096], help="sequence lengths T")
-    p.add_argument("--batch", type=int, default=1, help="batch size B")
-    p.add_argument("--heads", type=int, default=8, help="heads H")
-    p.add_argument("--head-dim", type=int, default=64, help="head dim D")
+    p.add_argument("--lengths", type=int_at_least(2), nargs="+", default=[512, 1024, 2048, 4096],
+                   help="sequence lengths T (>= 2)")
+    p.add_argument("--batch", type=positive_int, default=1, help="batch size B")
+    p.add_argument("--heads", type=positive_int, default=8, help="heads H")
+    p.add_argument("--head-dim", type=even_positive_int, default=64, help="head dim D (even: rotary pairs)")
     p.add_argument("--dtype", choices=list(_DTYPES), default="float32", help="tensor dtype")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
-    p.add_argument("--repeat", type=int, default=5, help="timed repetitions per row (median reported)")
-    p.add_argument("--einsum-max-length", type=int, default=None,
+    p.add_argument("--device", type=device_arg, default=default_device(), help="cpu, cuda or cuda:N")
+    p.add_argument("--repeat", type=positive_int, default=5, help="timed repetitions per row (median reported)")
+    p.add_argument("--einsum-max-length", type=positive_int, default=None,
                    help="skip the (T, T, D) einsum above this T (it needs T*T*D*4 bytes)")
-    p.add_argument("--json", metavar="PATH", default=None, help="also write the results as JSON")
+    p.add_argument("--json", type=output_file, metavar="PATH", default=None, help="also write the results as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("batch", "heads", "head_dim", "repeat"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if any(t < 2 for t in args.lengths):
-        raise ValueError(f"--lengths must all be >= 2, got {args.lengths}")
     report = run_relative_speed(
         args.lengths, batch=args.batch, heads=args.heads, head_dim=args.head_dim, dtype=_DTYPES[args.dtype],
         device=args.device, repeat=args.repeat, einsum_max_length=args.einsum_max_length,
@@ -170,5 +168,5 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(report))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+            json.dump(report, f, indent=2, allow_nan=False)
     return 0

@@ -1,0 +1,142 @@
+"""The benchmark's files, written so that a fault never loses or silently corrupts a result.
+
+* **Strict JSON.** :func:`write_json` writes atomically (temporary file + rename) with
+  ``allow_nan=False``; a non-finite float (a diverged loss, an overflowing perplexity) is
+  written as ``null``, so every file parses with any strict JSON reader.
+* **Verified tensors.** :func:`save_tensors` stores a sha256 of the tensors in the safetensors
+  metadata; :func:`load_tensors` refuses a missing, empty, truncated or corrupted file, a file
+  whose checksum does not match (flipped bytes), and non-finite values, with one line naming
+  the file. A refused file is left where it is: nothing here deletes.
+* **One writer per output folder.** :class:`OutDirLock` holds an exclusive ``flock`` on
+  ``OUT/.lock`` for the whole run; the kernel drops it when the process ends, even on kill -9.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["write_json", "finite_or_none", "tensors_checksum", "save_tensors", "load_tensors", "OutDirLock"]
+
+CHECKSUM_KEY = "sha256"
+
+
+def finite_or_none(obj: Any) -> Any:
+    """``obj`` with every NaN/inf float replaced by None (recursively through dicts, lists, tuples)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_none(v) for v in obj]
+    return obj
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = None) -> None:
+    """Write ``obj`` as strict JSON (non-finite floats -> null), atomically."""
+    path = Path(path)
+    text = json.dumps(finite_or_none(obj), indent=indent, allow_nan=False)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+
+
+def tensors_checksum(tensors: dict[str, Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        # a uint8 view gives the raw bytes of any dtype (bfloat16 has no numpy equivalent)
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
+    """Write a safetensors file with a checksum in its metadata, atomically."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = dict(metadata, **{CHECKSUM_KEY: tensors_checksum(tensors)})
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    save_file(tensors, str(tmp), metadata=meta)
+    os.replace(tmp, path)
+
+
+def load_tensors(path: str | os.PathLike, what: str = "checkpoint") -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Read and verify a file :func:`save_tensors` wrote: ``(tensors, metadata)``.
+
+    Raises ValueError naming the file when it is missing, empty, unreadable (truncated), has no
+    checksum or a wrong one, or holds NaN/inf. The file is never touched.
+    """
+    from safetensors import safe_open
+
+    path = Path(path)
+    keep = "; it was left in place: delete it to retrain, or restore it"
+    if not path.is_file():
+        raise ValueError(f"{what} {path} is missing")
+    if path.stat().st_size == 0:
+        raise ValueError(f"{what} {path} is empty{keep}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = dict(f.metadata() or {})
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # safetensors raises its own SafetensorError for truncated headers/data
+        raise ValueError(f"{what} {path} is unreadable (truncated or corrupt: {' '.join(str(e).split())}){keep}") from None
+    stored = meta.pop(CHECKSUM_KEY, None)
+    if stored is None:
+        raise ValueError(f"{what} {path} has no checksum (written by an older posenc){keep}")
+    if tensors_checksum(tensors) != stored:
+        raise ValueError(f"{what} {path} is corrupt: its sha256 does not match the one saved with it{keep}")
+    bad = [k for k, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ValueError(f"{what} {path} holds NaN or inf in {', '.join(sorted(bad)[:3])}{keep}")
+    return tensors, meta
+
+
+class OutDirLock:
+    """Exclusive, non-blocking lock on ``out/.lock`` for the life of a ``with`` block.
+
+    A second process gets a ValueError naming ``--out`` and the pid that holds it. ``flock``
+    belongs to the open file, so the kernel releases it when the holder exits for any reason.
+    The lock file itself is left in place (deleting it would let two processes lock two
+    different files of the same name). Without ``fcntl`` (Windows) there is no lock.
+    """
+
+    def __init__(self, out: str | os.PathLike):
+        self.out = Path(out)
+        self._fd: int | None = None
+
+    def __enter__(self) -> "OutDirLock":
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            return self
+        self.out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ValueError(
+                f"--out {self.out} is in use by another posenc bench (pid {holder}); "
+                "wait for it to finish or choose another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
