@@ -25,9 +25,17 @@ Kernels (``kernel=``):
   a second loop). Static shapes first; a second shape recompiles once with dynamic lengths.
   If compilation fails (no C++ compiler, no Triton, ...) the eager kernel is used from then
   on, with a warning.
-* ``"auto"`` (default): ``"compiled"`` for tensors of at least ``AUTO_COMPILE_MIN_NUMEL``
-  elements (q and k together), ``"eager"`` below, where the call overhead of a compiled
-  function (~0.1 ms) outweighs the fusion; setting it to None disables compilation.
+* ``"triton"``: the fused Triton kernel of :mod:`posenc.rotary.triton_rope` (q and k in one
+  launch, backward by -theta). Needs the optional ``triton`` package and CUDA tensors (on CPU
+  only under ``TRITON_INTERPRET=1``, Triton's interpreter, for tests); float32/16, bfloat16.
+* ``"auto"`` (default): ``"triton"`` for CUDA tensors when triton is installed and the input
+  suits it (float32/float16/bfloat16, cos/sin without gradient); otherwise ``"compiled"`` for
+  tensors of at least ``AUTO_COMPILE_MIN_NUMEL`` elements (q and k together), ``"eager"``
+  below, where the call overhead of a compiled function (~0.1 ms) outweighs the fusion;
+  setting it to None disables compilation. On CPU ``"auto"`` never picks Triton.
+
+``inplace=True`` (inference only: no gradient may flow) writes the rotation into q and k and
+returns them; the Triton kernel does so without a temporary, the others rotate then copy back.
 
 Inside an outer ``torch.compile`` every kernel is the plain functional form, which the
 outer graph fuses with its neighbours.
@@ -35,6 +43,8 @@ outer graph fuses with its neighbours.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import warnings
 from typing import Callable
 
@@ -43,10 +53,12 @@ from torch import Tensor
 
 from ..config import check_choice, check_int
 
-__all__ = ["LAYOUTS", "KERNELS", "apply_rotary", "apply_rotary_qk", "angles_cos_sin", "convert_qk_layout"]
+__all__ = [
+    "LAYOUTS", "KERNELS", "apply_rotary", "apply_rotary_qk", "angles_cos_sin", "convert_qk_layout", "triton_available",
+]
 
 LAYOUTS = ("half", "interleaved")
-KERNELS = ("auto", "eager", "compiled")
+KERNELS = ("auto", "eager", "compiled", "triton")
 
 #: "auto" compiles when q and k hold at least this many elements (None: never compile).
 AUTO_COMPILE_MIN_NUMEL: int | None = 1 << 18
@@ -200,6 +212,43 @@ def _run_compiled(kernel: str, layout: str, qk: bool, numel: int, args: tuple[Te
         return None
 
 
+def triton_available() -> bool:
+    """Whether the optional ``triton`` package is installed (it is not imported here)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def _use_triton(kernel: str, tensors: tuple[Tensor, ...], tables: tuple[Tensor, ...]) -> bool:
+    """``kernel="triton"``: yes, or a ValueError saying why it cannot run here.
+    ``"auto"``: yes for CUDA inputs the kernel handles when triton is installed."""
+    if kernel == "triton":
+        if not triton_available():
+            raise ValueError("kernel='triton' needs the triton package (pip install triton); "
+                             "use kernel='auto', 'eager' or 'compiled'")
+        dev = tensors[0].device
+        if dev.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
+            raise ValueError(f"kernel='triton' needs CUDA tensors, got tensors on {dev}; "
+                             "use kernel='auto', 'eager' or 'compiled' on CPU (or TRITON_INTERPRET=1 in tests)")
+        return True
+    if kernel != "auto" or not tensors[0].is_cuda or not triton_available():
+        return False
+    from .triton_rope import SUPPORTED_DTYPES
+
+    return (
+        all(t.dtype in SUPPORTED_DTYPES and t.dtype == tensors[0].dtype for t in tensors)
+        and not any(t.requires_grad for t in tables)
+    )
+
+
+def _check_inplace(inplace: bool, *xs: Tensor) -> None:
+    if not isinstance(inplace, bool):
+        raise TypeError(f"inplace must be a bool, got {inplace!r}")
+    if inplace and torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+        raise ValueError(
+            "inplace=True is for inference: q and k must not require grad "
+            "(use torch.no_grad() or torch.inference_mode(), or inplace=False)"
+        )
+
+
 def apply_rotary_qk(
     q: Tensor,
     k: Tensor,
@@ -209,34 +258,63 @@ def apply_rotary_qk(
     sin_k: Tensor,
     layout: str = "half",
     kernel: str = "auto",
+    inplace: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Rotate q (B, H, Tq, D) by cos_q/sin_q (B|1, Tq, r/2) and k (B, Hkv, Tk, D) by cos_k/sin_k.
 
     The same as two :func:`apply_rotary` calls, but the compiled kernel handles both tensors
-    in one call (one guard check). Returns new tensors of q's and k's dtypes.
+    in one call (one guard check) and the Triton kernel in one launch. Returns new tensors of
+    q's and k's dtypes, or q and k themselves, rotated, with ``inplace=True`` (inference only).
     """
+    check_choice("kernel", kernel, KERNELS)
+    check_choice("layout", layout, LAYOUTS)
     _check_fits(q, cos_q, sin_q, "q")
     _check_fits(k, cos_k, sin_k, "k")
+    _check_inplace(inplace, q, k)
     if torch.compiler.is_compiling():
         # The plain functional form: an outer torch.compile fuses it with its neighbours.
-        return _FUNCTIONAL_QK[layout](q, k, cos_q, sin_q, cos_k, sin_k)
-    out = _run_compiled(kernel, layout, True, q.numel() + k.numel(), (q, k, cos_q, sin_q, cos_k, sin_k))
-    if out is not None:
-        return out
-    return _EAGER[layout](q, cos_q, sin_q), _EAGER[layout](k, cos_k, sin_k)
+        out = _FUNCTIONAL_QK[layout](q, k, cos_q, sin_q, cos_k, sin_k)
+    elif _use_triton(kernel, (q, k), (cos_q, sin_q, cos_k, sin_k)):
+        from .triton_rope import rotary_qk
+
+        return rotary_qk(q, k, cos_q, sin_q, cos_k, sin_k, layout, inplace=inplace)
+    else:
+        out = _run_compiled(kernel, layout, True, q.numel() + k.numel(), (q, k, cos_q, sin_q, cos_k, sin_k))
+        if out is None:
+            out = _EAGER[layout](q, cos_q, sin_q), _EAGER[layout](k, cos_k, sin_k)
+    if inplace:
+        q.copy_(out[0]), k.copy_(out[1])
+        return q, k
+    return out
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", kernel: str = "auto") -> Tensor:
+def apply_rotary(
+    x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half", kernel: str = "auto", inplace: bool = False
+) -> Tensor:
     """Rotate the first r = 2 * cos.shape[-1] channels of ``x`` (B, H, T, D) in ``layout``.
 
     ``cos``/``sin``: (B or 1, T, r/2), as made by :func:`angles_cos_sin`. Returns a new tensor
-    of x's dtype; channels r.. are copied unchanged.
+    of x's dtype (channels r.. copied unchanged), or x itself, rotated, with ``inplace=True``.
     """
+    check_choice("kernel", kernel, KERNELS)
+    check_choice("layout", layout, LAYOUTS)
     _check_fits(x, cos, sin, "x")
+    _check_inplace(inplace, x)
     if torch.compiler.is_compiling():
-        return _FUNCTIONAL[layout](x, cos, sin)
-    out = _run_compiled(kernel, layout, False, x.numel(), (x, cos, sin))
-    return _EAGER[layout](x, cos, sin) if out is None else out
+        out = _FUNCTIONAL[layout](x, cos, sin)
+    elif _use_triton(kernel, (x,), (cos, sin)):
+        from .triton_rope import rotary_qk
+
+        # k empty (B, 0, 0, D): the kernel launches programs for x only.
+        k = x.new_empty(x.shape[0], 0, 0, x.shape[-1])
+        c0 = cos.new_empty(1, 0, cos.shape[-1])
+        return rotary_qk(x, k, cos, sin, c0, c0, layout, inplace=inplace)[0]
+    else:
+        out = _run_compiled(kernel, layout, False, x.numel(), (x, cos, sin))
+        out = _EAGER[layout](x, cos, sin) if out is None else out
+    if inplace:
+        return x.copy_(out)
+    return out
 
 
 def _layout_permutation(head_dim: int, rotary_dim: int, to: str) -> Tensor:
