@@ -189,7 +189,11 @@ def _describe(tp: Any) -> str:
             return f"a tuple (or list) whose items are each {_describe(item)}"
         return f"a tuple (or list) of {len(args)} items ({', '.join(_describe(a) for a in args)})"
     if origin is dict:
+        if args[1] is Any:
+            return f"a dict with {args[0].__name__ if isinstance(args[0], type) else args[0]} keys"
         return f"a dict ({_describe(args[0])} -> {_describe(args[1])})"
+    if tp is Any:
+        return "any value"
     name = getattr(tp, "__name__", repr(tp))
     return ("an " if name[:1].lower() in "aeiou" else "a ") + name
 
