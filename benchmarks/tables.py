@@ -1,0 +1,527 @@
+"""Every measured number in README.md and docs/*.md, rendered from a committed results file.
+
+A table in a Markdown page sits between two markers::
+
+    <!-- table: rope_cpu -->
+    ... generated: do not edit by hand ...
+    <!-- /table -->
+
+and is rewritten from ``benchmarks/results/<file>`` by the renderer of that name (``TABLES``),
+with the machine and the command that wrote the file printed under it. Each results file has
+one command that regenerates it (``RESULTS``).
+
+    python benchmarks/tables.py                  # re-render every table from the committed files
+    python benchmarks/tables.py --check          # exit 1 if a committed table differs from its file
+    python benchmarks/tables.py --rerun          # re-run every measurement, then re-render
+    python benchmarks/tables.py --rerun rope_cpu check_cpu   # only these results files
+    python benchmarks/tables.py --list           # results files and their commands
+
+``--rerun`` runs each command in its own process (``python -m posenc ...``: a fresh torch, no
+thread settings carried from one command to the next), records the machine, the command and
+the wall time in the results file, and re-renders. Measure on a quiet machine: the ratios are
+side by side within one run, but a loaded machine still moves them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+# The pages whose tables are generated; a marker anywhere else is not looked at.
+PAGES = ("README.md", "benchmarks/results/README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))))
+
+MARKER = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+# ---------------------------------------------------------------------------------------
+# Results files and the commands that write them
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Result:
+    """A committed results file and the ``posenc`` command that regenerates it.
+
+    ``stdout`` says where the command's standard output goes: ``"json"`` (the command prints
+    the JSON document, written to ``file``), ``"txt"`` (a console table kept beside the JSON
+    the command writes itself) or ``None``. ``copy`` lists (produced path, committed path)
+    pairs copied after the run (the benchmark writes to an output folder).
+    """
+
+    file: str
+    argv: tuple[str, ...]
+    stdout: str | None = None
+    copy: tuple[tuple[str, str], ...] = ()
+    threads: int | None = None  # the command's --threads, for the recorded machine line
+    rerun: bool = True  # False: a historical file that --rerun leaves alone
+    note: str = ""
+
+    @property
+    def path(self) -> Path:
+        return RESULTS_DIR / self.file
+
+    @property
+    def command(self) -> str:
+        """The command as a reader types it (redirecting stdout where the JSON is printed)."""
+        cmd = "posenc " + shlex.join(self.argv)
+        if self.stdout == "json":
+            cmd += f" > benchmarks/results/{self.file}"
+        return cmd
+
+
+_MODEL_FLAGS = ("--lengths", "1024", "--batch", "2", "--layers", "6", "--width", "512", "--heads", "8",
+                "--rounds", "2", "--decode-contexts", "1024", "4096", "--decode-tokens", "8")
+
+RESULTS: dict[str, Result] = {
+    "rope_cpu": Result(
+        "rope_cpu.json", ("speed", "rope", "--lengths", "512", "2048", "8192", "--repeat", "7", "--json"),
+        stdout="json",
+    ),
+    "relative_cpu": Result(
+        "relative_cpu.json",
+        ("speed", "relative", "--lengths", "512", "1024", "2048", "4096", "--repeat", "3",
+         "--json", "benchmarks/results/relative_cpu.json"),
+        stdout="txt",
+    ),
+    "relative_cpu_8192": Result(
+        "relative_cpu_8192.json",
+        ("speed", "relative", "--lengths", "8192", "--einsum-max-length", "4096", "--repeat", "1",
+         "--json", "benchmarks/results/relative_cpu_8192.json"),
+        stdout="txt",
+    ),
+    "model_cpu": Result(
+        "model_cpu.json", ("speed", "model", *_MODEL_FLAGS, "--json", "benchmarks/results/model_cpu.json"),
+        stdout="txt",
+    ),
+    "model_cpu_decode_fixes": Result(
+        "model_cpu_decode_fixes.json",
+        ("speed", "model", "--encodings", "rope", "xpos", "transformer_xl", "deberta", *_MODEL_FLAGS,
+         "--json", "benchmarks/results/model_cpu_decode_fixes.json"),
+        stdout="txt", rerun=False,
+        note="taken after the decoding fixes, before model_cpu was re-run; --rerun of model_cpu supersedes it",
+    ),
+    "bench_quick": Result(
+        "bench_quick.json",
+        ("bench", "--preset", "quick", "--threads", "1", "--out", "out/bench_results", "--overwrite", "--no-progress"),
+        copy=(("out/bench_results/results.json", "benchmarks/results/bench_quick.json"),
+              ("out/bench_results/results.csv", "benchmarks/results/bench_quick.csv"),
+              *((f"out/bench_results/plots/task_{t}.png", f"docs/img/task_{t}.png") for t in ("copy", "passkey", "lm"))),
+        threads=1,
+    ),
+    "check_cpu": Result("check_cpu.json", ("check", "--json"), stdout="json"),
+}
+
+
+def load(name: str) -> dict:
+    """The committed results file of ``name`` (a KeyError lists the known names).
+
+    Benchmark results go through ``posenc.bench.load_results``, which checks their format and
+    reads a missing metric (null) as NaN, as the benchmark's own tables do.
+    """
+    if name not in RESULTS:
+        raise KeyError(f"unknown results {name!r}; known: {', '.join(RESULTS)}")
+    if RESULTS[name].argv[0] == "bench":
+        from posenc.bench.report import load_results
+
+        return load_results(RESULTS[name].path)
+    return json.loads(RESULTS[name].path.read_text())
+
+
+def _machine_of(name: str, data: dict) -> str:
+    machine = data.get("machine")
+    if not machine:
+        raise ValueError(f"{RESULTS[name].file} records no machine; re-run it with --rerun {name}")
+    return machine
+
+
+# ---------------------------------------------------------------------------------------
+# Formatting helpers
+# ---------------------------------------------------------------------------------------
+def ratio(x: float) -> str:
+    """A ratio with three significant digits: 0.89x, 2.19x, 17.2x, 100x."""
+    if x >= 99.95:
+        return f"{x:.0f}x"
+    return f"{x:.1f}x" if x >= 9.995 else f"{x:.2f}x"
+
+
+def duration(seconds: float) -> str:
+    """``6 min 20 s`` (whole seconds; under a minute ``35 s``)."""
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; ``|`` inside a cell is escaped."""
+    esc = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def caption(name: str, page: str, data: dict, extra: str = "") -> str:
+    """The line under a table: machine, the command that wrote the file, the file, any note.
+
+    The command is the one the file records (what produced these numbers), else the one in
+    ``RESULTS``; files written by ``--rerun`` record it.
+    """
+    res = RESULTS[name]
+    link = os.path.relpath(res.path, (ROOT / page).parent)
+    text = f"Machine: {_machine_of(name, data)}. Command: `{data.get('command', res.command)}`"
+    text += f"; results: [{res.file}]({link})"
+    for part in (extra, data.get("note", "")):
+        if part:
+            text += f". {part[0].upper()}{part[1:]}"
+    return text + "."
+
+
+# ---------------------------------------------------------------------------------------
+# Renderers: (page) -> Markdown between the markers
+# ---------------------------------------------------------------------------------------
+_VARIANT = {"linear": "linear (PI)", "ntk": "NTK-aware", "dynamic": "dynamic NTK", "yarn": "YaRN"}
+
+
+def _bench_cell(mean: float, std: float, metric: str, seeds: int) -> str:
+    if math.isnan(mean):
+        return "–"
+    scale, fmt = (1.0, "{:.2f}") if metric == "ppl" else (100.0, "{:.1f}")
+    return fmt.format(scale * mean) + (" ± " + fmt.format(scale * std) if seeds > 1 else "")
+
+
+def _bench_setup(data: dict) -> str:
+    s = data["settings"]
+    lengths = {r["task"]: r["train_length"] for r in data["runs"]}
+    unit = {"lm": " bytes", "passkey": " tokens"}
+    ls = ", ".join(f"{t} {L}{unit.get(t, '')}" for t, L in lengths.items())
+    train = sum(r["train_seconds"] for r in data["runs"])
+    text = (f"{s['seeds']} seed{'s' if s['seeds'] > 1 else ''}; d_model {s['d_model']}, {s['n_layer']} layers, "
+            f"{s['steps']} steps; training length L: {ls}; {len(data['runs'])} runs, "
+            f"{duration(train)} of training in all")
+    if "wall_s" in data:
+        text += f", {duration(data['wall_s'])} wall for the whole command"
+    return text
+
+
+def render_bench_quick(page: str) -> str:
+    """README: the quick benchmark, one row per encoding (and RoPE scaling), ≤L | >L per task."""
+    data = load("bench_quick")
+    summary = data["summary"]
+    assert summary, "bench_quick.json has no summary rows"
+    tasks = list(dict.fromkeys(r["task"] for r in summary))
+    metric = {r["task"]: r["metric"] for r in summary}
+    longest = max(data["settings"]["lm_eval_factors"])
+    header = ["encoding"]
+    for t in tasks:
+        header.append(f"{t} ppl at L | {longest}L" if metric[t] == "ppl" else f"{t} acc % ≤L | >L")
+        if metric[t] == "ppl":
+            header.append(f"{t} ppl {longest}L / L")
+    header.append("MRR")
+    idx = {(r["task"], r["encoding"], r["variant"]): r for r in summary}
+    rows = []
+    for enc, var in dict.fromkeys((r["encoding"], r["variant"]) for r in summary):
+        label = ("none (NoPE)" if enc == "none" else enc) if var == "base" else f"{enc} + {_VARIANT.get(var, var)}"
+        row = [label]
+        for t in tasks:
+            r = idx.get((t, enc, var))
+            if r is None:
+                row += [""] * (2 if metric[t] == "ppl" else 1)
+                continue
+            row.append(_bench_cell(r["in_mean"], r["in_std"], r["metric"], r["seeds"]) + " | "
+                       + _bench_cell(r["beyond_mean"], r["beyond_std"], r["metric"], r["seeds"]))
+            if metric[t] == "ppl":  # a scaling is applied beyond L only: its L is the base model's
+                at_L = r["in_mean"] if not math.isnan(r["in_mean"]) else idx[(t, enc, "base")]["in_mean"]
+                row.append("–" if math.isnan(at_L) else ratio(r["beyond_mean"] / at_L))
+        row.append(f"{data['mrr'][enc]:.2f}" if var == "base" and enc in data["mrr"] else "")
+        rows.append(row)
+    return md_table(header, rows) + "\n\n" + caption("bench_quick", page, data, _bench_setup(data))
+
+
+def render_bench_quick_text(page: str) -> str:
+    """docs/bench.md: the table exactly as ``posenc bench`` prints it."""
+    from posenc.bench.report import format_table
+
+    data = load("bench_quick")
+    return ("```\n" + format_table(data) + "\n```\n\n"
+            + caption("bench_quick", page, data, _bench_setup(data)))
+
+
+def _rope_blocks(data: dict) -> dict[tuple[str, int], dict[str, dict]]:
+    blocks: dict[tuple[str, int], dict[str, dict]] = {}
+    for r in data["rows"]:
+        blocks.setdefault((r["dtype"], r["T"]), {})[r["impl"]] = r
+    assert blocks, "rope_cpu.json has no rows"
+    return blocks
+
+
+def _rope_table(page: str, impls: dict[str, str]) -> str:
+    data = load("rope_cpu")
+    rows = []
+    for (dtype, T), b in _rope_blocks(data).items():
+        rows.append([dtype, str(T), f"{b['copy']['ms']:.3f}"]
+                    + [ratio(b[i]["x_copy"]) if i in b else "–" for i in impls])
+    shape = f"B={data['B']}, H={data['H']}, D={data['D']}"
+    return (md_table(["dtype", "T", "copy ms", *impls.values()], rows) + "\n\n"
+            + caption("rope_cpu", page, data, f"Rotate q and k ({shape}); time as a multiple of the copy"))
+
+
+def render_rope_cpu(page: str) -> str:
+    """README: posenc's default kernel against the two peers, as a multiple of the copy."""
+    return _rope_table(page, {"posenc": "posenc", "hf": "transformers `apply_rotary_pos_emb`",
+                              "ret": "rotary-embedding-torch"})
+
+
+def render_rope_cpu_kernels(page: str) -> str:
+    """docs/rotary.md: every posenc kernel and layout beside the peers."""
+    return _rope_table(page, {"posenc": "posenc (auto)", "posenc-interleaved": "posenc-interleaved",
+                              "posenc-eager": "posenc-eager", "posenc-eager-interleaved": "posenc-eager-interleaved",
+                              "hf": "hf", "ret": "ret"})
+
+
+def _relative_at(data: dict, T: int) -> dict[str, dict]:
+    for res in data["results"]:
+        if res["length"] == T:
+            return res["rows"]
+    raise ValueError(f"relative results have no T={T}; lengths: {[r['length'] for r in data['results']]}")
+
+
+RELATIVE_T = 2048  # the length the README quotes; the file holds every length
+
+
+def render_relative_scores(page: str) -> str:
+    """Score terms at T=2048 against plain q·k^T and HF's (T, T, D) einsum."""
+    data = load("relative_cpu")
+    rows = _relative_at(data, RELATIVE_T)
+    base, ein = rows["plain q·k^T"], rows["einsum (T,T,D) rkq"]
+    out = [[label.removeprefix("score "), ratio(r["time_ms"] / base["time_ms"]), ratio(ein["time_ms"] / r["time_ms"]),
+            ratio(ein["peak_mib"] / r["peak_mib"])] for label, r in rows.items() if label.startswith("score ")]
+    assert out, "relative_cpu.json has no score rows"
+    setup = (f"T = {RELATIVE_T}, batch {data['batch']}, {data['heads']} heads, head dim {data['head_dim']}, "
+             f"{data['dtype']}; plain q·k^T {base['time_ms']:.1f} ms")
+    return (md_table(["score term", "time vs q·k^T", "faster than the einsum", "less peak memory than the einsum"], out)
+            + "\n\n" + caption("relative_cpu", page, data, setup))
+
+
+def render_relative_bias(page: str) -> str:
+    """Content-independent biases at T=2048: per layer and per forward, against causal SDPA."""
+    data = load("relative_cpu")
+    rows = _relative_at(data, RELATIVE_T)
+    sdpa = rows["sdpa causal"]
+    names = [label.removeprefix("bias ").removesuffix(" (per forward)") for label in rows
+             if label.startswith("bias ")]
+    assert names, "relative_cpu.json has no bias rows"
+    out = [[n, ratio(rows[f"sdpa + bias {n} (per layer)"]["time_ms"] / sdpa["time_ms"]),
+            ratio(rows[f"bias {n} (per forward)"]["time_ms"] / sdpa["time_ms"])] for n in names]
+    return (md_table(["bias", "causal SDPA with the bias, per layer", "building the masked bias, per forward"], out)
+            + "\n\n" + caption("relative_cpu", page, data,
+                               f"T = {RELATIVE_T}; as a multiple of plain causal SDPA ({sdpa['time_ms']:.1f} ms)"))
+
+
+def render_relative_8192(page: str) -> str:
+    """Score terms at T=8192: time and peak memory (the einsum is not run at this length)."""
+    data = load("relative_cpu_8192")
+    (res,) = data["results"]
+    rows = res["rows"]
+    base = rows["plain q·k^T"]
+    out = [[label.removeprefix("score "), ratio(r["time_ms"] / base["time_ms"]), f"{r['peak_mib'] / 1024:.2f}"]
+           for label, r in rows.items() if label.startswith("score ")]
+    assert out, "relative_cpu_8192.json has no score rows"
+    return (md_table(["score term", "time vs q·k^T", "peak GiB"], out) + "\n\n"
+            + caption("relative_cpu_8192", page, data,
+                      f"T = {res['length']}; plain q·k^T {base['peak_mib'] / 1024:.2f} GiB"))
+
+
+def _model_rows(data: dict) -> tuple[list[list[str]], list[str]]:
+    train, decode, mem = data["train"], data["decode"], data["memory"]
+    assert train, "model results have no rows"
+    (T,) = train["none"]  # one training length in the quoted command
+    contexts = list(decode["none"])
+    rows = []
+    for name in train:
+        if name == "none":
+            continue
+        label, goal = data["goal"][name]
+        r = [train[name][T] / train["none"][T]] + [decode["none"][c] / decode[name][c] for c in contexts]
+        (Tm, m), = mem[name].items()
+        rows.append([name, ratio(goal), *map(ratio, r), ratio(m / mem["none"][Tm]),
+                     "yes" if all(x <= goal for x in r) else "no"])
+    header = ["encoding", "goal", f"train step T={T}", *(f"decode at {c}" for c in contexts),
+              "peak memory (train)", "within goal"]
+    base = (f"ratios to NoPE: {train['none'][T]:.2f} s per training step, "
+            + ", ".join(f"{decode['none'][c]:.1f} tokens/s decoding at {c}" for c in contexts))
+    return [header, *rows], base
+
+
+def render_model_cpu(page: str) -> str:
+    """Whole-model training step and decoding, every encoding as a ratio to NoPE."""
+    data = load("model_cpu")
+    (header, *rows), base = _model_rows(data)
+    return md_table(header, rows) + "\n\n" + caption("model_cpu", page, data, base)
+
+
+def render_model_cpu_decode_fixes(page: str) -> str:
+    """The encodings re-measured after the decoding fixes, beside NoPE."""
+    data = load("model_cpu_decode_fixes")
+    (header, *rows), base = _model_rows(data)
+    return md_table(header, rows) + "\n\n" + caption("model_cpu_decode_fixes", page, data, base)
+
+
+def render_check_cpu(page: str) -> str:
+    """docs/analysis.md: the ``posenc check`` table, as the command prints it."""
+    from posenc.analysis.checks import CheckResult, format_table
+
+    data = load("check_cpu")
+    results = {n: {k: CheckResult(**r) for k, r in rs.items()} for n, rs in data["results"].items()}
+    assert results, "check_cpu.json has no encodings"
+    extra = f"{duration(data['wall_s'])} wall" if "wall_s" in data else ""
+    return "```\n" + format_table(results) + "\n```\n\n" + caption("check_cpu", page, data, extra)
+
+
+def render_results_files(page: str) -> str:
+    """benchmarks/results/README.md: every results file, the command that writes it, its machine."""
+    rows = []
+    for name, res in RESULTS.items():
+        data = load(name)
+        files = [res.file] + [Path(dst).name for _, dst in res.copy if dst.startswith("benchmarks/results/")]
+        files += [res.path.with_suffix(".txt").name] if res.path.with_suffix(".txt").exists() else []
+        files = ", ".join(f"`{f}`" for f in dict.fromkeys(files))
+        rerun = f"`--rerun {name}`" if res.rerun else "(not re-run)"
+        rows.append([name, files, f"`{data.get('command', res.command)}`", rerun,
+                     data.get("machine", ""), data.get("note", res.note)])
+    return md_table(["name", "files", "command that wrote it", "tables.py", "machine", "note"], rows)
+
+
+TABLES: dict[str, Callable[[str], str]] = {
+    "results_files": render_results_files,
+    "bench_quick": render_bench_quick,
+    "bench_quick_text": render_bench_quick_text,
+    "rope_cpu": render_rope_cpu,
+    "rope_cpu_kernels": render_rope_cpu_kernels,
+    "relative_scores": render_relative_scores,
+    "relative_bias": render_relative_bias,
+    "relative_8192": render_relative_8192,
+    "model_cpu": render_model_cpu,
+    "model_cpu_decode_fixes": render_model_cpu_decode_fixes,
+    "check_cpu": render_check_cpu,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Pages
+# ---------------------------------------------------------------------------------------
+def render_page(page: str, text: str) -> str:
+    """``text`` with every marked table re-rendered (an unknown table name is a ValueError)."""
+
+    def sub(m: re.Match) -> str:
+        name = m["name"]
+        if name not in TABLES:
+            raise ValueError(f"{page}: unknown table {name!r}; known: {', '.join(TABLES)}")
+        return m.group(1) + TABLES[name](page).rstrip("\n") + "\n" + m.group(4)
+
+    return MARKER.sub(sub, text)
+
+
+def tables_in(text: str) -> list[str]:
+    return [m["name"] for m in MARKER.finditer(text)]
+
+
+def render_all(write: bool) -> list[str]:
+    """Re-render every page; returns the pages whose text changed (written when ``write``)."""
+    changed = []
+    for page in PAGES:
+        path = ROOT / page
+        text = path.read_text()
+        new = render_page(page, text)
+        if new != text:
+            changed.append(page)
+            if write:
+                path.write_text(new)
+    return changed
+
+
+# ---------------------------------------------------------------------------------------
+# Re-running the measurements
+# ---------------------------------------------------------------------------------------
+def _machine_now(threads: int | None) -> str:
+    import torch
+
+    from posenc.speed.timing import describe_machine
+
+    if threads:
+        torch.set_num_threads(threads)
+    return describe_machine()
+
+
+def rerun(name: str) -> float:
+    """Run the command of ``name`` in a fresh process, record machine/command/wall time; seconds."""
+    res = RESULTS[name]
+    argv = [sys.executable, "-m", "posenc", *res.argv]
+    print(f"[{name}] {res.command}", flush=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stdout.write(proc.stdout)
+        raise RuntimeError(f"{res.command} exited with {proc.returncode}")
+    for src, dst in res.copy:
+        shutil.copyfile(ROOT / src, ROOT / dst)
+    if res.stdout == "json":
+        data = json.loads(proc.stdout)
+        res.path.with_suffix(".txt").unlink(missing_ok=True)  # an older console table of this file: stale now
+    else:
+        data = json.loads(res.path.read_text())
+        if res.stdout == "txt":
+            res.path.with_suffix(".txt").write_text(proc.stdout)
+    if res.stdout == "json" and "results" not in data and "rows" not in data:
+        data = {"results": data}  # posenc check prints {encoding: {check: ...}}
+    data.setdefault("machine", _machine_now(res.threads))
+    data["command"] = res.command
+    data["wall_s"] = wall
+    res.path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"[{name}] {duration(wall)}", flush=True)
+    return wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--check", action="store_true", help="exit 1 if a committed table differs from its results file")
+    g.add_argument("--rerun", nargs="*", metavar="NAME", default=None,
+                   help=f"re-run these measurements (default: every one with rerun=True), then render; any of {', '.join(RESULTS)}")
+    g.add_argument("--list", action="store_true", help="print every results file and its command")
+    args = p.parse_args(argv)
+    if args.list:
+        for name, res in RESULTS.items():
+            print(f"{name:<24} {res.file:<28} {res.command}" + (f"  ({res.note})" if res.note else ""))
+        return 0
+    if args.rerun is not None:
+        names = args.rerun or [n for n, r in RESULTS.items() if r.rerun]
+        unknown = [n for n in names if n not in RESULTS]
+        if unknown:
+            p.error(f"--rerun: unknown results {unknown}; valid: {', '.join(RESULTS)}")
+        times = {n: rerun(n) for n in names}
+        print("wall times: " + ", ".join(f"{n} {duration(t)}" for n, t in times.items()))
+    changed = render_all(write=not args.check)
+    if args.check:
+        if changed:
+            print("tables out of date in: " + ", ".join(changed) + "; run python benchmarks/tables.py", file=sys.stderr)
+            return 1
+        print("every table matches its results file")
+        return 0
+    print("re-rendered: " + (", ".join(changed) if changed else "nothing changed"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
