@@ -1,0 +1,305 @@
+"""from_hf on raw configs of each model family, against transformers' own classes.
+
+Each case builds the config with the family's transformers config class (small sizes) and
+feeds posenc.rotary.from_hf three forms of it: the keyword arguments as a Hub config.json
+writes them (legacy keys such as ``rotary_pct``, ``rope_scaling``), ``config.to_dict()`` and
+``json.loads(config.to_json_string())``. posenc's module must equal the family's own rotary
+embedding module: inv_freq, attention scaling, cos/sin, and q/k rotated by that model's own
+``apply_rotary_pos_emb`` (GPT-J: its sinusoid table and ``rotate_every_two``; DeepSeek-V3:
+``apply_rotary_pos_emb_interleave``), at positions up to 40 000.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+from posenc.rotary import from_hf  # noqa: E402
+
+g = torch.Generator().manual_seed(0)
+SHORT16, LONG16 = (1 + torch.rand(16, generator=g)).tolist(), (1 + 20 * torch.rand(16, generator=g)).tolist()
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 1024}
+YARN_DS = {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32,
+           "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8}
+DS = dict(hidden_size=128, num_attention_heads=4, qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64,
+          q_lora_rank=None, rope_theta=10000.0, max_position_embeddings=163840)
+
+# name -> (model_type, config class, Hub-style keyword arguments, layer_type)
+CASES = {
+    "llama": ("llama", "LlamaConfig", dict(hidden_size=256, num_attention_heads=4, rope_theta=5e5,
+                                           max_position_embeddings=8192), None),
+    "llama-linear": ("llama", "LlamaConfig", dict(hidden_size=256, num_attention_heads=4, max_position_embeddings=4096,
+                                                  rope_scaling={"type": "linear", "factor": 2.0}), None),
+    "llama-dynamic": ("llama", "LlamaConfig", dict(hidden_size=256, num_attention_heads=4, max_position_embeddings=2048,
+                                                   rope_scaling={"rope_type": "dynamic", "factor": 4.0}), None),
+    "llama-llama3": ("llama", "LlamaConfig", dict(hidden_size=256, num_attention_heads=4, rope_theta=5e5,
+                                                  max_position_embeddings=8192, rope_scaling=LLAMA3), None),
+    "llama-yarn": ("llama", "LlamaConfig", dict(hidden_size=256, num_attention_heads=4, rope_theta=1e6,
+                                                max_position_embeddings=16384,
+                                                rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                              "original_max_position_embeddings": 4096}), None),
+    "llama-longrope": ("llama", "LlamaConfig", dict(hidden_size=128, num_attention_heads=4, max_position_embeddings=16384,
+                                                    rope_scaling={"rope_type": "longrope", "short_factor": SHORT16,
+                                                                  "long_factor": LONG16, "factor": 4.0,
+                                                                  "original_max_position_embeddings": 4096}), None),
+    "mistral": ("mistral", "MistralConfig", dict(hidden_size=256, num_attention_heads=4, head_dim=32, rope_theta=1e6,
+                                                 max_position_embeddings=32768), None),
+    "qwen2-yarn": ("qwen2", "Qwen2Config", dict(hidden_size=256, num_attention_heads=4, rope_theta=1e6,
+                                                max_position_embeddings=131072,
+                                                rope_scaling={"type": "yarn", "factor": 4.0,
+                                                              "original_max_position_embeddings": 32768}), None),
+    "qwen3": ("qwen3", "Qwen3Config", dict(hidden_size=128, num_attention_heads=4, head_dim=64, rope_theta=1e6,
+                                           max_position_embeddings=40960), None),
+    "gemma": ("gemma", "GemmaConfig", dict(hidden_size=128, num_attention_heads=2, head_dim=64, rope_theta=1e4,
+                                           max_position_embeddings=8192), None),
+    "gemma2": ("gemma2", "Gemma2Config", dict(hidden_size=128, num_attention_heads=2, head_dim=64, rope_theta=1e4,
+                                              max_position_embeddings=8192), None),
+    "gemma3-global": ("gemma3_text", "Gemma3TextConfig",
+                      dict(hidden_size=128, num_attention_heads=2, head_dim=64, rope_theta=1e6,
+                           rope_local_base_freq=1e4, max_position_embeddings=131072,
+                           rope_scaling={"rope_type": "linear", "factor": 8.0}), "full_attention"),
+    "gemma3-local": ("gemma3_text", "Gemma3TextConfig",
+                     dict(hidden_size=128, num_attention_heads=2, head_dim=64, rope_theta=1e6,
+                          rope_local_base_freq=1e4, max_position_embeddings=131072,
+                          rope_scaling={"rope_type": "linear", "factor": 8.0}), "sliding_attention"),
+    "phi": ("phi", "PhiConfig", dict(hidden_size=256, num_attention_heads=4, partial_rotary_factor=0.5,
+                                     rope_theta=1e4, max_position_embeddings=2048), None),
+    "phi-dynamic": ("phi", "PhiConfig", dict(hidden_size=256, num_attention_heads=4, partial_rotary_factor=0.375,
+                                             max_position_embeddings=2048,
+                                             rope_scaling={"type": "dynamic", "factor": 2.0}), None),
+    "phi3-longrope": ("phi3", "Phi3Config", dict(hidden_size=128, num_attention_heads=4, rope_theta=1e4,
+                                                 max_position_embeddings=131072, original_max_position_embeddings=4096,
+                                                 rope_scaling={"type": "longrope", "short_factor": SHORT16,
+                                                               "long_factor": LONG16}), None),
+    "phi3-partial": ("phi3", "Phi3Config", dict(hidden_size=256, num_attention_heads=4, partial_rotary_factor=0.5,
+                                                max_position_embeddings=4096, original_max_position_embeddings=4096),
+                     None),
+    "gpt_neox": ("gpt_neox", "GPTNeoXConfig", dict(hidden_size=256, num_attention_heads=4, rotary_pct=0.25,
+                                                   rotary_emb_base=1e6, max_position_embeddings=2048), None),
+    "gpt_neox-linear": ("gpt_neox", "GPTNeoXConfig", dict(hidden_size=256, num_attention_heads=4, rotary_pct=0.5,
+                                                          rotary_emb_base=1e4, max_position_embeddings=2048,
+                                                          rope_scaling={"type": "linear", "factor": 3.0}), None),
+    "gptj": ("gptj", "GPTJConfig", dict(n_embd=256, n_head=4, rotary_dim=16, n_positions=65536), None),
+    "stablelm": ("stablelm", "StableLmConfig", dict(hidden_size=256, num_attention_heads=4, partial_rotary_factor=0.25,
+                                                    rope_theta=1e4, max_position_embeddings=4096), None),
+    "deepseek_v3-yarn": ("deepseek_v3", "DeepseekV3Config", dict(DS, rope_scaling=YARN_DS), None),
+    "deepseek_v3-half": ("deepseek_v3", "DeepseekV3Config", dict(DS, rope_interleave=False), None),
+}
+FORMS = ["hub", "to_dict", "json"]
+SHORT = torch.arange(0, 64, 7)[None]
+LONG = torch.tensor([[0, 1, 37, 1000, 4095, 4096, 9000, 20000, 40000]])
+
+
+def hf_config(name):
+    model_type, cls, kwargs, _ = CASES[name]
+    return getattr(transformers, cls)(**copy.deepcopy(kwargs))
+
+
+def config_form(name, form):
+    model_type, _, kwargs, _ = CASES[name]
+    if form == "hub":
+        return {"model_type": model_type, **copy.deepcopy(kwargs)}
+    cfg = hf_config(name)
+    return cfg.to_dict() if form == "to_dict" else json.loads(cfg.to_json_string())
+
+
+def _module(model_type):
+    mod = "gemma3" if model_type == "gemma3_text" else model_type
+    return importlib.import_module(f"transformers.models.{mod}.modeling_{mod}")
+
+
+def hf_rotate(name, q, k, pos):
+    """transformers' (inv_freq, attention scaling, cos (B,T,r/2), sin, rotated q, rotated k) for the
+    family, q/k (B, H, T, D); rotated channels in posenc's order (the family's layout)."""
+    model_type, _, _, layer_type = CASES[name]
+    cfg, mod = hf_config(name), _module(model_type)
+    if model_type == "gptj":
+        r = cfg.rotary_dim
+        table = mod.create_sinusoidal_positions(cfg.n_positions, r)  # (P, r): sin | cos
+        sin, cos = table[pos].split(r // 2, dim=-1)  # (B, T, r/2)
+        rot = lambda x: mod.apply_rotary_pos_emb(x[..., :r].transpose(1, 2), sin, cos).transpose(1, 2)  # noqa: E731
+        inv = 1.0 / (10000 ** (torch.arange(0, r, 2, dtype=torch.int64) / r))  # as create_sinusoidal_positions
+        return inv, 1.0, cos, sin, rot(q), rot(k)
+    cls = next(getattr(mod, n) for n in dir(mod) if n.endswith("RotaryEmbedding") and "Config" not in n)
+    rotary = cls(cfg)
+    if model_type == "gemma3_text":
+        cos, sin = rotary(q, pos, layer_type)
+        inv, scaling = getattr(rotary, f"{layer_type}_inv_freq"), getattr(rotary, f"{layer_type}_attention_scaling")
+    else:
+        cos, sin = rotary(q, pos)
+        inv, scaling = rotary.inv_freq, rotary.attention_scaling
+    r = cos.shape[-1]
+    if model_type == "deepseek_v3" and cfg.rope_interleave:
+        hq, hk = mod.apply_rotary_pos_emb_interleave(q[..., :r], k[..., :r], cos, sin)
+        # transformers returns the pairs de-interleaved (even channels, then odd): back to pairs.
+        inter = lambda x: torch.stack(x.chunk(2, dim=-1), dim=-1).flatten(-2)  # noqa: E731
+        hq, hk = inter(hq), inter(hk)
+    else:
+        hq, hk = mod.apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin)
+    return inv, scaling, cos[..., : r // 2], sin[..., : r // 2], hq, hk
+
+
+def test_every_family_and_scaling_is_covered():
+    families = {c[0] for c in CASES.values()}
+    assert families == {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
+                        "gpt_neox", "gptj", "stablelm", "deepseek_v3"}
+    types = {(c[2].get("rope_scaling") or {}).get("rope_type", (c[2].get("rope_scaling") or {}).get("type", "default"))
+             for c in CASES.values()}
+    assert types == {"default", "linear", "dynamic", "yarn", "llama3", "longrope"}
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_the_family_in_transformers(name, form):
+    model_type, _, _, layer_type = CASES[name]
+    rope = from_hf(config_form(name, form), layer_type=layer_type)
+    D, r = rope.dims.head_dim, rope.rotary_dim
+    for pos in (SHORT, LONG):
+        q, k = torch.randn(1, 4, pos.shape[1], D, generator=g), torch.randn(1, 2, pos.shape[1], D, generator=g)
+        inv, scaling, cos, sin, hq, hk = hf_rotate(name, q, k, pos)
+        assert r == 2 * inv.numel()
+        seq_len = int(pos.max()) + 1
+        ours_inv, ours_af = rope.frequencies(seq_len if rope._scaling_cfg.length_dependent else None)
+        # transformers rounds base ** (2i/d) to float32: <= ~1e-6 relative (base 1e6); ours is float64.
+        torch.testing.assert_close(ours_inv.float(), inv.float(), rtol=2e-6, atol=0)
+        assert ours_af == pytest.approx(scaling, rel=1e-12)
+        # transformers' angles are float32 products pos * inv_freq: error ~ pos * 2^-24 rad.
+        tol = 8 * seq_len * 2**-24 + 1e-6
+        oc, os_ = rope.cos_sin(pos)
+        torch.testing.assert_close(oc, cos, atol=tol, rtol=0)
+        torch.testing.assert_close(os_, sin, atol=tol, rtol=0)
+        rq, rk = rope.rotate(q, k, pos, pos)
+        torch.testing.assert_close(rq[..., :r], hq, atol=5 * tol, rtol=0)
+        torch.testing.assert_close(rk[..., :r], hk, atol=5 * tol, rtol=0)
+        assert torch.equal(rq[..., r:], q[..., r:]) and torch.equal(rk[..., r:], k[..., r:])
+
+
+@pytest.mark.parametrize(
+    "name, rotary_dim, base, layout",
+    [("gpt_neox", 16, 1e6, "half"), ("gptj", 16, 1e4, "interleaved"), ("deepseek_v3-yarn", 32, 1e4, "interleaved"),
+     ("deepseek_v3-half", 32, 1e4, "half"), ("phi", 32, 1e4, "half"), ("stablelm", 16, 1e4, "half"),
+     ("gemma3-local", 64, 1e4, "half"), ("gemma3-global", 64, 1e6, "half")],
+)
+def test_the_issue_families_read_their_own_keys(name, rotary_dim, base, layout):
+    # Issue 10: Pythia's rotary_pct/rotary_emb_base, GPT-J's rotary_dim, DeepSeek's
+    # qk_rope_head_dim/rope_interleave were ignored or refused. Values worked out from the kwargs.
+    _, _, _, layer_type = CASES[name]
+    rope = from_hf(config_form(name, "hub"), layer_type=layer_type)
+    assert (rope.rotary_dim, rope.config.base, rope.config.layout) == (rotary_dim, base, layout)
+
+
+def test_pretrained_config_object_is_read_by_to_dict():
+    cfg = hf_config("gpt_neox")
+    rope = from_hf(cfg)
+    assert rope.rotary_dim == 16 and rope.config.base == 1e6
+    torch.testing.assert_close(rope.inv_freq, from_hf(cfg.to_dict()).inv_freq, rtol=0, atol=0)
+
+
+def test_the_callers_dict_is_not_edited():
+    raw = config_form("gemma3-global", "hub")
+    before = copy.deepcopy(raw)
+    from_hf(raw, layer_type="full_attention")
+    assert raw == before
+
+
+def test_defaults_of_each_family_when_keys_are_absent():
+    # transformers' defaults: GPT-NeoX rotary_pct 0.25, StableLM 0.25, Phi 0.5 (config classes),
+    # Gemma 3 theta 1e6 global / 1e4 local, DeepSeek rope_interleave true.
+    assert from_hf({"model_type": "gpt_neox", "hidden_size": 256, "num_attention_heads": 4}).rotary_dim == 16
+    assert from_hf({"model_type": "stablelm", "hidden_size": 256, "num_attention_heads": 4}).rotary_dim == 16
+    assert from_hf({"model_type": "phi", "hidden_size": 256, "num_attention_heads": 4}).rotary_dim == 32
+    g3 = {"model_type": "gemma3_text", "head_dim": 64, "num_attention_heads": 2}
+    assert from_hf(g3, layer_type="full_attention").config.base == 1e6
+    assert from_hf(g3, layer_type="sliding_attention").config.base == 1e4
+    ds = {"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "num_attention_heads": 2, "hidden_size": 128}
+    assert from_hf(ds).config.layout == "interleaved"
+    for name in ("gpt_neox", "stablelm", "phi"):  # the same defaults as transformers' config classes
+        hf = getattr(transformers, CASES[name][1])(hidden_size=256, num_attention_heads=4)
+        assert from_hf({"model_type": name, "hidden_size": 256, "num_attention_heads": 4}).rotary_dim == int(
+            64 * hf.rope_parameters["partial_rotary_factor"])
+
+
+BASE = {"hidden_size": 128, "num_attention_heads": 2, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize(
+    "config, error, match",
+    [
+        ({"model_type": "llama", "rotary_pct": 0.25}, ValueError, r"'rotary_pct' not read for model_type 'llama'"),
+        ({"model_type": "llama", "rope_interleave": True}, ValueError, r"'rope_interleave' not read"),
+        ({"model_type": "gpt_neox", "rope_theta": 1e6}, ValueError, r"'rope_theta' not read for model_type 'gpt_neox'.*rotary_emb_base"),
+        ({"model_type": "gpt_neox", "partial_rotary_factor": 0.5}, ValueError, r"'partial_rotary_factor' not read"),
+        ({"model_type": "gptj", "rotary_dim": 16, "rope_theta": 1e6}, ValueError, r"'rope_theta' not read for model_type 'gptj'"),
+        ({"model_type": "gptj", "rotary_dim": 16, "rope_scaling": {"type": "linear", "factor": 2.0}}, ValueError,
+         r"'rope_scaling' not read for model_type 'gptj'"),
+        ({"model_type": "qwen2", "rotary_emb_base": 1e6}, ValueError, r"'rotary_emb_base' not read"),
+        ({"model_type": "mistral", "original_max_position_embeddings": 1024}, ValueError,
+         r"'original_max_position_embeddings' not read for model_type 'mistral' with rope type 'default'"),
+        ({"model_type": "llama", "partial_rotary_factor": 0.5}, ValueError, r"partial_rotary_factor must be 1 for model_type 'llama'"),
+        ({"model_type": "llama", "rope_theta": None}, TypeError, r"rope_theta must be a number, got NoneType"),
+        ({"model_type": "llama", "rope_theta": -5.0}, ValueError, r"rope_theta must be > 0, got -5.0"),
+        ({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": "two"}}, TypeError,
+         r"rope_scaling\['factor'\] must be a number, got str 'two'"),
+        ({"model_type": "llama", "rope_parameters": {"rope_type": "linear", "factor": 0.5}}, ValueError,
+         r"rope_parameters\['factor'\] must be in \[1.0, inf\)|rope_parameters\['factor'\] must be >= 1"),
+        ({"model_type": "phi3", "original_max_position_embeddings": 1024,
+          "rope_scaling": {"type": "longrope", "short_factor": 1.0, "long_factor": [1.0] * 32}}, TypeError,
+         r"rope_scaling\['short_factor'\] must be a list of rotary_dim/2 = 32 numbers, got float 1.0"),
+        ({"model_type": "phi3", "original_max_position_embeddings": 1024,
+          "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 5, "long_factor": [1.0] * 32}}, ValueError,
+         r"rope_scaling\['short_factor'\] must have rotary_dim/2 = 32 entries.*got 5"),
+        ({"model_type": "phi3", "rope_scaling": {"type": "linear", "factor": 2.0}}, ValueError,
+         r"rope_scaling\['rope_type'\] must be one of 'default', 'longrope' for model_type 'phi3'; got 'linear'"),
+        ({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": None}}, TypeError,
+         r"rope_scaling\['truncate'\] must be true or false, got None"),
+        ({"model_type": "llama", "rope_theta": 1e4, "rope_parameters": {"rope_theta": 5e5}}, ValueError,
+         r"rope_theta=10000.0 and rope_parameters\['rope_theta'\]=500000.0 disagree"),
+        ({"model_type": "gpt_neox", "rotary_pct": 0.3}, ValueError, r"rotary_pct=0.3 gives int\(head_dim 64 \* 0.3\) = 19"),
+        ({"model_type": "gptj", "rotary_dim": None}, TypeError, r"rotary_dim must be an int, got NoneType"),
+        ({"model_type": "gptj", "rotary_dim": 128}, ValueError, r"rotary_dim must be <= head_dim = 64, got 128"),
+        ({"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "rope_interleave": "yes"}, TypeError,
+         r"rope_interleave must be true or false, got str 'yes'"),
+        ({"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "head_dim": 128}, ValueError,
+         r"head_dim=128 and qk_rope_head_dim=64 disagree"),
+        ({"model_type": "falcon"}, ValueError, r"model_type must be one of 'llama', .*; got 'falcon'"),
+        ({"model_type": "llama", "rope_scaling": {"rope_type": "proportional"}}, ValueError,
+         r"rope_scaling\['rope_type'\] must be one of .*got 'proportional'"),
+        ({"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 4}}, ValueError,
+         r"unknown key\(s\) 'beta_fast' in rope_scaling for rope type 'linear'"),
+        ({"model_type": "llama", "rope_scaling": {"type": "dynamic"}}, ValueError, r"needs rope_scaling\['factor'\]"),
+        ({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 8192}},
+         ValueError, r"factor'\] is absent, so it is max_position_embeddings / original_max_position_embeddings = 4096 / 8192 = 0.5"),
+    ],
+)
+def test_bad_or_unread_keys_are_errors_naming_the_key(config, error, match):
+    with pytest.raises(error, match=match):
+        from_hf(BASE | config)
+
+
+def test_per_layer_type_rope_parameters_need_layer_type():
+    cfg = config_form("gemma3-global", "to_dict")
+    with pytest.raises(ValueError, match=r"per layer type: pass layer_type= one of 'full_attention', 'sliding_attention'"):
+        from_hf(cfg)
+    with pytest.raises(ValueError, match=r"layer_type must be one of 'full_attention', 'sliding_attention'; got 'global'"):
+        from_hf(cfg, layer_type="global")
+    cfg["rope_parameters"]["sliding_attention"] = None
+    with pytest.raises(ValueError, match=r"'sliding_attention' has no rotary embedding"):
+        from_hf(cfg, layer_type="sliding_attention")
+    # A flat rope dict is shared by every declared layer type (Gemma 2); an undeclared one is an error.
+    g2 = config_form("gemma2", "to_dict")
+    assert from_hf(g2, layer_type="full_attention").config.base == 1e4
+    with pytest.raises(ValueError, match=r"layer_type must be one of the config's layer_types"):
+        from_hf(g2, layer_type="chunked_attention")
+
+
+def test_not_a_config():
+    with pytest.raises(TypeError, match="config must be a dict .* or a transformers PretrainedConfig, got str"):
+        from_hf("config.json")
