@@ -6,6 +6,8 @@ import pytest
 import torch
 
 import posenc
+from posenc import ModelConfig, SequenceInfo
+from posenc.rotary.xpos import xpos_max_position, xpos_scale
 
 
 def reference_scores(q, k, m, n, d, scale_base, gamma=0.4):
@@ -63,7 +65,63 @@ def test_decays_for_past_keys_and_grows_for_future_keys():
 def test_overflow_is_a_clear_error():
     xpos = posenc.build("xpos", d_model=16, num_heads=1)
     q = torch.randn(1, 1, 1, 16)
-    with pytest.raises(ValueError, match="overflows float32 at position 100000.*scale_base"):
+    with pytest.raises(ValueError, match=r"positions must be <= 35694 for xPos with scale_base=512.*"
+                                         r"torch.float32.*got position 100000\. Use scale_base >= 1435"):
         xpos.rotate(q, q, torch.tensor([[100000]]), torch.tensor([[100000]]))
     with pytest.raises(ValueError, match="scale_base must be > 0"):
         posenc.build("xpos", d_model=16, num_heads=1, scale_base=0.0)
+
+
+@pytest.mark.parametrize("dtype, limit", [(torch.float16, 3966), (torch.bfloat16, 35694), (torch.float32, 35694),
+                                          (torch.float64, 35694)])
+def test_max_position_is_the_last_with_normal_scales(dtype, limit):
+    # By hand: floor(512 * min(ln max, -ln tiny) / ln(1.4 / 0.4)); float16: tiny = 2^-14 binds,
+    # 512 * 9.7041 / 1.25276 = 3966.0; float32/bfloat16: tiny = 2^-126, 512 * 87.337 / 1.25276 = 35694.
+    # float64 inputs are rotated with float32 cos/sin, so float32's range applies.
+    assert xpos_max_position(512.0, 0.4, dtype) == limit
+    fi = torch.finfo(torch.float32 if dtype == torch.float64 else dtype)
+    at, past = xpos_scale(torch.tensor([[limit, limit + 1]]), 8, 512.0)[0, :, 0].tolist()  # zeta_0^(n/512)
+    assert fi.tiny <= at and 1 / at <= fi.max
+    assert past < fi.tiny  # q's scale is subnormal one position later
+
+
+def _lm(dtype):
+    torch.manual_seed(0)
+    model = posenc.Transformer(ModelConfig(encoding="xpos", d_model=64, n_head=4, n_layer=2)).eval()
+    return model.to(dtype)
+
+
+def test_float16_model_is_finite_or_a_clear_error():
+    # Issue 10: a float16 xPos model gave NaN logits from about position 4600 on, without error.
+    ref, half = _lm(torch.float64), _lm(torch.float16)
+    tokens = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for offset in (0, 2000, 3950):  # last position 3965 <= 3966
+            seq = SequenceInfo.from_offset(1, 16, offset)
+            got, want = half(tokens, seq), ref(tokens, seq)
+            assert torch.isfinite(got).all()
+            # float16 logits against the float64 model: a few float16 ulps of the logit scale.
+            torch.testing.assert_close(got.double(), want, atol=0.05 * float(want.abs().max()), rtol=0)
+        for offset in (3952, 4600, 5000, 40000):  # last position 3967 and beyond
+            with pytest.raises(ValueError, match=r"positions must be <= 3966 for xPos.*torch.float16.*Use scale_base >="):
+                half(tokens, SequenceInfo.from_offset(1, 16, offset))
+
+
+def test_bfloat16_model_is_finite_at_long_positions():
+    model = _lm(torch.bfloat16)
+    tokens = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.isfinite(model(tokens, SequenceInfo.from_offset(1, 8, 30000)).float()).all()
+        with pytest.raises(ValueError, match=r"positions must be <= 35694 .*torch.bfloat16"):
+            model(tokens, SequenceInfo.from_offset(1, 8, 35690))
+
+
+def test_float16_key_overflow_below_the_limit_is_an_error():
+    # At n = 3900 k's scale is zeta_0^(-3900/512) = e^(9.54) ~ 13 900: a key entry of 10 would
+    # be 139 000 > 65504 (inf), so the rotation refuses instead of returning inf.
+    xpos = posenc.build("xpos", d_model=8, num_heads=1)
+    q, pos = torch.ones(1, 1, 1, 8, dtype=torch.float16), torch.tensor([[3900]])
+    rq, rk = xpos.rotate(q, q, pos, pos)
+    assert torch.isfinite(rk).all()
+    with pytest.raises(ValueError, match=r"xPos rotated keys overflow torch.float16 .* at positions up to 3900"):
+        xpos.rotate(q, 10 * q, pos, pos)

@@ -12,10 +12,20 @@ Bidirectional use: for a key in the future (n > m) the factor is zeta_j^(-(n - m
 paper uses xPos in causal language models (with blockwise causal attention); use it with
 ``causal=True`` unless you mean this.
 
-Range: zeta_j^(-n / scale_base) grows exponentially with n; with gamma = 0.4 and
-scale_base = 512 it passes float32's range near n = 36000. A position whose scale would not
-be finite in float32 is an error (raise ``scale_base`` for longer contexts); under
-torch.compile that check (a host sync) is skipped and such a scale is inf.
+Range: k's scale zeta_0^(-n / scale_base) grows and q's zeta_0^(m / scale_base) shrinks
+exponentially (zeta_0 = gamma / (1 + gamma) is the smallest). Only their product, the score's
+zeta^((m - n)/scale_base), is bounded, but rotated q and k are stored separately in the
+model's dtype (and k in the KV cache, so the scales cannot be re-centred per call). So a
+position is refused unless both scales are normal numbers of the dtype they are stored in:
+n <= :func:`xpos_max_position` = floor(scale_base * min(ln max, -ln tiny) / -ln zeta_0), with
+max/tiny those of the rotated tensors' dtype (float32 for float32/float64 inputs, whose cos/sin
+are float32). With gamma = 0.4 and scale_base = 512 that is 3966 in float16 (q's scale goes
+subnormal, losing bits, from 3967; k's passes float16's max 65504 at 4533, and NaN logits
+follow), 35694 in bfloat16 and float32. The error names the largest safe position and the
+scale_base a length needs. Below that position a key can still overflow float16 when
+|k| * scale > 65504 (scale up to 16383 there): in float16 the rotated keys are checked and an
+overflow is an error too. Under torch.compile these checks (host syncs) are skipped: a scale
+past the range is inf or 0 there.
 
 xPos has no tables: cos/sin and the scales are computed from the positions in every call,
 eager or compiled.
@@ -23,6 +33,7 @@ eager or compiled.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -33,9 +44,7 @@ from ..registry import register
 from .functional import apply_rotary_qk
 from .rope import RotaryConfig, RotaryEmbedding
 
-__all__ = ["XPosConfig", "XPos", "xpos_scale"]
-
-_F32_MAX = torch.finfo(torch.float32).max
+__all__ = ["XPosConfig", "XPos", "xpos_max_position", "xpos_scale"]
 
 
 @dataclass
@@ -58,6 +67,29 @@ def xpos_scale(positions: Tensor, rotary_dim: int, scale_base: float, gamma: flo
     return zeta ** (positions.to(torch.float64)[..., None] / scale_base)
 
 
+def _storage_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the scaled rotation is held in: the input's, but at most float32's range
+    (cos/sin times the scale are float32)."""
+    if not dtype.is_floating_point or torch.finfo(dtype).max > torch.finfo(torch.float32).max:
+        return torch.float32
+    return dtype
+
+
+def xpos_max_position(scale_base: float, gamma: float = 0.4, dtype: torch.dtype = torch.float32) -> int:
+    """The largest position n at which every xPos scale zeta_j^(+-n / scale_base) is a normal
+    number of ``dtype`` (the rotated tensors' dtype; float64 counts as float32).
+
+    >>> xpos_max_position(512.0, 0.4, torch.float16)
+    3966
+    """
+    check_positive("scale_base", scale_base)
+    check_positive("gamma", gamma)
+    fi = torch.finfo(_storage_dtype(dtype))
+    budget = min(math.log(fi.max), -math.log(fi.tiny))  # ln of the largest safe scale factor
+    # zeta_0 = gamma / (1 + gamma) is the smallest zeta; the 1e-12 keeps the bound strict.
+    return math.floor(scale_base * budget * (1 - 1e-12) / math.log((1 + gamma) / gamma))
+
+
 @register(
     "xpos",
     family="rotary",
@@ -72,15 +104,26 @@ class XPos(RotaryEmbedding):
     def _scaled_cos_sin(self, positions: Tensor, sign: float, seq_len: int | Tensor | None) -> tuple[Tensor, Tensor]:
         inv_freq, factor = self.frequencies(seq_len)
         scale = xpos_scale(positions, self.rotary_dim, self.config.scale_base / sign, self.config.gamma)
-        if not torch.compiler.is_compiling() and not bool((scale <= _F32_MAX).all()):
-            raise ValueError(
-                f"xPos scale overflows float32 at position {int(positions.max())} with scale_base="
-                f"{self.config.scale_base}; use a larger scale_base"
-            )
         # Angles and scale in float64, one rounding to float32.
         ang = positions.to(torch.float64)[..., None] * inv_freq.to(positions.device)  # (B, T, r/2)
         cos, sin = ang.cos() * (scale * factor), ang.sin() * (scale * factor)
         return cos.float(), sin.float()
+
+    def _check_range(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
+        # See the module docstring: past this position a scale is inf or subnormal in the
+        # dtype the rotated q/k are stored in (float16: NaN logits from about 4600 on).
+        hi = max([int(p.max()) for p in (q_pos, k_pos) if p.numel()], default=0)
+        sb, gamma = self.config.scale_base, self.config.gamma
+        dtype = _storage_dtype(torch.promote_types(q.dtype, k.dtype))
+        limit = xpos_max_position(sb, gamma, dtype)
+        if hi > limit:
+            fi = torch.finfo(dtype)
+            need = hi * math.log((1 + gamma) / gamma) / min(math.log(fi.max), -math.log(fi.tiny))
+            raise ValueError(
+                f"positions must be <= {limit} for xPos with scale_base={sb:g}, gamma={gamma:g} in {dtype} "
+                f"(the scale zeta^(+-n/scale_base) leaves {dtype}'s normal range); got position {hi}. "
+                f"Use scale_base >= {math.ceil(need * (1 + 1e-9))} for this length, or a wider dtype"
+            )
 
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> None:
         return None  # the scale differs for q and k: computed per call
@@ -89,7 +132,19 @@ class XPos(RotaryEmbedding):
         if not torch.compiler.is_compiling():  # a host sync: eager only
             if q_pos.numel() and int(q_pos.min()) < 0 or k_pos.numel() and int(k_pos.min()) < 0:
                 raise ValueError("positions must be >= 0")
+            self._check_range(q, k, q_pos, k_pos)
         seq_len = self.current_length(q_pos, k_pos)
         cq, sq = self._scaled_cos_sin(q_pos, 1.0, seq_len)
         ck, sk = self._scaled_cos_sin(k_pos, -1.0, seq_len)
-        return apply_rotary_qk(q, k, cq, sq, ck, sk, self.config.layout, self.config.kernel)
+        rq, rk = apply_rotary_qk(q, k, cq, sq, ck, sk, self.config.layout, self.config.kernel)
+        if not torch.compiler.is_compiling() and torch.finfo(_storage_dtype(rk.dtype)).max < 1e6:
+            # float16: k's scale (<= 16383 at the largest allowed position) times |k| may still
+            # pass 65504. q's scale is <= 1, so only k can overflow; one pass, float16 only.
+            made_inf = ~torch.isfinite(rk) & torch.isfinite(k)
+            if bool(made_inf.any()):
+                raise ValueError(
+                    f"xPos rotated keys overflow {rk.dtype} (|k| * zeta^(-n/scale_base) > "
+                    f"{torch.finfo(rk.dtype).max:g}) at positions up to {int(k_pos.max())} with scale_base="
+                    f"{self.config.scale_base:g}; use a larger scale_base or a wider dtype"
+                )
+        return rq, rk
