@@ -1,43 +1,59 @@
 """The ``posenc`` console script: ``posenc.cli.main`` with Ctrl-C handled from the first instant.
 
 It lives outside the ``posenc`` package on purpose: importing anything from the package runs
-``posenc/__init__.py``, which imports torch (about a second). A Ctrl-C in that second would
-otherwise print a KeyboardInterrupt traceback, or leave numpy half-imported so that torch
-fails later with ``module 'numpy' has no attribute 'multiply'``. Here the import itself is
-guarded: one line ``posenc: interrupted`` and exit code 130 (128 + SIGINT, the shell's
-convention), whenever the Ctrl-C comes.
+``posenc/__init__.py``, which imports torch (a second or more). A Ctrl-C then would print a
+KeyboardInterrupt traceback, leave numpy half-imported so that torch fails later with
+``module 'numpy' has no attribute 'multiply'``, or be swallowed by a broad ``except`` inside
+some import so that the command goes on as if nothing happened. So while the package is
+imported and the parser built (which imports every subcommand), SIGINT does not raise: its
+handler prints ``posenc: interrupted`` and ends the process at once with code 130
+(128 + SIGINT, the shell's convention). After that Python's own handler is back, and
+``posenc.cli.main`` turns the KeyboardInterrupt into the same line (``posenc bench`` first
+saves its checkpoint).
+
+A SIGINT during the interpreter's own startup, before this module runs (about 20 ms on an
+idle machine, 0.2 s on a loaded one), is Python's: it kills the process quietly or prints
+a traceback from ``site``, as for any Python program.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 __all__ = ["main"]
 
 
-def _interrupted() -> None:
-    # Ignore further Ctrl-C while exiting, and skip interpreter cleanup (atexit handlers of a
-    # half-imported torch/numpy can fail in turn): print the line and leave.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _exit_interrupted(signum: int = 2, frame: object = None) -> None:  # noqa: ARG001
+    # os._exit: no interpreter cleanup, whose atexit handlers of a half-imported torch/numpy
+    # could fail in turn, and no second chance for a broad except to swallow the interrupt
+    import _signal
+
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     try:
-        sys.stderr.write("posenc: interrupted\n")
-        sys.stderr.flush()
+        os.write(2, b"posenc: interrupted\n")
     finally:
         os._exit(130)
 
 
 def main() -> None:
-    """Import the CLI and run it; exit with its code."""
+    """Import the CLI and build its parser under the guard, then run it; exit with its code."""
     try:
-        from posenc.cli import main as cli_main
-    except KeyboardInterrupt:
-        _interrupted()
+        # _signal, the C module under `signal`, is built in: importing `signal` itself would
+        # take tens of milliseconds (enum, functools) with Python's raising handler still on
+        import _signal
+
+        _signal.signal(_signal.SIGINT, _exit_interrupted)
+        from posenc.cli import build_parser, main as cli_main
+
+        parser = build_parser()
+    except KeyboardInterrupt:  # raised before our handler was on, or by code that re-installed one
+        _exit_interrupted()
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     try:
-        code = cli_main()
-    except KeyboardInterrupt:  # between the CLI's own handler and here
-        _interrupted()
+        code = cli_main(parser=parser)
+    except KeyboardInterrupt:  # outside cli_main's own handler (its last statements)
+        _exit_interrupted()
     sys.exit(code)
 
 

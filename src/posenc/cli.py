@@ -61,18 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, parser: argparse.ArgumentParser | None = None) -> int:
     """Run ``posenc <argv>``; returns the exit code.
 
     Bad options exit 2 from argparse with one line naming the option; errors the library
     raises for bad values (ValueError, TypeError) or files (OSError) are one line and exit 2;
     Ctrl-C, at any moment, is one line ``posenc: interrupted`` and exit 130, never a traceback.
+    ``parser``: one already built (the console script builds it under its own Ctrl-C guard).
     """
     command = "posenc"
     try:
         # building the parser imports every subcommand module (and torch): inside the try,
         # so a Ctrl-C there is handled like one during the work
-        parser = build_parser()
+        parser = build_parser() if parser is None else parser
         try:
             args = parser.parse_args(argv)
         except SystemExit as e:  # --help (0) or a bad option (2, its one line already printed)

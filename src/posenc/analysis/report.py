@@ -209,7 +209,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=output_dir, required=True, help="directory for report.html (and figures/)")
     p.add_argument("--bench", type=existing_dir, default=None, help="output directory of `posenc bench` to embed (results.json, PNGs)")
     p.add_argument("--encodings", nargs="+", default=None, metavar="NAME", help="encodings to check (default: all)")
-    p.add_argument("--plots", nargs="+", default=None, metavar="KIND", help="plot kinds to include (default: all)")
+    p.add_argument("--plots", nargs="+", choices=list(PLOTS), default=None, metavar="KIND", help="plot kinds to include (default: all)")
     p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L of the checks (default 128)")
     p.set_defaults(func=_cmd_report)
 

@@ -23,7 +23,6 @@ def _cmd(args: argparse.Namespace) -> int:
 
     from .report import format_table
     from .runner import run_bench, settings_for
-    from .train import Interrupted
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -37,12 +36,10 @@ def _cmd(args: argparse.Namespace) -> int:
         from .data import load_corpus
 
         load_corpus(args.data, max_bytes=1)  # fail on a missing or empty path before any training
-    try:
-        results = run_bench(settings, args.out, resume=args.resume, overwrite=args.overwrite,
-                            progress=not args.no_progress, device=args.device)
-    except Interrupted as e:  # the checkpoint is saved: say how to go on
-        print(f"posenc bench: {e}", file=sys.stderr)
-        return 130
+    # Ctrl-C: train() saves its checkpoint and raises Interrupted (a KeyboardInterrupt) saying
+    # how to go on; posenc.cli.main prints it as one line and exits 130.
+    results = run_bench(settings, args.out, resume=args.resume, overwrite=args.overwrite,
+                        progress=not args.no_progress, device=args.device)
     if results is not None:
         print(format_table(results))
         print(f"wrote {args.out}/results.json, results.csv and plots/")

@@ -1,0 +1,254 @@
+"""Every bad option of every subcommand: exit code 2 and one line naming the option.
+
+argparse prints a usage block before its error line; the user-facing contract is the one
+line after it (``posenc speed model: error: argument --lengths: must be a positive int, got 0``).
+Errors found after parsing (cross-option checks, unknown names) are one line too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc import cli_args
+from posenc.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, list[str]]:
+    """Exit code and the stderr lines that are not argparse's usage block."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("usage:", " "))]
+    return code, lines
+
+
+@pytest.fixture
+def a_file(tmp_path) -> str:
+    p = tmp_path / "a_file.txt"
+    p.write_text("not a directory")
+    return str(p)
+
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+
+# (argv, the one line must contain this); FILE is replaced by a path to an existing file,
+# OUT by a fresh directory path.
+BAD = [
+    # bench
+    (["bench", "--out", "FILE"], "argument --out: must be a directory, got"),
+    (["bench", "--out", "FILE/sub"], "argument --out: must be a directory path, got"),
+    pytest.param(["bench", "--device", "cuda", "--out", "OUT"], "argument --device: CUDA is not available", marks=NO_CUDA),
+    (["bench", "--device", "banana", "--out", "OUT"], "argument --device: must be one of cpu, cuda, mps (or cuda:N), got 'banana'"),
+    (["bench", "--seeds", "0", "--out", "OUT"], "argument --seeds: must be a positive int, got 0"),
+    (["bench", "--steps", "-3", "--out", "OUT"], "argument --steps: must be a positive int, got -3"),
+    (["bench", "--steps", "ten", "--out", "OUT"], "argument --steps: must be a positive int, got 'ten'"),
+    (["bench", "--threads", "0", "--out", "OUT"], "argument --threads: must be a positive int, got 0"),
+    (["bench", "--data", "/no/such/corpus", "--out", "OUT"], "argument --data: must be an existing file or directory"),
+    (["bench", "--preset", "huge", "--out", "OUT"], "argument --preset: invalid choice: 'huge'"),
+    (["bench", "--resume", "--overwrite", "--out", "OUT"], "argument --overwrite: not allowed with argument --resume"),
+    (["bench", "--tasks", "multiply", "--out", "OUT"], "unknown task 'multiply'; valid tasks:"),
+    (["bench", "--encodings", "banana", "--out", "OUT"], "unknown encoding 'banana'; valid encodings:"),
+    (["bench"], "the following arguments are required: --out"),
+    # speed model
+    (["speed", "model", "--lengths", "0"], "argument --lengths: must be a positive int, got 0"),
+    (["speed", "model", "--lengths", "-8"], "argument --lengths: must be a positive int, got -8"),
+    (["speed", "model", "--batch", "0"], "argument --batch: must be a positive int, got 0"),
+    (["speed", "model", "--rounds", "0"], "argument --rounds: must be a positive int, got 0"),
+    (["speed", "model", "--decode-contexts", "0"], "argument --decode-contexts: must be a positive int, got 0"),
+    (["speed", "model", "--device", "banana"], "argument --device: must be one of"),
+    pytest.param(["speed", "model", "--device", "cuda"], "argument --device: CUDA is not available", marks=NO_CUDA),
+    (["speed", "model", "--json", "OUT_DIR"], "argument --json: must be a file path, got"),
+    (["speed", "model", "--width", "30", "--heads", "4"], "posenc speed model: error: --width (30) must be divisible by --heads (4)"),
+    (["speed", "model", "--encodings", "banana"], "unknown encoding 'banana'"),
+    # speed relative
+    (["speed", "relative", "--lengths", "0"], "argument --lengths: must be an int >= 2, got 0"),
+    (["speed", "relative", "--head-dim", "7"], "argument --head-dim: must be an even positive int, got 7"),
+    (["speed", "relative", "--repeat", "0"], "argument --repeat: must be a positive int, got 0"),
+    (["speed", "relative", "--batch", "0"], "argument --batch: must be a positive int, got 0"),
+    (["speed", "relative", "--dtype", "float8"], "argument --dtype: invalid choice: 'float8'"),
+    (["speed", "relative", "--einsum-max-length", "0"], "argument --einsum-max-length: must be a positive int, got 0"),
+    (["speed", "banana"], "argument TARGET: invalid choice: 'banana'"),
+    # example, list
+    (["example", "--length", "0"], "argument --length: must be a positive int, got 0"),
+    (["example", "banana"], "unknown encoding 'banana'"),
+    (["list", "--family", "banana"], "argument --family: invalid choice: 'banana'"),
+    # check
+    (["check", "--heads", "0"], "argument --heads: must be a positive int, got 0"),
+    (["check", "--train-len", "4"], "argument --train-len: must be an int >= 8, got 4"),
+    (["check", "--d-model", "30", "--heads", "4"], "--d-model (30) must be divisible by --heads (4)"),
+    (["check", "banana"], "unknown encoding 'banana'"),
+    # plot
+    (["plot", "banana", "--out", "OUT"], "unknown plot kind 'banana'; valid kinds: all,"),
+    (["plot", "alibi", "--out", "FILE"], "argument --out: must be a directory, got"),
+    (["plot", "alibi", "--out", "OUT", "--set", "nope=1"], "--set 'nope=1': alibi takes"),
+    (["plot", "all", "--out", "OUT", "--set", "num_heads=4"], "--set applies to one plot kind, not to 'all'"),
+    # report
+    (["report", "--out", "OUT", "--bench", "/no/such/bench"], "argument --bench: must be an existing directory, got '/no/such/bench' (missing)"),
+    (["report", "--out", "OUT", "--bench", "FILE"], "argument --bench: must be an existing directory"),
+    (["report", "--out", "FILE"], "argument --out: must be a directory, got"),
+    (["report", "--out", "OUT", "--train-len", "0"], "argument --train-len: must be an int >= 8, got 0"),
+    (["report", "--out", "OUT", "--plots", "banana"], "argument --plots: invalid choice: 'banana' (choose from"),
+    # the command itself
+    (["banana"], "argument COMMAND: invalid choice: 'banana'"),
+]
+
+
+@pytest.mark.parametrize("argv, expected", BAD, ids=[" ".join(p.values[0] if hasattr(p, "values") else p[0]) for p in BAD])
+def test_bad_option_is_one_line_exit_2(argv, expected, a_file, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    subst = {"FILE": a_file, "FILE/sub": a_file + "/sub", "OUT": str(out_dir), "OUT_DIR": str(tmp_path)}
+    argv = [subst.get(a, a) for a in argv]
+    code, lines = run_cli(argv, capsys)
+    assert code == 2
+    assert len(lines) == 1, lines
+    assert expected in lines[0], lines[0]
+    assert lines[0].startswith("posenc")
+    assert not out_dir.exists()  # a refused command writes nothing
+
+
+def test_every_subcommand_is_covered():
+    """A new subcommand must add its bad options above."""
+    from posenc.cli import SUBCOMMANDS
+
+    covered = {p.values[0][0] if hasattr(p, "values") else p[0][0] for p in BAD}
+    assert set(SUBCOMMANDS) <= covered
+
+
+# --------------------------------------------------------------------------- the type functions
+
+
+@pytest.mark.parametrize(
+    "fn, good, bad",
+    [
+        (cli_args.positive_int, [("1", 1), ("4096", 4096)], ["0", "-1", "1.5", "x", ""]),
+        (cli_args.nonnegative_int, [("0", 0), ("7", 7)], ["-1", "nan", "2e3"]),
+        (cli_args.even_positive_int, [("2", 2), ("64", 64)], ["0", "7", "-2", "x"]),
+        (cli_args.int_at_least(8), [("8", 8), ("9", 9)], ["7", "-8"]),
+        (cli_args.positive_float, [("0.5", 0.5), ("1e4", 1e4)], ["0", "-1", "nan", "inf", "x"]),
+        (cli_args.nonnegative_float, [("0", 0.0), ("2.5", 2.5)], ["-0.1", "nan", "-inf"]),
+    ],
+)
+def test_number_types(fn, good, bad):
+    for raw, value in good:
+        assert fn(raw) == value and type(fn(raw)) is type(value)
+    assert bad
+    for raw in bad:
+        with pytest.raises(argparse.ArgumentTypeError, match=f"must be .*, got '?{raw}'?"):
+            fn(raw)
+
+
+def test_device_type():
+    assert cli_args.device("cpu") == "cpu"
+    for bad in ("banana", "", "cuda:x", "meta"):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be one of cpu, cuda, mps"):
+            cli_args.device(bad)
+    if torch.cuda.is_available():
+        assert cli_args.device("cuda") == "cuda"
+        with pytest.raises(argparse.ArgumentTypeError, match="CUDA device index must be in"):
+            cli_args.device(f"cuda:{torch.cuda.device_count()}")
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match="CUDA is not available on this machine, got 'cuda:0'"):
+            cli_args.device("cuda:0")
+
+
+def test_path_types(tmp_path):
+    f = tmp_path / "f.txt"
+    f.write_text("x")
+    assert cli_args.output_dir(str(tmp_path / "new" / "deeper")) == tmp_path / "new" / "deeper"
+    assert not (tmp_path / "new").exists()  # checked, not created
+    with pytest.raises(argparse.ArgumentTypeError, match="which is an existing file"):
+        cli_args.output_dir(str(f))
+    with pytest.raises(argparse.ArgumentTypeError, match="is a file"):
+        cli_args.output_dir(str(f / "a" / "b"))
+    assert cli_args.output_file(str(tmp_path / "r.json")) == tmp_path / "r.json"
+    with pytest.raises(argparse.ArgumentTypeError, match="which is a directory"):
+        cli_args.output_file(str(tmp_path))
+    assert cli_args.existing_dir(str(tmp_path)) == tmp_path
+    with pytest.raises(argparse.ArgumentTypeError, match=r"\(a file\)"):
+        cli_args.existing_dir(str(f))
+    assert cli_args.existing_path(str(f)) == f
+    with pytest.raises(argparse.ArgumentTypeError, match=r"\(missing\)"):
+        cli_args.existing_path(str(tmp_path / "nope"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_output_dir(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a writable directory"):
+            cli_args.output_dir(str(ro / "out"))
+    finally:
+        ro.chmod(0o700)
+
+
+# --------------------------------------------------------------------------- real processes
+
+
+def _posenc(*argv: str) -> list[str]:
+    """The console script's command line (posenc_entry:main), run by this interpreter."""
+    return [sys.executable, "-m", "posenc_entry", *argv]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"))
+
+
+def test_console_script_prints_no_traceback(tmp_path):
+    proc = subprocess.run(_posenc("speed", "model", "--lengths", "0"), capture_output=True, text=True,
+                          env=_env(), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == "posenc speed model: error: argument --lengths: must be a positive int, got 0"
+    assert "Traceback" not in proc.stderr
+
+
+# The console script as pip writes it, plus one byte on stdout once the interpreter has started:
+# Python's own startup (0.2 s on a loaded 2-core machine) runs no posenc code, so the delays
+# below count from the moment the script's first line runs.
+_SCRIPT = "import os, sys; os.write(1, b'R'); from posenc_entry import main; sys.argv[0] = 'posenc'; main()"
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3, 1.0])
+def test_ctrl_c_at_any_moment_is_one_line_exit_130(tmp_path, delay):
+    """SIGINT while the package and torch are imported, the parser built, or the bench trains."""
+    argv = [sys.executable, "-c", _SCRIPT, "bench", "--preset", "micro", "--tasks", "copy", "--encodings", "none",
+            "--no-progress", "--steps", "100000", "--out", str(tmp_path / "b")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=tmp_path)
+    assert proc.stdout.read(1) == b"R"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    err = err.decode()
+    assert proc.returncode == 130, (proc.returncode, err)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("posenc: interrupted"), lines
+
+
+def test_ctrl_c_while_training_saves_and_says_how_to_resume(tmp_path):
+    out = tmp_path / "b"
+    argv = [sys.executable, "-c", _SCRIPT, "bench", "--preset", "micro", "--tasks", "copy", "--encodings", "none",
+            "--no-progress", "--steps", "100000", "--out", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=tmp_path)
+    run = out / "runs" / "copy" / "none" / "seed0"
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoint.safetensors").exists():  # training has begun (first save)
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    lines = err.decode().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1, lines
+    assert lines[0].startswith("posenc: interrupted: stopped after step ")
+    assert f"checkpoint: {run / 'checkpoint.safetensors'}; rerun with --resume" in lines[0]
+    assert (run / "checkpoint.safetensors").stat().st_size > 0
