@@ -209,7 +209,6 @@ def _convert(name: str, value: Any, tp: Any) -> Any:
     Raises ``_Mismatch`` when ``value`` is not of the type at this level, ``TypeError`` /
     ``ValueError`` (naming ``name``) for a bad item or a bad value of the right type.
     """
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return value
     if tp is None or tp is type(None):
@@ -238,6 +237,7 @@ def _convert(name: str, value: Any, tp: Any) -> Any:
         if isinstance(value, str):
             return value
         raise _Mismatch
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if _is_union(tp):
         for arm in args:
             try:
