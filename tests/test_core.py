@@ -276,3 +276,162 @@ def test_causal_sdpa_with_bias_row_blocks_match_reference(bias_batch):
     g_want = torch.autograd.grad((want * up).sum(), (q, k, v, bias))
     for a, w in zip(g_got, g_want):
         torch.testing.assert_close(a, w)
+
+
+# ---- positions: bad inputs ------------------------------------------------------------------
+def test_padding_mask_accepts_bool_int_and_float_01():
+    want = SequenceInfo.from_padding_mask(torch.tensor([[False, True, True], [True, True, False]]))
+    for mask in (torch.tensor([[0, 1, 1], [1, 1, 0]]), torch.tensor([[0.0, 1.0, 1.0], [1.0, 1.0, 0.0]])):
+        got = SequenceInfo.from_padding_mask(mask)
+        assert torch.equal(got.positions, want.positions) and torch.equal(got.valid, want.valid)
+
+
+@pytest.mark.parametrize("fill", [float("-inf"), torch.finfo(torch.float32).min, -1e4])
+def test_padding_mask_refuses_an_additive_mask(fill):
+    # Hugging Face's extended attention mask: 0 at real tokens, a large negative at padding.
+    # Read as 0/1 it would make real tokens padding and padding real: refused, with the fix.
+    additive = torch.tensor([[fill, 0.0, 0.0], [0.0, 0.0, fill]])
+    with pytest.raises(ValueError, match=r"only 0 and 1 .* looks like an additive attention mask .* mask == 0"):
+        SequenceInfo.from_padding_mask(additive)
+    fixed = SequenceInfo.from_padding_mask(additive == 0)
+    assert fixed.valid.tolist() == [[False, True, True], [True, True, False]]
+
+
+def test_padding_mask_refuses_other_values():
+    with pytest.raises(ValueError, match=r"mask must hold only 0 and 1 \(1 = real token\), got 2$"):
+        SequenceInfo.from_padding_mask(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match=r"got 0.5$"):
+        SequenceInfo.from_padding_mask(torch.tensor([[1.0, 0.5]]))
+    with pytest.raises(TypeError, match="mask must be a"):
+        SequenceInfo.from_padding_mask([[1, 1]])
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ([0, 5.7, 10], r"cu_seqlens must hold ints, got 5.7 \(float\)"),
+        ([0, 5.0, 10], r"cu_seqlens must hold ints, got 5.0 \(float\)"),
+        ([0, True, 2], r"cu_seqlens must hold ints, got True \(bool\)"),
+        (torch.tensor([0.0, 5.7, 10.0]), r"cu_seqlens must be an integer tensor, got torch.float32"),
+        (7, r"cu_seqlens must be a list of ints or an integer tensor, got int"),
+    ],
+)
+def test_cu_seqlens_refuses_non_integers(bad, match):
+    with pytest.raises(TypeError, match=match):
+        SequenceInfo.from_cu_seqlens(bad)
+
+
+def test_cu_seqlens_accepts_integer_tensors_of_any_width():
+    for dtype in (torch.int32, torch.int64):
+        s = SequenceInfo.from_cu_seqlens(torch.tensor([0, 2, 3], dtype=dtype))
+        assert s.positions.tolist() == [[0, 1, 0]]
+
+
+def test_from_offset_refuses_negative_tensor_offsets_like_ints():
+    with pytest.raises(ValueError, match=r"offset must be >= 0, got -1$"):
+        SequenceInfo.from_offset(2, 3, -1)
+    with pytest.raises(ValueError, match=r"offset must be >= 0, got a minimum of -2$"):
+        SequenceInfo.from_offset(2, 3, torch.tensor([0, -2]))
+    with pytest.raises(TypeError, match=r"offset tensor must hold integers, got torch.float32"):
+        SequenceInfo.from_offset(2, 3, torch.tensor([0.0, 1.5]))
+    with pytest.raises(TypeError, match=r"offset must be an int, got float 1.5"):
+        SequenceInfo.from_offset(2, 3, 1.5)
+    with pytest.raises(TypeError, match=r"batch must be an int, got str '2'"):
+        SequenceInfo.from_offset("2", 3)
+    with pytest.raises(ValueError, match=r"batch must be >= 1, got 0"):
+        SequenceInfo.from_offset(0, 3)
+    with pytest.raises(TypeError, match=r"length must be an int, got float 3.0"):
+        SequenceInfo.from_offset(2, 3.0)
+
+
+def test_sequence_info_refuses_lists_arrays_and_negative_positions():
+    np = pytest.importorskip("numpy")
+    for bad in ([[0, 1, 2]], np.arange(3)[None]):
+        with pytest.raises(TypeError, match=r"positions must be a \(B, T\) integer tensor, got .* torch.as_tensor"):
+            SequenceInfo(positions=bad)
+    with pytest.raises(ValueError, match=r"positions must be >= 0, got a minimum of -3$"):
+        SequenceInfo(torch.tensor([[0, 1, -3]]))
+    with pytest.raises(TypeError, match=r"segment_ids must be a tensor or None, got list"):
+        SequenceInfo(torch.tensor([[0, 1]]), segment_ids=[[0, 0]])
+    with pytest.raises(TypeError, match=r"segment_ids must be an integer tensor, got torch.float32"):
+        SequenceInfo(torch.tensor([[0, 1]]), segment_ids=torch.zeros(1, 2))
+    with pytest.raises(ValueError, match=r"valid is on meta but positions are on cpu"):
+        SequenceInfo(torch.tensor([[0, 1]]), valid=torch.ones(1, 2, dtype=torch.bool, device="meta"))
+
+
+# ---- forward: bad inputs --------------------------------------------------------------------
+def _model(**over):
+    return Transformer(ModelConfig(vocab_size=50, d_model=32, n_head=4, n_layer=1, encoding="rope", **over))
+
+
+@pytest.mark.parametrize("bad", [50, 1000, -1])
+def test_forward_refuses_token_ids_outside_the_vocabulary(bad):
+    tokens = torch.tensor([[1, 2, bad, 3]])
+    with pytest.raises(ValueError, match=rf"tokens must be in \[0, 50\) \(vocab_size\), got {bad}$"):
+        _model()(tokens)
+
+
+def test_forward_refuses_float_tokens_and_other_types():
+    with pytest.raises(TypeError, match=r"tokens must be an integer tensor of token ids, got torch.float32"):
+        _model()(torch.tensor([[1.0, 2.0]]))
+    with pytest.raises(TypeError, match=r"tokens must be an integer tensor of token ids, got torch.bool"):
+        _model()(torch.tensor([[True, False]]))
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, T\), got list"):
+        _model()([[1, 2]])
+    with pytest.raises(TypeError, match=r"seq must be a SequenceInfo or None, got Tensor"):
+        _model()(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]))
+
+
+def test_forward_refuses_positions_on_another_device():
+    seq = SequenceInfo(torch.zeros(1, 3, dtype=torch.long, device="meta"))
+    with pytest.raises(ValueError, match=r"seq is on meta but the tokens are on cpu"):
+        _model()(torch.tensor([[1, 2, 3]]), seq)
+    with pytest.raises(ValueError, match=r"tokens are on meta but the model is on cpu"):
+        _model()(torch.zeros(1, 3, dtype=torch.long, device="meta"))
+
+
+def test_forward_refuses_inputs_embeds_of_another_dtype():
+    # float64 embeddings through a float32 model would give float64 logits of float32 math.
+    model = _model()
+    with pytest.raises(TypeError, match=r"inputs_embeds must have the model's dtype torch.float32, got torch.float64"):
+        model(None, inputs_embeds=torch.zeros(1, 3, 32, dtype=torch.float64))
+    model64 = _model().double()
+    x = torch.randn(1, 3, 32, dtype=torch.float64)
+    assert model64(None, inputs_embeds=x).dtype == torch.float64
+
+
+def test_generate_refuses_an_empty_prompt():
+    with pytest.raises(ValueError, match=r"tokens must be a \(B, T\) tensor with T >= 1 \(the prompt\), got \(2, 0\)"):
+        _model().generate(torch.zeros(2, 0, dtype=torch.long), 3)
+
+
+# ---- attention numerics ---------------------------------------------------------------------
+class _ThirdOfDistance(posenc.PositionalEncoding):
+    """A score hook returning (i - j) / 3 in the input dtype: not exact in float32."""
+
+    def score(self, q, k, q_pos, k_pos, scale, layer=None, state=None):
+        d = posenc.positions.relative_positions(q_pos, k_pos).to(q.dtype) / 3  # (B, Tq, Tk)
+        return d[:, None].expand(q.shape[0], q.shape[1], -1, -1)
+
+
+@pytest.mark.parametrize("with_score", [False, True])
+def test_float64_attention_stays_float64(with_score):
+    """Eager attention in float64 against a float64 loop: 1e-12, where rounding the logits or
+    the score term to float32 (as before) errs by ~1e-7."""
+    torch.manual_seed(0)
+    pe = _ThirdOfDistance(posenc.config.EncodingConfig(), posenc.Dims(32, 4, 8)) if with_score else None
+    attn = Attention(32, 4, pe=pe, impl="eager").double()
+    x = torch.randn(2, 6, 32, dtype=torch.float64) * 4  # large logits: float32 rounding shows
+    seq = SequenceInfo.from_offset(2, 6, 3)
+    B, T, H, D = 2, 6, 4, 8
+    q = attn.q_proj(x).view(B, T, H, D)
+    k = attn.k_proj(x).view(B, T, H, D)
+    v = attn.v_proj(x).view(B, T, H, D)
+    out = torch.zeros(B, T, H, D, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                logits = torch.stack([q[b, i, h] @ k[b, j, h] / math.sqrt(D) + (i - j) / 3 * with_score for j in range(i + 1)])
+                out[b, i, h] = torch.softmax(logits, -1) @ v[b, : i + 1, h]
+    want = attn.o_proj(out.reshape(B, T, H * D))
+    torch.testing.assert_close(attn(x, seq), want, atol=1e-12, rtol=1e-12)

@@ -16,10 +16,13 @@ decoding), :meth:`SequenceInfo.from_padding_mask` (left or right padding) and
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from .config import check_int
 
 __all__ = ["SequenceInfo", "relative_positions"]
 
@@ -29,14 +32,29 @@ def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     return q_pos[:, :, None] - k_pos[:, None, :]
 
 
+def _compiling() -> bool:
+    """True while torch.compile traces: value checks that read a tensor on the host are
+    skipped there (they would break the graph); eager calls keep them."""
+    return torch.compiler.is_compiling()
+
+
+def _is_int_tensor(t: Tensor) -> bool:
+    return not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
+
+
 @dataclass
 class SequenceInfo:
     """Positions and document/padding structure of a batch of tokens.
 
     Attributes:
-        positions: (B, T) int64 position ids. Padding tokens get 0.
-        segment_ids: (B, T) int64 document ids, or None when each row is one sequence.
+        positions: (B, T) int64 or int32 position ids, >= 0. Padding tokens get 0.
+        segment_ids: (B, T) integer document ids, or None when each row is one sequence.
         valid: (B, T) bool, False at padding, or None when there is none.
+
+    All three must be tensors on one device (a list or an array is refused with a
+    ``TypeError``: convert it with ``torch.as_tensor``). Negative positions are refused in
+    eager mode (one host read of the minimum); under ``torch.compile`` only shapes, dtypes and
+    devices are checked.
     """
 
     positions: Tensor
@@ -44,22 +62,51 @@ class SequenceInfo:
     valid: Tensor | None = None
 
     def __post_init__(self) -> None:
-        if self.positions.dim() != 2:
-            raise ValueError(f"positions must have shape (B, T), got {tuple(self.positions.shape)}")
-        if self.positions.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"positions must be an integer tensor, got {self.positions.dtype}")
+        self._check_structure()
+        if not _compiling() and self.positions.numel() and self.positions.device.type != "meta":
+            low = int(self.positions.min())
+            if low < 0:
+                raise ValueError(f"positions must be >= 0, got a minimum of {low}")
+
+    @classmethod
+    def _derived(cls, positions: Tensor, segment_ids: Tensor | None = None, valid: Tensor | None = None) -> "SequenceInfo":
+        """An info built from checked ones (a slice, a concatenation, the next step): the shape,
+        dtype and device checks run, the value check (a host read per call, one per decoding
+        step on a GPU) does not."""
+        info = cls.__new__(cls)
+        info.positions, info.segment_ids, info.valid = positions, segment_ids, valid
+        info._check_structure()
+        return info
+
+    def _check_structure(self) -> None:
+        pos = self.positions
+        if not isinstance(pos, Tensor):
+            raise TypeError(
+                f"positions must be a (B, T) integer tensor, got {type(pos).__name__} "
+                "(convert with torch.as_tensor(positions, dtype=torch.long))"
+            )
+        if pos.dim() != 2:
+            raise ValueError(f"positions must have shape (B, T), got {tuple(pos.shape)}")
+        if pos.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"positions must be an integer tensor (int64 or int32), got {pos.dtype}")
         for name in ("segment_ids", "valid"):
             t = getattr(self, name)
-            if t is not None and t.shape != self.positions.shape:
-                raise ValueError(
-                    f"{name} must have the shape of positions {tuple(self.positions.shape)}, "
-                    f"got {tuple(t.shape)}"
-                )
+            if t is None:
+                continue
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a tensor or None, got {type(t).__name__}")
+            if t.shape != pos.shape:
+                raise ValueError(f"{name} must have the shape of positions {tuple(pos.shape)}, got {tuple(t.shape)}")
+            if t.device != pos.device:
+                raise ValueError(f"{name} is on {t.device} but positions are on {pos.device}")
+        if self.segment_ids is not None and not _is_int_tensor(self.segment_ids):
+            raise TypeError(f"segment_ids must be an integer tensor, got {self.segment_ids.dtype}")
         if self.valid is not None and self.valid.dtype != torch.bool:
             raise TypeError(f"valid must be a bool tensor, got {self.valid.dtype}")
 
     @property
     def shape(self) -> torch.Size:
+        """(B, T)."""
         return self.positions.shape
 
     @classmethod
@@ -72,41 +119,79 @@ class SequenceInfo:
     ) -> "SequenceInfo":
         """Positions ``offset, offset + 1, ...`` for every row.
 
-        ``offset`` is an int or a (B,) tensor (one offset per row, e.g. KV-cache decoding of
-        sequences of different lengths).
+        ``offset`` is an int >= 0 or a (B,) integer tensor of values >= 0 (one offset per row,
+        e.g. KV-cache decoding of sequences of different lengths); a tensor offset sets the
+        device.
         """
-        if batch < 1 or length < 0:
-            raise ValueError(f"batch must be >= 1 and length >= 0, got batch={batch}, length={length}")
+        check_int("batch", batch, minimum=1)
+        check_int("length", length, minimum=0)
         if isinstance(offset, Tensor):
             if offset.shape != (batch,):
-                raise ValueError(f"offset tensor must have shape ({batch},), got {tuple(offset.shape)}")
+                raise ValueError(f"offset tensor must have shape (batch,) = ({batch},), got {tuple(offset.shape)}")
+            if not _is_int_tensor(offset):
+                raise TypeError(f"offset tensor must hold integers, got {offset.dtype}")
+            if not _compiling() and offset.device.type != "meta":
+                low = int(offset.min())
+                if low < 0:
+                    raise ValueError(f"offset must be >= 0, got a minimum of {low}")
             device = offset.device
             pos = offset.long()[:, None] + torch.arange(length, device=device)[None, :]
         else:
-            if offset < 0:
-                raise ValueError(f"offset must be >= 0, got {offset}")
+            check_int("offset", offset, minimum=0)
             pos = torch.arange(offset, offset + length, device=device).expand(batch, length)
-        return cls(positions=pos)
+        return cls._derived(pos)
 
     @classmethod
     def from_padding_mask(cls, mask: Tensor) -> "SequenceInfo":
         """Positions from a (B, T) padding mask (1/True = real token, 0/False = padding).
 
         Works for left and right padding: the first real token of each row gets position 0.
+        ``mask`` is bool, or integer or float holding only 0 and 1 (Hugging Face's
+        ``attention_mask``). An *additive* mask (0 at real tokens, -inf or a large negative
+        value at padding) means the opposite and is refused, not inverted: convert it with
+        ``mask == 0``.
         """
+        if not isinstance(mask, Tensor):
+            raise TypeError(f"mask must be a (B, T) tensor, got {type(mask).__name__}")
         if mask.dim() != 2:
             raise ValueError(f"mask must have shape (B, T), got {tuple(mask.shape)}")
+        if mask.is_complex():
+            raise TypeError(f"mask must be bool, integer or float 0/1, got {mask.dtype}")
+        if mask.dtype != torch.bool and not _compiling() and mask.device.type != "meta":
+            bad = (mask != 0) & (mask != 1)
+            if bool(bad.any()):
+                value = mask[bad][0].item()
+                hint = (
+                    "; it looks like an additive attention mask (0 = keep, negative = hide): "
+                    "pass mask == 0"
+                    if value < 0 and bool((mask[bad] < 0).all())
+                    else ""
+                )
+                raise ValueError(f"mask must hold only 0 and 1 (1 = real token), got {value}{hint}")
         valid = mask.bool()
         pos = (valid.long().cumsum(-1) - 1).clamp_min(0)
         pos = pos.masked_fill(~valid, 0)
-        return cls(positions=pos, valid=valid)
+        return cls._derived(pos, valid=valid)
 
     @classmethod
     def from_cu_seqlens(cls, cu_seqlens: Tensor | list[int]) -> "SequenceInfo":
         """A packed row of documents, given their cumulative lengths ``[0, n1, n1+n2, ...]``.
 
         Returns B = 1: positions restart at 0 at each document and segment ids number them.
+        ``cu_seqlens`` is a 1-D integer tensor or a list of ints (floats are refused, even
+        integral ones: a length is a count).
         """
+        if isinstance(cu_seqlens, Tensor):
+            if not _is_int_tensor(cu_seqlens):
+                raise TypeError(f"cu_seqlens must be an integer tensor, got {cu_seqlens.dtype}")
+        else:
+            try:
+                items = list(cu_seqlens)
+            except TypeError:
+                raise TypeError(f"cu_seqlens must be a list of ints or an integer tensor, got {type(cu_seqlens).__name__}") from None
+            for v in items:
+                if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                    raise TypeError(f"cu_seqlens must hold ints, got {v!r} ({type(v).__name__}) in {items!r}")
         cu = torch.as_tensor(cu_seqlens, dtype=torch.long)
         if cu.dim() != 1 or cu.numel() < 2 or int(cu[0]) != 0:
             raise ValueError(f"cu_seqlens must be 1-D, start at 0 and have >= 2 entries, got {cu.tolist()}")
@@ -116,11 +201,12 @@ class SequenceInfo:
         total = int(cu[-1])
         seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=cu.device), lengths)
         pos = torch.arange(total, device=cu.device) - cu[:-1][seg]
-        return cls(positions=pos[None], segment_ids=seg[None])
+        return cls._derived(pos[None], segment_ids=seg[None])
 
     def to(self, device: torch.device | str) -> "SequenceInfo":
+        """The same info on ``device``."""
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return SequenceInfo(move(self.positions), move(self.segment_ids), move(self.valid))
+        return SequenceInfo._derived(move(self.positions), move(self.segment_ids), move(self.valid))
 
     def next(self, length: int = 1) -> "SequenceInfo":
         """The info of the ``length`` tokens that follow each row (greedy decoding).
@@ -128,9 +214,10 @@ class SequenceInfo:
         Positions continue from the last position of each row; the new tokens are valid and
         belong to the last document of their row.
         """
+        check_int("length", length, minimum=0)
         last = self.positions[:, -1:]
         step = torch.arange(1, length + 1, device=last.device)[None, :]
         pos = last + step
         seg = None if self.segment_ids is None else self.segment_ids[:, -1:].expand(-1, length)
         valid = None if self.valid is None else torch.ones_like(pos, dtype=torch.bool)
-        return SequenceInfo(pos, seg, valid)
+        return SequenceInfo._derived(pos, seg, valid)
