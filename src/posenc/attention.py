@@ -13,8 +13,9 @@ them once per forward in an :class:`AttentionContext` and every layer reuses the
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +77,13 @@ def causal_sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, masked_bias: Tensor, 
     return torch.cat(outs, dim=2)  # (B, H, T, D)
 
 
+def _logit_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Logits and score terms are accumulated in float32 for half types (softmax of bf16
+    logits loses the small differences that carry position) and kept in float64 for float64
+    inputs (a float64 model is a reference: rounding it to float32 costs 1e-7 relative)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 class LayerCache:
     """Keys and values of one layer, (B, Hkv, T, D), after rotation.
 
@@ -100,6 +108,23 @@ class LayerCache:
     def set(self, k: Tensor, v: Tensor) -> None:
         """Replace the contents (the sliding-memory and autograd paths)."""
         self.kbuf, self.vbuf, self.n = k, v, k.shape[2]
+
+    def check(self, k: Tensor, v: Tensor, layer: int) -> None:
+        """Raise ``ValueError`` unless k, v (B, Hkv, t, D) continue what this layer holds."""
+        if self.kbuf is None:
+            return
+        (B, H, _, D), Dv = self.kbuf.shape, self.vbuf.shape[-1]
+        if k.shape[0] != B:
+            raise ValueError(
+                f"batch size changed from {B} to {k.shape[0]} during decoding: a KVCache holds one "
+                "batch; start a new cache (model.new_cache()) for another batch size"
+            )
+        if (k.shape[1], k.shape[3], v.shape[3]) != (H, D, Dv):
+            raise ValueError(
+                f"cache layer {layer} holds keys of {H} heads x {D} dims (values {Dv}) but this "
+                f"attention makes {k.shape[1]} x {k.shape[3]} (values {v.shape[3]}): the cache was "
+                "built for another model"
+            )
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write k, v (B, Hkv, t, D) after the filled part, growing capacity by doubling."""
@@ -143,6 +168,46 @@ class KVCache:
         self.embed_state: dict = {}
 
     @property
+    def batch_size(self) -> int | None:
+        """Rows of the cached batch, or None while the cache is empty."""
+        return None if self.seq is None else self.seq.positions.shape[0]
+
+    def check_batch(self, batch: int) -> None:
+        """Raise ``ValueError`` unless a step of ``batch`` rows may continue this cache."""
+        if self.seq is not None and self.seq.positions.shape[0] != batch:
+            raise ValueError(
+                f"this KVCache holds a batch of {self.seq.positions.shape[0]} sequences but the new "
+                f"tokens have batch size {batch}; start a new cache (model.new_cache()) for another batch"
+            )
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator["KVCache"]:
+        """All or nothing: if the body raises, the cache is put back exactly as it was.
+
+        A forward writes each layer's keys in turn; one that fails half way (a position past a
+        learned table, in layer 2 of 4) would otherwise leave layers of different lengths, and
+        the next, correct step would attend to a stale half-step. Appended slots are undone by
+        resetting each layer's length (writes past it are never read); replaced tensors (the
+        sliding-memory path) and the embed hooks' state entries are put back from references
+        (both are replaced, never written in place).
+        """
+        layers = [(c, c.kbuf, c.vbuf, c.n) for c in self.layers]
+        states = [(key, d, dict(d)) for key, d in self.embed_state.items()]
+        seq, seen = self.seq, self.seen
+        try:
+            yield self
+        except BaseException:
+            for c, kbuf, vbuf, n in layers:
+                c.kbuf, c.vbuf, c.n = kbuf, vbuf, n
+            self.embed_state.clear()
+            for key, d, content in states:
+                d.clear()
+                d.update(content)
+                self.embed_state[key] = d
+            self.seq, self.seen = seq, seen
+            raise
+
+    @property
     def length(self) -> int:
         return 0 if self.seq is None else self.seq.positions.shape[1]
 
@@ -154,11 +219,12 @@ class KVCache:
         k_index = torch.arange(self.seen - self.length, self.seen + t_new, device=device)
         if self.seq is None:
             return new, q_index, k_index
+        self.check_batch(new.positions.shape[0])
         old = self.seq
         if (old.segment_ids is None) != (new.segment_ids is None) or (old.valid is None) != (new.valid is None):
             raise ValueError("a cached batch and its continuation must both have (or lack) segment_ids and valid")
         cat = lambda a, b: None if a is None else torch.cat([a, b], dim=1)  # noqa: E731
-        k_seq = SequenceInfo(
+        k_seq = SequenceInfo._derived(
             cat(old.positions, new.positions), cat(old.segment_ids, new.segment_ids), cat(old.valid, new.valid)
         )
         return k_seq, q_index, k_index
@@ -167,7 +233,7 @@ class KVCache:
         """Record the step's key info (after all layers updated)."""
         keep = self._keep(k_seq.positions.shape[1])
         cut = lambda t: None if t is None else t[:, -keep:]  # noqa: E731
-        self.seq = SequenceInfo(cut(k_seq.positions), cut(k_seq.segment_ids), cut(k_seq.valid))
+        self.seq = SequenceInfo._derived(cut(k_seq.positions), cut(k_seq.segment_ids), cut(k_seq.valid))
         self.seen += t_new
 
     def _keep(self, total: int) -> int:
@@ -175,9 +241,10 @@ class KVCache:
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append this step's k, v to layer ``layer``; return all keys/values to attend to."""
+        if not 0 <= layer < len(self.layers):
+            raise ValueError(f"layer must be in [0, {len(self.layers) - 1}] for a cache of {len(self.layers)} layers, got {layer}")
         c = self.layers[layer]
-        if c.kbuf is not None and c.kbuf.shape[0] != k.shape[0]:
-            raise ValueError(f"batch size changed from {c.kbuf.shape[0]} to {k.shape[0]} during decoding")
+        c.check(k, v, layer)
         tracked = torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)
         if self.max_length is None and not tracked:
             return c.append(k, v)
@@ -360,11 +427,11 @@ class Attention(nn.Module):
             v = v.repeat_interleave(H // Hkv, dim=1)
 
         scale = pe.attention_scale(D) if pe is not None else D**-0.5
-        add: Tensor | None = None  # additive logit terms, float32, (B|1, H, Tq, Tk)
+        add: Tensor | None = None  # additive logit terms, float32 or float64, (B|1, H, Tq, Tk)
         if pe is not None and pe.has_score_bias:
             add = ctx.bias_for(pe)
         if pe is not None and pe.has_score:
-            s = pe.score(q, k, q_pos, k_pos, scale, layer=self, state=state).float()
+            s = pe.score(q, k, q_pos, k_pos, scale, layer=self, state=state).to(_logit_dtype(q.dtype))
             add = s if add is None else add + s
 
         if self.impl == "eager" or (pe is not None and pe.has_output):
@@ -388,7 +455,8 @@ class Attention(nn.Module):
 
     @staticmethod
     def _eager(q, k, v, scale, add, mask) -> tuple[Tensor, Tensor]:
-        logits = torch.matmul(q, k.transpose(-2, -1)).float() * scale  # (B, H, Tq, Tk)
+        """The reference path: logits, additive terms, mask and softmax in at least float32."""
+        logits = torch.matmul(q, k.transpose(-2, -1)).to(_logit_dtype(q.dtype)) * scale  # (B, H, Tq, Tk)
         if add is not None:
             logits = logits + add
         if mask is not None:

@@ -324,26 +324,83 @@ class Transformer(nn.Module):
         """tokens (B, T) -> logits (B, T, vocab) (or hidden states (B, T, C)).
 
         ``seq`` defaults to positions 0..T-1 (continuing after the cache, if any). With a
-        ``cache`` the new keys/values are appended and the cache advances by T tokens.
-        ``inputs_embeds`` (B, T, C) replaces the token embedding lookup (pass ``tokens=None``).
+        ``cache`` the new keys/values are appended and the cache advances by T tokens; a step
+        that raises leaves the cache exactly as it was. ``inputs_embeds`` (B, T, C), in the
+        model's dtype, replaces the token embedding lookup (pass ``tokens=None``).
+
+        Bad inputs raise ``TypeError``/``ValueError`` naming the argument: tokens that are not
+        integers or lie outside ``[0, vocab_size)`` (checked in eager mode, one host read),
+        ``seq`` or tokens on another device, a cache of another batch size or layer count.
         """
-        if inputs_embeds is not None:
-            if tokens is not None:
-                raise ValueError("pass either tokens or inputs_embeds, not both")
-            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.cfg.d_model:
-                raise ValueError(f"inputs_embeds must have shape (B, T, {self.cfg.d_model}), got {tuple(inputs_embeds.shape)}")
-            B, T = inputs_embeds.shape[:2]
-            device = inputs_embeds.device
-        else:
-            if tokens is None or tokens.dim() != 2:
-                raise ValueError(f"tokens must have shape (B, T), got {None if tokens is None else tuple(tokens.shape)}")
-            B, T = tokens.shape
-            device = tokens.device
+        B, T, device = self._check_inputs(tokens, inputs_embeds)
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
+            if len(cache.layers) != len(self.blocks):
+                raise ValueError(
+                    f"cache has {len(cache.layers)} layers but the model has {len(self.blocks)}: "
+                    "build it with model.new_cache()"
+                )
+            cache.check_batch(B)
         if seq is None:
             offset = 0 if cache is None or cache.seq is None else cache.seq.positions[:, -1] + 1
             seq = SequenceInfo.from_offset(B, T, offset, device=device)
+        if not isinstance(seq, SequenceInfo):
+            raise TypeError(f"seq must be a SequenceInfo or None, got {type(seq).__name__}")
         if tuple(seq.positions.shape) != (B, T):
             raise ValueError(f"positions have shape {tuple(seq.positions.shape)} but tokens have {(B, T)}")
+        if seq.positions.device != device:
+            raise ValueError(f"seq is on {seq.positions.device} but the tokens are on {device}: move it with seq.to(device)")
+        if cache is None:
+            return self._run(tokens, inputs_embeds, seq, None, return_hidden)
+        with cache.atomic():  # a step that raises in layer i must not leave layers < i advanced
+            return self._run(tokens, inputs_embeds, seq, cache, return_hidden)
+
+    def _check_inputs(self, tokens: Tensor | None, inputs_embeds: Tensor | None) -> tuple[int, int, torch.device]:
+        """(B, T, device) of the input, after checking it against the model."""
+        weight = self.tok_emb.weight
+        if inputs_embeds is not None:
+            if tokens is not None:
+                raise ValueError("pass either tokens or inputs_embeds, not both")
+            if not isinstance(inputs_embeds, Tensor):
+                raise TypeError(f"inputs_embeds must be a tensor, got {type(inputs_embeds).__name__}")
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.cfg.d_model:
+                raise ValueError(f"inputs_embeds must have shape (B, T, {self.cfg.d_model}), got {tuple(inputs_embeds.shape)}")
+            # No silent cast: float64 embeddings through a float32 model would give float64
+            # logits of float32 math (or the reverse); the caller chooses with .to(dtype).
+            if inputs_embeds.dtype != weight.dtype:
+                raise TypeError(
+                    f"inputs_embeds must have the model's dtype {weight.dtype}, got {inputs_embeds.dtype}: "
+                    f"cast it with .to({weight.dtype}) or the model with .to({inputs_embeds.dtype})"
+                )
+            x = inputs_embeds
+        else:
+            if not isinstance(tokens, Tensor) or tokens.dim() != 2:
+                got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+                raise ValueError(f"tokens must have shape (B, T), got {got}")
+            if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+                raise TypeError(f"tokens must be an integer tensor of token ids, got {tokens.dtype}")
+            x = tokens
+        if x.device != weight.device:
+            name = "tokens" if inputs_embeds is None else "inputs_embeds"
+            raise ValueError(f"{name} are on {x.device} but the model is on {weight.device}")
+        if inputs_embeds is None and tokens.numel() and not torch.compiler.is_compiling():
+            # Embedding would raise IndexError on CPU and a device-side assert on CUDA.
+            low, high = (int(v) for v in torch.aminmax(tokens))
+            if low < 0 or high >= self.cfg.vocab_size:
+                bad = low if low < 0 else high
+                raise ValueError(f"tokens must be in [0, {self.cfg.vocab_size}) (vocab_size), got {bad}")
+        return x.shape[0], x.shape[1], x.device
+
+    def _run(
+        self,
+        tokens: Tensor | None,
+        inputs_embeds: Tensor | None,
+        seq: SequenceInfo,
+        cache: KVCache | None,
+        return_hidden: bool,
+    ) -> Tensor:
+        """The forward proper, on checked inputs."""
         ctx = AttentionContext.build(seq, causal=self.cfg.causal, cache=cache)
         x = self.drop(self.tok_emb(tokens) if inputs_embeds is None else inputs_embeds)  # (B, T, C)
         embed_at = self._embed_layer()
@@ -354,11 +411,12 @@ class Transformer(nn.Module):
         if embed_at == len(self.blocks):
             x = self._apply_embed(x, seq, cache)
         if cache is not None:
-            cache.commit(ctx.k_seq, T)
+            cache.commit(ctx.k_seq, seq.positions.shape[1])
         x = self.ln_f(x)
         return x if return_hidden else self.head(x)
 
     def new_cache(self, max_length: int | None = None, detach: bool = False) -> KVCache:
+        """An empty :class:`KVCache` with one layer per block (see KVCache for the arguments)."""
         return KVCache(len(self.blocks), max_length=max_length, detach=detach)
 
     @torch.no_grad()
@@ -370,6 +428,9 @@ class Transformer(nn.Module):
         if not self.cfg.causal:
             raise ValueError("generate() needs a causal (decoder) model")
         check_int("max_new_tokens", max_new_tokens, minimum=0)
+        if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.shape[1] < 1:
+            got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+            raise ValueError(f"tokens must be a (B, T) tensor with T >= 1 (the prompt), got {got}")
         cache = self.new_cache()
         if seq is None:
             seq = SequenceInfo.from_offset(tokens.shape[0], tokens.shape[1], device=tokens.device)
