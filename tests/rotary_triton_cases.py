@@ -288,3 +288,25 @@ def test_unsupported_inputs_are_errors():
         apply_rotary_qk(q, k.half(), c, s, c, s, kernel="triton")
     with pytest.raises(ValueError, match="no gradient to cos/sin"):
         apply_rotary_qk(q, k, c.requires_grad_(True), s, c, s, kernel="triton")
+
+
+# ---- `posenc speed rope`'s Triton rows (CUDA-only there; here through the interpreter) ------
+@pytest.mark.parametrize("grad", [False, True], ids=["fwd", "fwd+bwd"])
+def test_speed_rope_rows_compute_the_rotation(grad):
+    from posenc.speed import rope as speed
+
+    with torch.inference_mode(not grad):
+        fns = speed._candidates(2, 2, 8, 8, torch.float32, "cpu", grad)
+        rows = [n for n in ("posenc-triton-table", "posenc-triton-angles", "posenc-inplace") if n in fns]
+        assert rows == (["posenc-triton-table", "posenc-triton-angles"] + ([] if grad else ["posenc-inplace"]))
+        ref = fns["posenc-eager"]
+        if grad:
+            g = lambda out: tuple(torch.ones_like(o) * 0.5 + o.detach() for o in out)  # noqa: E731
+            ref = speed._with_backward(ref, g)
+            fns = {n: speed._with_backward(fns[n], g) for n in rows}
+        want = ref()
+        for n in rows:
+            got = fns[n]()
+            assert len(got) == 2
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=n)

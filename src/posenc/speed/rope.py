@@ -1,89 +1,261 @@
-"""RoPE: posenc against transformers, rotary-embedding-torch and a plain copy of q and k.
+"""RoPE: posenc against transformers, Liger-Kernel, flash-attn and a plain copy of q and k.
 
 Example::
 
-    posenc speed rope                         # T = 512, 2048, 8192; float32 and bfloat16
+    posenc speed rope                         # CPU: T = 512, 2048, 8192; float32 and bfloat16
     posenc speed rope --lengths 512 --dtypes float32 --repeat 3
     posenc speed rope --json > rope.json
+    posenc speed rope --device cuda           # T = 1k..32k, B*T = 64k tokens, H = 32, D = 128,
+                                              # forward and forward+backward (issue 12)
 
-Each row times rotating q and k (B, H, T, D) once, all rows of one (dtype, T) block in one
-run, and reports the median milliseconds and the ratio to the copy (``q.clone(), k.clone()``:
-the memory floor of any rotation that returns new tensors). Peers get their cos/sin
-precomputed (their cheapest path); posenc is timed through ``RotaryEmbedding.rotate``
-including the table lookup at position ids. ``posenc`` is the default kernel ("auto":
-compiled when torch.compile works); compilation happens in the warm-up, not in the timing.
+Each row times rotating q and k (B, H, T, D) once, all rows of one (dtype, mode, T) block in
+one run, and reports the median milliseconds, the effective bandwidth (bytes of q and k read
+and written, twice that for forward+backward) and the ratio to the copy: ``q.clone(),
+k.clone()`` (plus a clone of their gradients for forward+backward), the memory floor of any
+rotation that returns new tensors. Peers get their cos/sin precomputed (their cheapest path);
+posenc is timed through ``RotaryEmbedding.rotate`` including the table lookup at position
+ids. ``posenc`` is the default kernel ("auto": the Triton kernel on CUDA, compiled on CPU
+when torch.compile works); compilation happens in the warm-up, not in the timing.
+
+Rows (each only where it can run; ``--impls`` picks some):
+
+* ``copy``; ``hf``: transformers' Llama ``apply_rotary_pos_emb``; ``hf-compiled``: the same
+  through ``torch.compile`` (CUDA); ``ret``: rotary-embedding-torch (CPU);
+* ``liger``: Liger-Kernel's ``liger_rotary_pos_emb``; ``flash-attn``: flash-attn's
+  ``apply_rotary_emb`` on its own (B, T, H, D) layout (CUDA, when installed);
+* ``posenc``, ``posenc-interleaved``, ``posenc-eager``, ``posenc-eager-interleaved``,
+  ``posenc-compiled``; on CUDA ``posenc-triton-table`` (cos/sin rows gathered by position in
+  the kernel), ``posenc-triton-angles`` (cos/sin from float64 angles in the kernel) and
+  ``posenc-inplace`` (forward only).
+
+On CUDA the time is measured with CUDA events over a few back-to-back calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import sys
+from typing import Callable
 
 import torch
 
+from ..cli_args import default_device, even_positive_int, positive_int
+from ..cli_args import device as device_arg
 from .timing import describe_machine, time_fn
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-IMPLS = ("copy", "hf", "ret", "posenc", "posenc-eager", "posenc-interleaved", "posenc-eager-interleaved")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MODES = ("fwd", "fwd+bwd")
+IMPLS = (
+    "copy", "hf", "hf-compiled", "ret", "liger", "flash-attn",
+    "posenc", "posenc-eager", "posenc-interleaved", "posenc-eager-interleaved", "posenc-compiled",
+    "posenc-triton-table", "posenc-triton-angles", "posenc-inplace",
+)
+# Defaults per device type: (lengths, batch or None = TOKENS // T, heads, head_dim, modes)
+CPU_DEFAULTS = dict(lengths=[512, 2048, 8192], batch=4, heads=8, head_dim=64, modes=["fwd"])
+CUDA_DEFAULTS = dict(lengths=[1024, 4096, 16384, 32768], batch=None, heads=32, head_dim=128, modes=list(MODES))
+#: on CUDA, B = CUDA_TOKENS // T unless --batch is given: q alone is 512 MiB in bfloat16 at
+#: H = 32, D = 128, far above any L2, so the copy reaches the DRAM bandwidth.
+CUDA_TOKENS = 1 << 16
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192], help="sequence lengths T")
-    p.add_argument("--batch", type=int, default=4, help="batch size B")
-    p.add_argument("--heads", type=int, default=8, help="heads H")
-    p.add_argument("--head-dim", type=int, default=64, help="head dim D")
-    p.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES), help="dtypes to time")
+    p.add_argument("--device", type=device_arg, default=default_device(),
+                   help="cpu or cuda[:N] (default: cuda when available); the defaults below depend on it")
+    p.add_argument("--lengths", type=positive_int, nargs="+", default=None,
+                   help="sequence lengths T (default: 512 2048 8192 on CPU, 1024 4096 16384 32768 on CUDA)")
+    p.add_argument("--batch", type=positive_int, default=None,
+                   help=f"batch size B (default: 4 on CPU, {CUDA_TOKENS} // T on CUDA)")
+    p.add_argument("--heads", type=positive_int, default=None, help="heads H (default: 8 on CPU, 32 on CUDA)")
+    p.add_argument("--head-dim", type=even_positive_int, default=None,
+                   help="head dim D, even (default: 64 on CPU, 128 on CUDA)")
+    p.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["float32", "bfloat16"], help="dtypes to time")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=None,
+                   help="fwd, fwd+bwd (default: fwd on CPU, both on CUDA)")
     p.add_argument("--impls", nargs="+", choices=IMPLS, default=None,
                    help="implementations to time (default: all available; the copy is always timed)")
-    p.add_argument("--repeat", type=int, default=5, help="timed repetitions (median reported)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--repeat", type=positive_int, default=5, help="timed repetitions (median reported)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
 
 
-def _candidates(B: int, H: int, T: int, D: int, dtype: torch.dtype) -> dict:
-    import posenc
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the device-dependent defaults (lengths, batch, heads, head_dim, modes) in ``args``."""
+    base = CUDA_DEFAULTS if torch.device(args.device).type == "cuda" else CPU_DEFAULTS
+    for name, value in base.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, list(value) if isinstance(value, list) else value)
+    return args
 
-    q, k = torch.randn(B, H, T, D, dtype=dtype), torch.randn(B, H, T, D, dtype=dtype)
-    pos = torch.arange(T).expand(B, T)  # as SequenceInfo.from_offset makes them
-    fns: dict = {"copy": lambda: (q.clone(), k.clone())}
+
+def batch_for(args: argparse.Namespace, T: int) -> int:
+    """B for length T: ``--batch``, or CUDA_TOKENS // T (at least 1) when it was left to the default."""
+    return args.batch if args.batch is not None else max(1, CUDA_TOKENS // T)
+
+
+def _cuda_peers(q, k, pos, dtype) -> dict[str, Callable]:
+    """transformers (eager and compiled), Liger-Kernel and flash-attn, each where importable."""
+    fns: dict[str, Callable] = {}
+    D = q.shape[-1]
+    inv = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float32, device=q.device) / D)
+    emb = torch.cat([pos[:1, :, None].float() * inv] * 2, -1)  # (1, T, D), HF's convention
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
     try:
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-        inv = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
-        emb = torch.cat([pos[..., None].float() * inv] * 2, -1)  # (B, T, D)
-        cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
         fns["hf"] = lambda: apply_rotary_pos_emb(q, k, cos, sin)
+        hf_c = torch.compile(apply_rotary_pos_emb, fullgraph=True)
+        fns["hf-compiled"] = lambda: hf_c(q, k, cos, sin)
     except ImportError:
         pass
     try:
-        from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
+        from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
-        freqs = RotaryEmbedding(dim=D)(torch.arange(T), seq_len=T)  # precomputed (T, D)
-        fns["ret"] = lambda: (apply_rotary_emb(freqs, q), apply_rotary_emb(freqs, k))
+        fns["liger"] = lambda: liger_rotary_pos_emb(q, k, cos, sin)
     except ImportError:
         pass
-    for layout in ("half", "interleaved"):
-        for kernel in ("auto", "eager"):
-            rope = posenc.build("rope", d_model=H * D, num_heads=H, layout=layout, kernel=kernel)
-            name = "posenc" + ("" if kernel == "auto" else f"-{kernel}") + ("" if layout == "half" else "-interleaved")
-            fns[name] = lambda rope=rope: rope.rotate(q, k, pos, pos)
+    try:
+        from flash_attn.layers.rotary import apply_rotary_emb
+
+        # flash-attn's layout is (B, T, H, D) with cos/sin (T, D/2): give it its own contiguous copies.
+        qf = q.detach().transpose(1, 2).contiguous().requires_grad_(q.requires_grad)
+        kf = k.detach().transpose(1, 2).contiguous().requires_grad_(k.requires_grad)
+        cf, sf = cos[0, :, : D // 2].contiguous(), sin[0, :, : D // 2].contiguous()
+        fns["flash-attn"] = lambda: (apply_rotary_emb(qf, cf, sf), apply_rotary_emb(kf, cf, sf))
+        fns["flash-attn"].inputs = (qf, kf)  # the tensors its backward differentiates
+    except ImportError:
+        pass
     return fns
 
 
+def _candidates(B: int, H: int, T: int, D: int, dtype: torch.dtype, device: str = "cpu", grad: bool = False) -> dict:
+    """name -> zero-argument function rotating q and k (B, H, T, D); ``fn.inputs`` = (q, k) leaves."""
+    import posenc
+    from ..rotary.functional import triton_available
+
+    dev = torch.device(device)
+    q = torch.randn(B, H, T, D, dtype=dtype, device=dev, requires_grad=grad)
+    k = torch.randn(B, H, T, D, dtype=dtype, device=dev, requires_grad=grad)
+    pos = torch.arange(T, device=dev).expand(B, T)  # as SequenceInfo.from_offset makes them
+    qc, kc = q.detach(), k.detach()
+    fns: dict = {"copy": (lambda: (qc.clone(), kc.clone())) if not grad else
+                 (lambda: (qc.clone(), kc.clone(), qc.clone(), kc.clone()))}  # + the gradients' copy
+    fns["copy"].inputs = None
+    if dev.type == "cuda":
+        fns.update(_cuda_peers(q, k, pos, dtype))
+    else:
+        try:
+            from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+            inv = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
+            emb = torch.cat([pos[..., None].float() * inv] * 2, -1)  # (B, T, D)
+            cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+            fns["hf"] = lambda: apply_rotary_pos_emb(q, k, cos, sin)
+        except ImportError:
+            pass
+        try:
+            from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
+
+            freqs = RotaryEmbedding(dim=D)(torch.arange(T), seq_len=T)  # precomputed (T, D)
+            fns["ret"] = lambda: (apply_rotary_emb(freqs, q), apply_rotary_emb(freqs, k))
+        except ImportError:
+            pass
+    kernels = [("auto", ""), ("eager", "-eager")] + ([("compiled", "-compiled")] if dev.type == "cuda" else [])
+    for layout in ("half", "interleaved"):
+        for kernel, suffix in kernels:
+            if layout == "interleaved" and kernel == "compiled":
+                continue
+            rope = posenc.build("rope", d_model=H * D, num_heads=H, layout=layout, kernel=kernel)
+            name = "posenc" + suffix + ("" if layout == "half" else "-interleaved")
+            fns[name] = lambda rope=rope: rope.rotate(q, k, pos, pos)
+    # The Triton rows on CUDA, or on CPU under Triton's interpreter (tests: tiny shapes only).
+    if triton_available() and (dev.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
+        from ..rotary import triton_rope as tr
+        from ..rotary.functional import angles_cos_sin
+
+        rope = posenc.build("rope", d_model=H * D, num_heads=H)
+        inv_freq, factor = rope.frequencies()
+        table = angles_cos_sin(torch.arange(T, device=dev), inv_freq, factor)  # 2 x (T, D/2) float32
+        p1 = pos[:1]  # (1, T): the same positions for the batch
+        fns["posenc-triton-table"] = lambda: tr.rotary_qk_table(q, k, *table, p1, p1)
+        fns["posenc-triton-angles"] = lambda: tr.rotary_qk_angles(q, k, inv_freq, p1, p1, factor)
+        if not grad:
+            cos, sin = rope.cos_sin(pos)
+            qi, ki = qc.clone(), kc.clone()  # its own buffers: the other rows keep their inputs
+            fns["posenc-inplace"] = lambda: tr.rotary_qk(qi, ki, cos, sin, cos, sin, inplace=True)
+    for name, fn in fns.items():
+        if not hasattr(fn, "inputs"):
+            fn.inputs = (q, k)
+    return fns
+
+
+def _with_backward(fn: Callable, grads_like: Callable) -> Callable:
+    """fn's forward and the gradient of q and k for fixed output gradients (no .grad accumulation)."""
+    if fn.inputs is None:
+        return fn
+    state: dict = {}
+
+    def run():
+        out = fn()
+        if "g" not in state:
+            state["g"] = grads_like(out)
+        return torch.autograd.grad(out, fn.inputs, state["g"])
+
+    return run
+
+
+def time_cuda(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 5, inner: int = 5) -> float:
+    """Median seconds per call of ``fn`` on the current CUDA stream: CUDA events around
+    ``inner`` back-to-back calls (launch overhead hidden as in a model), ``repeat`` times."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / inner)
+    return statistics.median(times)
+
+
 def measure(args: argparse.Namespace) -> list[dict]:
-    """One record per (dtype, T, impl): median ms and the ratio to the copy in the same block."""
-    rows = []
-    with torch.inference_mode():
-        for dname in args.dtypes:
+    """One record per (dtype, mode, T, impl): median ms, GB/s and the ratio to the copy in the same block."""
+    resolve(args)
+    cuda = torch.device(args.device).type == "cuda"
+    timer = (lambda f: time_cuda(f, repeat=args.repeat)) if cuda else (lambda f: time_fn(f, warmup=2, repeat=args.repeat))
+    rows, missing = [], set(args.impls or ())
+    for dname in args.dtypes:
+        dtype = DTYPES[dname]
+        for mode in args.modes:
+            grad = mode == "fwd+bwd"
             for T in args.lengths:
-                fns = _candidates(args.batch, args.heads, T, args.head_dim, DTYPES[dname])
-                names = [n for n in fns if args.impls is None or n in args.impls or n == "copy"]
-                times = {n: time_fn(fns[n], warmup=2, repeat=args.repeat) for n in names}
-                times["copy"] = min(times["copy"], time_fn(fns["copy"], warmup=1, repeat=args.repeat))  # bracket
+                B = batch_for(args, T)
+                with torch.inference_mode(not grad):
+                    fns = _candidates(B, args.heads, T, args.head_dim, dtype, args.device, grad)
+                    names = [n for n in fns if args.impls is None or n in args.impls or n == "copy"]
+                    missing -= set(names)
+                    if grad:
+                        fns = {n: _with_backward(fns[n], lambda out: tuple(torch.randn_like(o) for o in out))
+                               for n in names}
+                    times = {n: timer(fns[n]) for n in names}
+                    times["copy"] = min(times["copy"], timer(fns["copy"]))  # bracket the block
+                moved = 2 * 2 * B * args.heads * T * args.head_dim * dtype.itemsize * (2 if grad else 1)
                 rows += [
-                    dict(dtype=dname, T=T, impl=n, ms=1e3 * times[n], x_copy=times[n] / times["copy"])
+                    dict(dtype=dname, mode=mode, T=T, B=B, impl=n, ms=1e3 * times[n],
+                         gbps=moved / times[n] / 1e9, x_copy=times[n] / times["copy"])
                     for n in names
                 ]
+                if cuda:
+                    del fns
+                    torch.cuda.empty_cache()
+    if missing:
+        print(f"posenc speed rope: not available on {args.device} here: {', '.join(sorted(missing))}", file=sys.stderr)
     return rows
 
 
@@ -91,13 +263,15 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = measure(args)
-    shape = dict(B=args.batch, H=args.heads, D=args.head_dim)
+    shape = dict(B=args.batch if args.batch is not None else f"{CUDA_TOKENS} // T", H=args.heads, D=args.head_dim)
     if args.json:
-        print(json.dumps({"target": "rope", "machine": describe_machine(), **shape, "rows": rows}, indent=1))
+        print(json.dumps({"target": "rope", "device": args.device, "machine": describe_machine(), **shape,
+                          "rows": rows}, indent=1))
         return 0
-    print(f"# RoPE speed: rotate q and k (B={args.batch}, H={args.heads}, T, D={args.head_dim}); "
+    print(f"# RoPE speed: rotate q and k (B={shape['B']}, H={args.heads}, T, D={args.head_dim}) on {args.device}; "
           f"median of {args.repeat}; {describe_machine()}")
-    print(f"{'dtype':<9} {'T':>6}  {'impl':<26} {'ms':>9} {'x copy':>7}")
+    print(f"{'dtype':<9} {'mode':<8} {'T':>6}  {'impl':<26} {'ms':>9} {'GB/s':>8} {'x copy':>7}")
     for r in rows:
-        print(f"{r['dtype']:<9} {r['T']:>6}  {r['impl']:<26} {r['ms']:>9.3f} {r['x_copy']:>7.2f}")
+        print(f"{r['dtype']:<9} {r['mode']:<8} {r['T']:>6}  {r['impl']:<26} {r['ms']:>9.3f} {r['gbps']:>8.1f} "
+              f"{r['x_copy']:>7.2f}")
     return 0

@@ -1,0 +1,78 @@
+"""`posenc speed rope` options and the rotary kernel choice (Triton kernel, in place; issue 12)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from posenc.rotary.functional import angles_cos_sin, apply_rotary_qk
+
+from . import Case
+
+A = "speed rope"
+K = "rotary kernel"
+
+# `--device cuda` is refused only where CUDA is missing; on a GPU machine an index past the
+# last device is (the same check, the same one line).
+_BAD_CUDA = "cuda" if not torch.cuda.is_available() else "cuda:99"
+
+
+def _qk(requires_grad: bool = False):
+    q = torch.randn(1, 2, 3, 8, requires_grad=requires_grad)
+    c, s = angles_cos_sin(torch.arange(3)[None], 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8))
+    return q, c, s
+
+
+def _triton_on_cpu():
+    q, c, s = _qk()
+    saved = os.environ.pop("TRITON_INTERPRET", None)  # the interpreter is for tests only
+    try:
+        apply_rotary_qk(q, q, c, s, c, s, kernel="triton")
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def _unknown_kernel():
+    q, c, s = _qk()
+    apply_rotary_qk(q, q, c, s, c, s, kernel="cuda")
+
+
+def _inplace_with_grad():
+    q, c, s = _qk(requires_grad=True)
+    apply_rotary_qk(q, q.detach(), c, s, c, s, inplace=True)
+
+
+def _inplace_not_bool():
+    q, c, s = _qk()
+    apply_rotary_qk(q, q, c, s, c, s, inplace="yes")
+
+
+def _auto_on_cpu() -> str:
+    q, c, s = _qk()
+    out = apply_rotary_qk(q, q, c, s, c, s, kernel="auto")
+    want = apply_rotary_qk(q, q, c, s, c, s, kernel="eager")
+    same = torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
+    return f"kernel='auto' on CPU tensors never picks Triton: {'same result as eager' if same else 'DIFFERS'}"
+
+
+CASES = [
+    Case(A, "--lengths 0", r"argument --lengths: must be a positive int, got 0",
+         argv=["speed", "rope", "--lengths", "0"]),
+    Case(A, "--head-dim 63 (odd)", r"argument --head-dim: must be an even positive int, got 63",
+         argv=["speed", "rope", "--head-dim", "63"]),
+    Case(A, "--repeat 0", r"argument --repeat: must be a positive int, got 0", argv=["speed", "rope", "--repeat", "0"]),
+    Case(A, "--batch 0", r"argument --batch: must be a positive int, got 0", argv=["speed", "rope", "--batch", "0"]),
+    Case(A, "--device banana", r"argument --device: must be one of cpu, cuda, mps \(or cuda:N\), got 'banana'",
+         argv=["speed", "rope", "--device", "banana"]),
+    Case(A, f"--device {_BAD_CUDA} where there is no such CUDA device",
+         r"argument --device: (CUDA is not available on this machine|CUDA device index must be in)",
+         argv=["speed", "rope", "--device", _BAD_CUDA]),
+    Case(K, "kernel='triton' on CPU tensors (outside TRITON_INTERPRET=1)",
+         r"kernel='triton' needs (CUDA tensors, got tensors on cpu|the triton package)", run=_triton_on_cpu),
+    Case(K, "an unknown kernel name", r"kernel must be one of .*'triton'.*got 'cuda'", run=_unknown_kernel),
+    Case(K, "inplace=True while q requires grad", r"inplace=True is for inference", run=_inplace_with_grad),
+    Case(K, "inplace given a string", r"inplace must be a bool, got 'yes'", run=_inplace_not_bool, error=TypeError),
+    Case(K, "kernel='auto' on CPU tensors", r"never picks Triton: same result as eager", run=_auto_on_cpu, error=None),
+]
