@@ -51,7 +51,10 @@ MARKER = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /ta
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Result:
-    """A committed results file and the ``posenc`` command that regenerates it.
+    """A committed results file and the command that regenerates it.
+
+    ``argv`` is a ``posenc`` command without the program name, or a script run by ``python``
+    (``("python", "benchmarks/x.py", ...)``).
 
     ``stdout`` says where the command's standard output goes: ``"json"`` (the command prints
     the JSON document, written to ``file``), ``"txt"`` (a console table kept beside the JSON
@@ -74,7 +77,7 @@ class Result:
     @property
     def command(self) -> str:
         """The command as a reader types it (redirecting stdout where the JSON is printed)."""
-        cmd = "posenc " + shlex.join(self.argv)
+        cmd = shlex.join(self.argv) if self.argv[0] == "python" else "posenc " + shlex.join(self.argv)
         if self.stdout == "json":
             cmd += f" > benchmarks/results/{self.file}"
         return cmd
@@ -464,7 +467,10 @@ def _machine_now(threads: int | None) -> str:
 def rerun(name: str) -> float:
     """Run the command of ``name`` in a fresh process, record machine/command/wall time; seconds."""
     res = RESULTS[name]
-    argv = [sys.executable, "-m", "posenc", *res.argv]
+    if res.argv[0] == "python":
+        argv = [sys.executable, *res.argv[1:]]
+    else:
+        argv = [sys.executable, "-m", "posenc", *res.argv]
     print(f"[{name}] {res.command}", flush=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.perf_counter()

@@ -1,9 +1,19 @@
-"""The README's Python example runs as written."""
+"""The README's Python example runs as written, and every measured table in README.md and
+docs/*.md is what benchmarks/tables.py renders from its committed results file."""
 
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
 import pathlib
 import re
+import sys
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def test_readme_python_blocks_run():
@@ -11,3 +21,92 @@ def test_readme_python_blocks_run():
     assert blocks, "README has no python example"
     for code in blocks:
         exec(compile(code, str(README), "exec"), {})
+
+
+@pytest.fixture
+def tables(monkeypatch):
+    """benchmarks/tables.py, imported fresh (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("_tables_under_test", ROOT / "benchmarks" / "tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_committed_tables_equal_their_results_files(tables):
+    """A results file and the table quoting it cannot drift apart (fix: python benchmarks/tables.py)."""
+    names = []
+    for page in tables.PAGES:
+        text = (ROOT / page).read_text()
+        names += tables.tables_in(text)
+        assert tables.render_page(page, text) == text, f"{page} is out of date: run python benchmarks/tables.py"
+    assert {"bench_quick", "rope_cpu", "relative_scores", "model_cpu", "check_cpu"} <= set(names), names
+
+
+def test_every_table_is_used_and_every_results_file_has_a_command(tables):
+    used = {n for page in tables.PAGES for n in tables.tables_in((ROOT / page).read_text())}
+    assert set(tables.TABLES) == used, f"renderers no page uses: {set(tables.TABLES) - used}"
+    committed = {p.name for p in tables.RESULTS_DIR.glob("*.json")}
+    assert committed, "no results files"
+    known = {r.file for r in tables.RESULTS.values()}
+    assert not committed - known, (f"results files with no entry in RESULTS (benchmarks/tables.py): {committed - known}; "
+                                   "add one naming the command that writes the file")
+    assert not known - committed, f"RESULTS names files that do not exist: {known - committed}"
+
+
+def test_tables_render_a_hand_made_file(tables, monkeypatch):
+    """Cells derived by hand from made-up numbers: ratios to the baseline, 3 significant digits."""
+    rows = {
+        "plain q·k^T": {"time_ms": 80.0, "peak_mib": 128.0},
+        "einsum (T,T,D) rkq": {"time_ms": 1800.0, "peak_mib": 1408.0},
+        "score shaw": {"time_ms": 100.0, "peak_mib": 140.0},  # 1.25x; 18x faster; 1408/140 = 10.06
+        "sdpa causal": {"time_ms": 50.0, "peak_mib": 4.0},
+        "bias t5 (per forward)": {"time_ms": 150.0, "peak_mib": 260.0},  # 3x
+        "sdpa + bias t5 (per layer)": {"time_ms": 51.0, "peak_mib": 8.0},  # 1.02x
+    }
+    data = {"machine": "M", "batch": 1, "heads": 8, "head_dim": 64, "dtype": "float32",
+            "results": [{"length": 2048, "rows": rows}]}
+    monkeypatch.setattr(tables, "load", lambda name: copy.deepcopy(data))
+    scores = tables.render_relative_scores("README.md")
+    assert scores.splitlines()[2] == "| shaw | 1.25x | 18.0x | 10.1x |"
+    assert "Machine: M. Command: `posenc speed relative --lengths 512 1024 2048 4096" in scores
+    assert "[relative_cpu.json](benchmarks/results/relative_cpu.json)" in scores
+    bias = tables.render_relative_bias("docs/relative.md")
+    assert bias.splitlines()[2] == "| t5 | 1.02x | 3.00x |"
+    assert "(../benchmarks/results/relative_cpu.json)" in bias  # links relative to the page
+
+
+def test_a_changed_results_file_fails_the_check(tables, monkeypatch):
+    """Change one number in a results file: its README table no longer matches."""
+    real = tables.load
+    data = real("relative_cpu")
+    for res in data["results"]:
+        res["rows"]["score shaw"]["time_ms"] *= 2
+    monkeypatch.setattr(tables, "load", lambda name: data if name == "relative_cpu" else real(name))
+    text = README.read_text()
+    assert tables.render_page("README.md", text) != text
+
+
+def test_unknown_table_name_is_an_error(tables):
+    with pytest.raises(ValueError, match="unknown table 'nope'; known: .*rope_cpu"):
+        tables.render_page("README.md", "<!-- table: nope -->\n<!-- /table -->")
+
+
+def test_ratio_and_duration_formats(tables):
+    assert [tables.ratio(x) for x in (0.894, 2.186, 9.996, 17.18, 100.06, 153.4)] == \
+        ["0.89x", "2.19x", "10.0x", "17.2x", "100x", "153x"]
+    assert [tables.duration(s) for s in (35.2, 380.0, 547.4)] == ["35 s", "6 min 20 s", "9 min 07 s"]
+
+
+@pytest.mark.slow
+def test_rerun_records_machine_command_and_wall_time(tables, tmp_path, monkeypatch):
+    """--rerun runs the command in a fresh process and writes what the tables need."""
+    monkeypatch.setattr(tables, "RESULTS_DIR", tmp_path)
+    res = tables.Result("check_tiny.json", ("check", "none", "--json"), stdout="json")
+    monkeypatch.setattr(tables, "RESULTS", {"check_tiny": res})
+    wall = tables.rerun("check_tiny")
+    data = json.loads((tmp_path / "check_tiny.json").read_text())
+    assert data["command"] == "posenc check none --json > benchmarks/results/check_tiny.json"
+    assert data["wall_s"] == wall > 0
+    assert data["machine"] and list(data["results"]) == ["none"]
+    assert data["results"]["none"]["bounded"]["status"] == "pass"

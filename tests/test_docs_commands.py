@@ -1,0 +1,259 @@
+"""Every command the README quotes runs, in a smoke-sized form.
+
+The quoted commands are read from README.md: each line of a ```bash block (comments dropped)
+and each inline code span that starts with ``posenc``, ``python``, ``torchrun`` or ``make``
+(whitespace normalised, since a span may wrap). ``SMOKE`` maps every quoted command, exactly as
+written, to what makes it small: flags whose values are replaced (tiny lengths, one repeat, an
+output under the test's tmp folder), extra arguments, or, for a form with placeholders
+(``KIND``, ``DIR``, ``...``), the whole argv. A quoted command without an entry fails, and so
+does an entry the README no longer quotes, so a new README command cannot go untested.
+
+``posenc`` commands run in-process through ``posenc.cli.main`` (an import of torch per command
+would cost more than most of the commands); ``torchrun`` runs as a subprocess; ``make``
+targets are not run (they build a venv): their recipe's ``posenc`` commands must each be quoted
+in the README, and so are smoke-tested through their own entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PREFIXES = ("posenc", "python", "torchrun", "make")
+
+
+def quoted_commands(text: str) -> list[str]:
+    """The commands a Markdown page quotes, in order of first appearance, each once."""
+    found: list[str] = []
+    for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                found.append(line)
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for span in re.findall(r"`([^`]+)`", prose):
+        cmd = " ".join(span.split())
+        if cmd.split(" ", 1)[0] in PREFIXES:
+            found.append(cmd)
+    return list(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class Smoke:
+    """How one quoted command is run small.
+
+    ``set``: flag -> values that replace the quoted values (the flag is added when absent);
+    ``add``: extra arguments; ``argv``: the whole argv instead of the quoted one (placeholders);
+    ``expect``: files that must exist afterwards. ``{tmp}`` is the test's folder, ``{bench}``
+    a finished micro benchmark. ``how``: "posenc" (in-process), "tables"
+    (benchmarks/tables.py on a copy of the pages), "subprocess" or "make".
+    """
+
+    set: dict[str, list[str]] = field(default_factory=dict)
+    add: tuple[str, ...] = ()
+    argv: tuple[str, ...] | None = None
+    expect: tuple[str, ...] = ()
+    how: str = "posenc"
+
+
+_TINY_RELATIVE = {"--lengths": ["16"], "--repeat": ["1"]}
+_TINY_MODEL = {"--lengths": ["16"], "--batch": ["1"], "--layers": ["1"], "--width": ["32"], "--heads": ["2"],
+               "--rounds": ["1"], "--decode-contexts": ["8"], "--decode-tokens": ["1"]}
+_TINY_BENCH = ("--steps", "2", "--encodings", "rope", "--tasks", "copy", "--no-progress")
+_MODEL = ("posenc speed model --lengths 1024 --batch 2 --layers 6 --width 512 --heads 8 --rounds 2 "
+          "--decode-contexts 1024 4096 --decode-tokens 8")
+
+SMOKE: dict[str, Smoke] = {
+    "make demo": Smoke(how="make"),
+    "make test": Smoke(how="make"),
+    "posenc list --short": Smoke(),
+    "posenc check": Smoke(add=("rope",)),
+    "posenc bench --preset quick --threads 1 --out out/bench --resume": Smoke(
+        set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
+    "posenc report --out out/report --bench out/bench": Smoke(
+        set={"--out": ["{tmp}/report"], "--bench": ["{bench}"]}, add=("--encodings", "rope", "--plots", "rope-score"),
+        expect=("{tmp}/report/report.html",)),
+    "posenc list": Smoke(),
+    "posenc check [NAMES...] [--json]": Smoke(argv=("check", "alibi", "rope", "--json")),
+    "posenc plot KIND --out DIR": Smoke(argv=("plot", "rope-score", "--out", "{tmp}/plots"),
+                                        expect=("{tmp}/plots/rope-score.png",)),
+    "posenc report --out DIR [--bench BDIR]": Smoke(
+        argv=("report", "--out", "{tmp}/r", "--bench", "{bench}", "--encodings", "alibi", "--plots", "rope-score"),
+        expect=("{tmp}/r/report.html",)),
+    "posenc bench": Smoke(argv=("bench", "--preset", "micro", "--out", "{tmp}/b", "--no-progress"),
+                          expect=("{tmp}/b/results.json", "{tmp}/b/results.csv")),
+    "torchrun --nproc_per_node N -m posenc bench ...": Smoke(
+        argv=("torchrun", "--standalone", "--nproc_per_node", "2", "-m", "posenc", "bench", "--preset", "micro",
+              "--out", "{tmp}/ddp", "--no-progress"),
+        expect=("{tmp}/ddp/results.json",), how="subprocess"),
+    "posenc bench --preset quick --threads 1 --out out/bench": Smoke(
+        set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
+    "python benchmarks/tables.py": Smoke(how="tables"),
+    "python benchmarks/tables.py --check": Smoke(how="tables"),
+    "posenc speed rope --lengths 512 2048 8192 --repeat 7 --json > benchmarks/results/rope_cpu.json": Smoke(
+        set=_TINY_RELATIVE),
+    "posenc speed relative --lengths 512 1024 2048 4096 --repeat 3 --json benchmarks/results/relative_cpu.json": Smoke(
+        set={**_TINY_RELATIVE, "--json": ["{tmp}/relative.json"]}, expect=("{tmp}/relative.json",)),
+    "posenc speed relative --lengths 8192 --einsum-max-length 4096 --repeat 1 --json "
+    "benchmarks/results/relative_cpu_8192.json": Smoke(
+        set={**_TINY_RELATIVE, "--einsum-max-length": ["8"], "--json": ["{tmp}/relative_8192.json"]},
+        expect=("{tmp}/relative_8192.json",)),
+    f"{_MODEL} --json benchmarks/results/model_cpu.json": Smoke(
+        set={**_TINY_MODEL, "--json": ["{tmp}/model.json"]}, expect=("{tmp}/model.json",)),
+    "posenc speed model --encodings rope xpos transformer_xl deberta " + _MODEL.removeprefix("posenc speed model ")
+    + " --json benchmarks/results/model_cpu_decode_fixes.json": Smoke(
+        set={**_TINY_MODEL, "--json": ["{tmp}/model_fixes.json"]}, expect=("{tmp}/model_fixes.json",)),
+}
+
+QUOTED = quoted_commands(README.read_text())
+
+
+def smoke_argv(command: str, smoke: Smoke, subs: dict[str, str]) -> tuple[list[str], bool]:
+    """The argv (without the program) that runs ``command`` small, and whether stdout is redirected."""
+    command, redirected = (command.split(" > ")[0], True) if " > " in command else (command, False)
+    if smoke.argv is not None:
+        argv = list(smoke.argv)
+    else:
+        argv = shlex.split(command)[1:]  # drop "posenc"
+        for flag, values in smoke.set.items():
+            if flag in argv:
+                i = j = argv.index(flag)
+                j += 1
+                while j < len(argv) and not argv[j].startswith("--"):
+                    j += 1
+                argv[i:j] = [flag, *values]
+            else:
+                argv += [flag, *values]
+        argv += smoke.add
+    return [a.format(**subs) for a in argv], redirected
+
+
+def test_readme_quotes_commands():
+    assert len(QUOTED) >= 15, QUOTED
+    assert "posenc list" in QUOTED and "make demo" in QUOTED
+
+
+def test_every_quoted_command_has_a_smoke_entry():
+    missing = [c for c in QUOTED if c not in SMOKE]
+    assert not missing, f"README commands with no entry in SMOKE: {missing}"
+    stale = [c for c in SMOKE if c not in QUOTED]
+    assert not stale, f"SMOKE entries the README no longer quotes: {stale}"
+
+
+def test_quoted_commands_reads_blocks_and_wrapped_spans():
+    text = "```bash\nmake x   # comment\n\n```\nrun `posenc a\n--b c` and `posenc.build()` or `--flag`\n"
+    assert quoted_commands(text) == ["make x", "posenc a --b c"]
+
+
+def test_smoke_argv_replaces_and_adds_flags():
+    argv, redirected = smoke_argv(
+        "posenc speed x --lengths 1 2 3 --repeat 7 --json > f.json",
+        Smoke(set={"--lengths": ["16"], "--out": ["{tmp}/o"]}, add=("--q",)), {"tmp": "/t"})
+    assert argv == ["speed", "x", "--lengths", "16", "--repeat", "7", "--json", "--out", "/t/o", "--q"]
+    assert redirected
+
+
+@pytest.fixture(scope="module")
+def micro_bench(tmp_path_factory) -> Path:
+    """One finished micro benchmark, for the commands that read one (``posenc report``)."""
+    from posenc.cli import main
+
+    out = tmp_path_factory.mktemp("bench") / "micro"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["bench", "--preset", "micro", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+@pytest.fixture
+def keep_threads():
+    """``--threads`` sets torch's thread count for the process: restore it for the next test."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def _load_tables(root: Path, monkeypatch):
+    """benchmarks/tables.py as a fresh module whose pages and results live under ``root``."""
+    spec = importlib.util.spec_from_file_location("_tables_smoke", ROOT / "benchmarks" / "tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    mod.ROOT, mod.RESULTS_DIR = root, root / "benchmarks" / "results"
+    return mod
+
+
+def _make_recipe(target: str) -> list[str]:
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(rf"{re.escape(target)}:", line)), None)
+    assert start is not None, f"Makefile has no target {target!r}"
+    recipe = []
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        recipe.append(line.strip())
+    return recipe
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [c for c in QUOTED if c in SMOKE], ids=lambda c: c[:60])
+def test_quoted_command_runs(command, tmp_path, request, keep_threads):
+    smoke = SMOKE[command]
+    if smoke.how == "make":
+        # A make target is not run here (it builds a venv); each posenc command of its recipe
+        # must be quoted in the README, which makes it smoke-tested through its own entry.
+        target = command.split()[1]
+        recipe = _make_recipe(target)
+        assert recipe, f"make {target} has an empty recipe"
+        for line in recipe:
+            if "bin/posenc " in line:
+                cmd = "posenc " + line.split("bin/posenc ", 1)[1]
+                cmd = cmd.replace("$(THREADS)", "1").replace("$(OUT)", "out")
+                assert cmd in QUOTED, f"make {target} runs {cmd!r}, which the README does not quote"
+        return
+    if smoke.how == "tables":
+        for part in ("README.md", "docs", "benchmarks/results"):
+            src, dst = ROOT / part, tmp_path / part
+            shutil.copytree(src, dst) if src.is_dir() else shutil.copyfile(src, dst)
+        mod = _load_tables(tmp_path, request.getfixturevalue("monkeypatch"))
+        before = (tmp_path / "README.md").read_text()
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert mod.main(shlex.split(command)[2:]) == 0
+        assert (tmp_path / "README.md").read_text() == before  # the committed tables are current
+        return
+    subs = {"tmp": str(tmp_path)}
+    if "{bench}" in json.dumps([smoke.argv, smoke.set]):
+        subs["bench"] = str(request.getfixturevalue("micro_bench"))
+    argv, redirected = smoke_argv(command, smoke, subs)
+    if smoke.how == "subprocess":
+        exe = shutil.which(argv[0], path=str(Path(sys.executable).parent)) or shutil.which(argv[0])
+        assert exe, f"{argv[0]} not found"
+        proc = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = proc.stdout
+    else:
+        from posenc.cli import main
+
+        buf, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+            code = main(argv)
+        assert code == 0, f"posenc {shlex.join(argv)} exited {code}: {err.getvalue()[-3000:]}"
+        out = buf.getvalue()
+    if redirected or (argv[0] == "check" and "--json" in argv):
+        doc = json.loads(out)  # what the README redirects into a results file is one JSON document
+        assert doc, f"posenc {shlex.join(argv)} printed an empty JSON document"
+    for path in smoke.expect:
+        assert Path(path.format(**subs)).is_file(), f"posenc {shlex.join(argv)} did not write {path}"
