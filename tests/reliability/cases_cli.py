@@ -1,0 +1,47 @@
+"""The command line: every bad option is one line naming it, exit code 2 (issue 10, part 2).
+
+Paths are fixed (``/dev/null`` is an existing file, ``/no/such/...`` is missing) so the
+messages, and the page written from them, do not depend on the machine.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import Case
+
+A = "cli"
+
+CASES = [
+    Case(A, "`posenc bench --out` an existing file", r"argument --out: must be a directory, got '/dev/null', which is an existing file",
+         argv=["bench", "--out", "/dev/null"]),
+    Case(A, "`posenc bench --out` a path under a file", r"argument --out: must be a directory path, got '/dev/null/run', but '/dev/null' is a file",
+         argv=["bench", "--out", "/dev/null/run"]),
+    Case(A, "`posenc bench --device banana`", r"argument --device: must be one of cpu, cuda, mps \(or cuda:N\), got 'banana'",
+         argv=["bench", "--device", "banana"]),
+    *([Case(A, "`posenc bench --device cuda` on a machine without CUDA", r"argument --device: CUDA is not available on this machine",
+            argv=["bench", "--device", "cuda"])] if not torch.cuda.is_available() else []),
+    Case(A, "`posenc bench --seeds 0`", r"argument --seeds: must be a positive int, got 0", argv=["bench", "--seeds", "0"]),
+    Case(A, "`posenc bench --steps ten`", r"argument --steps: must be a positive int, got 'ten'", argv=["bench", "--steps", "ten"]),
+    Case(A, "`posenc bench --threads 0`", r"argument --threads: must be a positive int, got 0", argv=["bench", "--threads", "0"]),
+    Case(A, "`posenc bench --data` a missing path", r"argument --data: must be an existing file or directory, got '/no/such/corpus' \(missing\)",
+         argv=["bench", "--data", "/no/such/corpus"]),
+    Case(A, "`posenc speed model --lengths 0`", r"argument --lengths: must be a positive int, got 0", argv=["speed", "model", "--lengths", "0"]),
+    Case(A, "`posenc speed model --lengths -8`", r"argument --lengths: must be a positive int, got -8", argv=["speed", "model", "--lengths", "-8"]),
+    Case(A, "`posenc speed model --batch 0`", r"argument --batch: must be a positive int, got 0", argv=["speed", "model", "--batch", "0"]),
+    Case(A, "`posenc speed model --width 30 --heads 4` (not divisible)", r"--width \(30\) must be divisible by --heads \(4\)",
+         argv=["speed", "model", "--width", "30", "--heads", "4", "--encodings", "none"]),
+    Case(A, "`posenc speed relative --head-dim 7` (odd)", r"argument --head-dim: must be an even positive int, got 7",
+         argv=["speed", "relative", "--head-dim", "7"]),
+    Case(A, "`posenc speed relative --repeat 0`", r"argument --repeat: must be a positive int, got 0", argv=["speed", "relative", "--repeat", "0"]),
+    Case(A, "`posenc speed relative --json` a directory", r"argument --json: must be a file path, got '/dev', which is a directory",
+         argv=["speed", "relative", "--json", "/dev"]),
+    Case(A, "`posenc example --length 0`", r"argument --length: must be a positive int, got 0", argv=["example", "--length", "0"]),
+    Case(A, "`posenc plot` an unknown kind", r"unknown plot kind 'banana'; valid kinds: all, ",
+         argv=["plot", "banana", "--out", "/no/such/plots"]),
+    Case(A, "`posenc report --bench` a missing folder", r"argument --bench: must be an existing directory, got '/no/such/bench' \(missing\)",
+         argv=["report", "--bench", "/no/such/bench"]),
+    Case(A, "`posenc check --train-len 4`", r"argument --train-len: must be an int >= 8, got 4", argv=["check", "--train-len", "4"]),
+    Case(A, "`posenc check --d-model 30 --heads 4` (not divisible)", r"--d-model \(30\) must be divisible by --heads \(4\)",
+         argv=["check", "--d-model", "30", "--heads", "4", "none"]),
+]
