@@ -93,11 +93,11 @@ BAD = [
     (["plot", "alibi", "--out", "OUT", "--set", "nope=1"], "--set 'nope=1': alibi takes"),
     (["plot", "all", "--out", "OUT", "--set", "num_heads=4"], "--set applies to one plot kind, not to 'all'"),
     # report
-    (["report", "--out", "OUT", "--bench", "/no/such/bench"], "argument --bench: must be an existing directory, got '/no/such/bench' (missing)"),
+    (["report", "--out", "OUT", "--bench", "/no/such/bench"], "argument --bench: must be an existing directory, got '/no/such/bench', which is not a directory (missing)"),
     (["report", "--out", "OUT", "--bench", "FILE"], "argument --bench: must be an existing directory"),
     (["report", "--out", "FILE"], "argument --out: must be a directory, got"),
     (["report", "--out", "OUT", "--train-len", "0"], "argument --train-len: must be an int >= 8, got 0"),
-    (["report", "--out", "OUT", "--plots", "banana"], "argument --plots: invalid choice: 'banana' (choose from"),
+    (["report", "--out", "OUT", "--plots", "banana"], "--plots: unknown plot kind 'banana'; valid kinds:"),
     # the command itself
     (["banana"], "argument COMMAND: invalid choice: 'banana'"),
 ]
@@ -168,7 +168,7 @@ def test_path_types(tmp_path):
     assert not (tmp_path / "new").exists()  # checked, not created
     with pytest.raises(argparse.ArgumentTypeError, match="which is an existing file"):
         cli_args.output_dir(str(f))
-    with pytest.raises(argparse.ArgumentTypeError, match="is a file"):
+    with pytest.raises(argparse.ArgumentTypeError, match="which cannot be created: .* is a file"):
         cli_args.output_dir(str(f / "a" / "b"))
     assert cli_args.output_file(str(tmp_path / "r.json")) == tmp_path / "r.json"
     with pytest.raises(argparse.ArgumentTypeError, match="which is a directory"):

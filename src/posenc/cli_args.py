@@ -163,7 +163,9 @@ def output_dir(value: str) -> Path:
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        raise argparse.ArgumentTypeError(f"must be a directory path, got {value!r}, but {str(probe)!r} is a file")
+        raise argparse.ArgumentTypeError(
+            f"must be a directory path, got {value!r}, which cannot be created: {str(probe)!r} is a file"
+        )
     if not os.access(probe, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"must be a writable directory, got {value!r} ({str(probe)!r} is not writable)")
     return path
@@ -185,7 +187,7 @@ def existing_dir(value: str) -> Path:
     path = Path(value).expanduser()
     if not path.is_dir():
         state = "a file" if path.exists() else "missing"
-        raise argparse.ArgumentTypeError(f"must be an existing directory, got {value!r} ({state})")
+        raise argparse.ArgumentTypeError(f"must be an existing directory, got {value!r}, which is not a directory ({state})")
     return path
 
 

@@ -15,7 +15,7 @@ A = "cli"
 CASES = [
     Case(A, "`posenc bench --out` an existing file", r"argument --out: must be a directory, got '/dev/null', which is an existing file",
          argv=["bench", "--out", "/dev/null"]),
-    Case(A, "`posenc bench --out` a path under a file", r"argument --out: must be a directory path, got '/dev/null/run', but '/dev/null' is a file",
+    Case(A, "`posenc bench --out` a path under a file", r"argument --out: must be a directory path, got '/dev/null/run', which cannot be created: '/dev/null' is a file",
          argv=["bench", "--out", "/dev/null/run"]),
     Case(A, "`posenc bench --device banana`", r"argument --device: must be one of cpu, cuda, mps \(or cuda:N\), got 'banana'",
          argv=["bench", "--device", "banana"]),
@@ -39,7 +39,7 @@ CASES = [
     Case(A, "`posenc example --length 0`", r"argument --length: must be a positive int, got 0", argv=["example", "--length", "0"]),
     Case(A, "`posenc plot` an unknown kind", r"unknown plot kind 'banana'; valid kinds: all, ",
          argv=["plot", "banana", "--out", "/no/such/plots"]),
-    Case(A, "`posenc report --bench` a missing folder", r"argument --bench: must be an existing directory, got '/no/such/bench' \(missing\)",
+    Case(A, "`posenc report --bench` a missing folder", r"argument --bench: must be an existing directory, got '/no/such/bench', which is not a directory \(missing\)",
          argv=["report", "--bench", "/no/such/bench"]),
     Case(A, "`posenc check --train-len 4`", r"argument --train-len: must be an int >= 8, got 4", argv=["check", "--train-len", "4"]),
     Case(A, "`posenc check --d-model 30 --heads 4` (not divisible)", r"--d-model \(30\) must be divisible by --heads \(4\)",
