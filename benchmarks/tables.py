@@ -25,6 +25,7 @@ side by side within one run, but a loaded machine still moves them.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -123,29 +124,44 @@ RESULTS: dict[str, Result] = {
         threads=1,
     ),
     "check_cpu": Result("check_cpu.json", ("check", "--json"), stdout="json"),
+    "hf_parity": Result("hf_parity.json", ("python", "benchmarks/hf_parity.py", "--out", "benchmarks/results/hf_parity.json")),
 }
 
 
 def load(name: str) -> dict:
-    """The committed results file of ``name`` (a KeyError lists the known names).
+    """The committed results file of ``name``.
 
     Benchmark results go through ``posenc.bench.load_results``, which checks their format and
     reads a missing metric (null) as NaN, as the benchmark's own tables do.
     """
-    if name not in RESULTS:
-        raise KeyError(f"unknown results {name!r}; known: {', '.join(RESULTS)}")
-    if RESULTS[name].argv[0] == "bench":
+    res = _result(name)
+    if not res.path.is_file():
+        raise FileNotFoundError(f"no results file {res.file}; python benchmarks/tables.py --rerun {name} writes it")
+    if res.argv[0] == "bench":
         from posenc.bench.report import load_results
 
-        return load_results(RESULTS[name].path)
-    return json.loads(RESULTS[name].path.read_text())
+        return load_results(res.path)
+    try:
+        return json.loads(res.path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{res.file} is not valid JSON ({e}); python benchmarks/tables.py --rerun {name} rewrites it") from None
+
+
+def _result(name: str) -> Result:
+    if name not in RESULTS:
+        raise ValueError(f"unknown results {name!r}; valid: {', '.join(RESULTS)}")
+    return RESULTS[name]
 
 
 def _machine_of(name: str, data: dict) -> str:
     machine = data.get("machine")
-    if not machine:
-        raise ValueError(f"{RESULTS[name].file} records no machine; re-run it with --rerun {name}")
-    return machine
+    if machine:
+        return machine
+    meta = data.get("meta", {})
+    if meta.get("torch"):  # a script that records its software but not the machine
+        versions = ", ".join(f"{k} {meta[k]}" for k in ("torch", "transformers", "python") if k in meta)
+        return f"not recorded ({versions})"
+    raise ValueError(f"{RESULTS[name].file} records no machine; re-run it with --rerun {name}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -180,7 +196,8 @@ def caption(name: str, page: str, data: dict, extra: str = "") -> str:
     """
     res = RESULTS[name]
     link = os.path.relpath(res.path, (ROOT / page).parent)
-    text = f"Machine: {_machine_of(name, data)}. Command: `{data.get('command', res.command)}`"
+    command = data.get("command") or data.get("meta", {}).get("command") or res.command
+    text = f"Machine: {_machine_of(name, data)}. Command: `{command}`"
     text += f"; results: [{res.file}]({link})"
     for part in (extra, data.get("note", "")):
         if part:
@@ -398,9 +415,19 @@ def render_results_files(page: str) -> str:
         files += [res.path.with_suffix(".txt").name] if res.path.with_suffix(".txt").exists() else []
         files = ", ".join(f"`{f}`" for f in dict.fromkeys(files))
         rerun = f"`--rerun {name}`" if res.rerun else "(not re-run)"
-        rows.append([name, files, f"`{data.get('command', res.command)}`", rerun,
-                     data.get("machine", ""), data.get("note", res.note)])
+        command = data.get("command") or data.get("meta", {}).get("command") or res.command
+        rows.append([name, files, f"`{command}`", rerun, _machine_of(name, data), data.get("note", res.note)])
     return md_table(["name", "files", "command that wrote it", "tables.py", "machine", "note"], rows)
+
+
+def render_hf_parity(page: str) -> str:
+    """docs/rotary.md: parity with transformers per family, by the script's own table function."""
+    spec = importlib.util.spec_from_file_location("_hf_parity", ROOT / "benchmarks" / "hf_parity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    data = load("hf_parity")
+    assert data["rows"], "hf_parity.json has no rows"
+    return mod.table(data["rows"]) + "\n\n" + caption("hf_parity", page, data)
 
 
 TABLES: dict[str, Callable[[str], str]] = {
@@ -415,6 +442,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     "model_cpu": render_model_cpu,
     "model_cpu_decode_fixes": render_model_cpu_decode_fixes,
     "check_cpu": render_check_cpu,
+    "hf_parity": render_hf_parity,
 }
 
 
@@ -430,6 +458,12 @@ def render_page(page: str, text: str) -> str:
             raise ValueError(f"{page}: unknown table {name!r}; known: {', '.join(TABLES)}")
         return m.group(1) + TABLES[name](page).rstrip("\n") + "\n" + m.group(4)
 
+    opened = re.findall(r"<!-- table: ([\w-]+) -->", text)
+    closed = [m["name"] for m in MARKER.finditer(text)]
+    if opened != closed:
+        unclosed = [n for n in opened if n not in closed] or opened
+        raise ValueError(f"{page}: table marker {unclosed[0]!r} has no closing <!-- /table --> "
+                         "(or markers are nested)")
     return MARKER.sub(sub, text)
 
 
@@ -466,7 +500,7 @@ def _machine_now(threads: int | None) -> str:
 
 def rerun(name: str) -> float:
     """Run the command of ``name`` in a fresh process, record machine/command/wall time; seconds."""
-    res = RESULTS[name]
+    res = _result(name)
     if res.argv[0] == "python":
         argv = [sys.executable, *res.argv[1:]]
     else:
@@ -499,7 +533,7 @@ def rerun(name: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="tables.py", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--check", action="store_true", help="exit 1 if a committed table differs from its results file")
@@ -513,12 +547,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.rerun is not None:
         names = args.rerun or [n for n, r in RESULTS.items() if r.rerun]
-        unknown = [n for n in names if n not in RESULTS]
-        if unknown:
-            p.error(f"--rerun: unknown results {unknown}; valid: {', '.join(RESULTS)}")
+        try:
+            for n in names:
+                _result(n)  # every name checked before the first (long) run
+        except ValueError as e:
+            p.error(f"--rerun: {e}")
         times = {n: rerun(n) for n in names}
         print("wall times: " + ", ".join(f"{n} {duration(t)}" for n, t in times.items()))
-    changed = render_all(write=not args.check)
+    try:
+        changed = render_all(write=not args.check)
+    except (ValueError, OSError) as e:
+        print(f"tables.py: error: {e}", file=sys.stderr)
+        return 2
     if args.check:
         if changed:
             print("tables out of date in: " + ", ".join(changed) + "; run python benchmarks/tables.py", file=sys.stderr)
