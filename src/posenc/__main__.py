@@ -1,3 +1,9 @@
-from .cli import main
+"""``python -m posenc`` (and ``torchrun -m posenc``): the same entry as the ``posenc`` script.
 
-raise SystemExit(main())
+By the time this runs the package (and torch) is imported; the entry still guards the
+building of the parser against Ctrl-C and turns any later one into ``posenc: interrupted``.
+"""
+
+from posenc_entry import main
+
+main()
