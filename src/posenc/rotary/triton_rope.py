@@ -48,6 +48,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.language.extra import libdevice
 
 __all__ = ["SUPPORTED_DTYPES", "interpreting", "rotary_qk", "rotary_qk_table", "rotary_qk_angles"]
 
@@ -70,7 +71,7 @@ def _rotate_tile(
     spb, spt,  # positions strides (B|1, T)
     attn_factor,
     HALF: tl.constexpr, D: tl.constexpr, INTERLEAVED: tl.constexpr, CONJ: tl.constexpr,
-    SRC: tl.constexpr, COPY_REST: tl.constexpr,
+    SRC: tl.constexpr, COPY_REST: tl.constexpr, LIBDEVICE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_REST: tl.constexpr,
 ):
     n_tb = tl.cdiv(T, BLOCK_T)
@@ -98,8 +99,12 @@ def _rotate_tile(
             # C holds inv_freq (h,) float64: the angle and its cos/sin in float64, rounded once.
             inv = tl.load(C + j, mask=j < HALF, other=0.0).to(tl.float64)
             ang = pos.to(tl.float64)[:, None] * inv[None, :]
-            cos = (tl.cos(ang) * attn_factor).to(tl.float32)
-            sin = (tl.sin(ang) * attn_factor).to(tl.float32)
+            if LIBDEVICE:  # the GPU's correctly range-reduced float64 __nv_cos/__nv_sin
+                cos, sin = libdevice.cos(ang), libdevice.sin(ang)
+            else:  # the interpreter (numpy) has no libdevice
+                cos, sin = tl.cos(ang), tl.sin(ang)
+            cos = (cos * attn_factor).to(tl.float32)
+            sin = (sin * attn_factor).to(tl.float32)
     if CONJ:
         sin = -sin  # backward: the transpose, the rotation by -theta
 
@@ -136,18 +141,20 @@ def _rope_qk_kernel(
     skb, skh, skt, skob, skoh, skot, sckb, sckt, spkb, spkt,
     attn_factor,
     HALF: tl.constexpr, D: tl.constexpr, INTERLEAVED: tl.constexpr, CONJ: tl.constexpr,
-    SRC: tl.constexpr, COPY_REST: tl.constexpr,
+    SRC: tl.constexpr, COPY_REST: tl.constexpr, LIBDEVICE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_REST: tl.constexpr,
 ):
     pid = tl.program_id(0)
     b = tl.program_id(1)
     if pid < n_q_programs:
         _rotate_tile(Q, QO, CQ, SQ, PQ, pid, b, HQ, TQ, sqb, sqh, sqt, sqob, sqoh, sqot, scqb, scqt, spqb, spqt,
-                     attn_factor, HALF, D, INTERLEAVED, CONJ, SRC, COPY_REST, BLOCK_T, BLOCK_H, BLOCK_K, BLOCK_REST)
+                     attn_factor, HALF, D, INTERLEAVED, CONJ, SRC, COPY_REST, LIBDEVICE, BLOCK_T, BLOCK_H, BLOCK_K,
+                     BLOCK_REST)
     else:
         _rotate_tile(K, KO, CK, SK, PK, pid - n_q_programs, b, HK, TK, skb, skh, skt, skob, skoh, skot,
                      sckb, sckt, spkb, spkt,
-                     attn_factor, HALF, D, INTERLEAVED, CONJ, SRC, COPY_REST, BLOCK_T, BLOCK_H, BLOCK_K, BLOCK_REST)
+                     attn_factor, HALF, D, INTERLEAVED, CONJ, SRC, COPY_REST, LIBDEVICE, BLOCK_T, BLOCK_H, BLOCK_K,
+                     BLOCK_REST)
 
 
 # ---- launch ------------------------------------------------------------------------------
@@ -215,6 +222,7 @@ def _launch(q, k, cq, sq, cK, sk, pq, pk, *, half, interleaved, conj, src, inpla
             *k.stride()[:3], *ko.stride()[:3], *cs_strides(cK), *pos_strides(pk),
             float(attn_factor),
             HALF=half, D=D, INTERLEAVED=interleaved, CONJ=conj, SRC=src, COPY_REST=(not inplace) and 2 * half < D,
+            LIBDEVICE=q.is_cuda,
             **blk,
         )
     return qo, ko
@@ -313,13 +321,13 @@ def rotary_qk(
     return _RotaryQK.apply(q, k, cq, sq, cK, sk, interleaved)
 
 
-def _check_positions(name: str, p: Tensor, x: Tensor, limit: int | None) -> Tensor:
+def _check_positions(name: str, p: Tensor, x: Tensor, limit: int | None, check_range: bool) -> Tensor:
     if p.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"{name} must be int32 or int64, got {p.dtype}")
     if p.dim() != 2 or p.shape[1] != x.shape[2] or p.shape[0] not in (1, x.shape[0]):
         raise ValueError(f"{name} must have shape (B or 1, T) = (1 or {x.shape[0]}, {x.shape[2]}), got {tuple(p.shape)}")
     p = p.to(x.device)
-    if p.numel():
+    if check_range and p.numel():
         lo, hi = (int(v) for v in torch.aminmax(p))  # a host sync: the price of never reading past the table
         if lo < 0 or (limit is not None and hi >= limit):
             bound = f"[0, {limit - 1}]" if limit is not None else ">= 0"
@@ -329,12 +337,14 @@ def _check_positions(name: str, p: Tensor, x: Tensor, limit: int | None) -> Tens
 
 def rotary_qk_table(
     q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, q_pos: Tensor, k_pos: Tensor,
-    layout: str = "half", inplace: bool = False,
+    layout: str = "half", inplace: bool = False, check_positions: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Rotate q at q_pos (B|1, Tq) and k at k_pos (B|1, Tk), reading rows of the float32 tables
     cos/sin (P, h) (from :func:`~posenc.rotary.functional.angles_cos_sin` of ``arange(P)``).
 
-    Positions must lie in [0, P): checked (one host sync) so the kernel never reads past the table.
+    Positions must lie in [0, P): checked (one host sync) so the kernel never reads past the
+    table. ``check_positions=False`` skips that sync for callers that guarantee the range
+    (e.g. ``arange`` positions); a position out of range then reads arbitrary memory.
     """
     q, k = _check_qk(q, k, inplace)
     if cos.dim() != 2 or sin.shape != cos.shape or 2 * cos.shape[1] > q.shape[-1]:
@@ -342,8 +352,8 @@ def rotary_qk_table(
             f"cos/sin must be tables (P, h) with 2h <= D = {q.shape[-1]}, got {tuple(cos.shape)}/{tuple(sin.shape)}"
         )
     c, s = _f32("cos", cos, q.device), _f32("sin", sin, q.device)
-    pq = _check_positions("q_pos", q_pos, q, c.shape[0])
-    pk = _check_positions("k_pos", k_pos, k, c.shape[0])
+    pq = _check_positions("q_pos", q_pos, q, c.shape[0], check_positions)
+    pk = _check_positions("k_pos", k_pos, k, c.shape[0], check_positions)
     interleaved = layout == "interleaved"
     if inplace:
         return _launch(q, k, c, s, c, s, pq, pk, half=c.shape[1], interleaved=interleaved, conj=False,
@@ -360,13 +370,15 @@ def rotary_qk_angles(
     of :func:`~posenc.rotary.functional.angles_cos_sin`, without a table.
 
     ``inv_freq``: (h,), e.g. :meth:`RotaryEmbedding.frequencies` (any scaling); sent as float64.
+    Positions are not range-checked (no host sync): any integer, negative ones included, gives
+    the rotation by its angle.
     """
     q, k = _check_qk(q, k, inplace)
     if not isinstance(inv_freq, Tensor) or inv_freq.dim() != 1 or 2 * inv_freq.shape[0] > q.shape[-1]:
         raise ValueError(f"inv_freq must have shape (h,) with 2h <= D = {q.shape[-1]}, got {inv_freq!r:.80}")
     f = inv_freq.to(device=q.device, dtype=torch.float64).contiguous()
-    pq = _check_positions("q_pos", q_pos, q, None)
-    pk = _check_positions("k_pos", k_pos, k, None)
+    pq = _check_positions("q_pos", q_pos, q, None, False)
+    pk = _check_positions("k_pos", k_pos, k, None, False)
     interleaved = layout == "interleaved"
     af = float(attention_factor)
     if inplace:

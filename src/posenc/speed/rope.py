@@ -179,7 +179,7 @@ def _candidates(B: int, H: int, T: int, D: int, dtype: torch.dtype, device: str 
         inv_freq, factor = rope.frequencies()
         table = angles_cos_sin(torch.arange(T, device=dev), inv_freq, factor)  # 2 x (T, D/2) float32
         p1 = pos[:1]  # (1, T): the same positions for the batch
-        fns["posenc-triton-table"] = lambda: tr.rotary_qk_table(q, k, *table, p1, p1)
+        fns["posenc-triton-table"] = lambda: tr.rotary_qk_table(q, k, *table, p1, p1, check_positions=False)  # arange: in range
         fns["posenc-triton-angles"] = lambda: tr.rotary_qk_angles(q, k, inv_freq, p1, p1, factor)
         if not grad:
             cos, sin = rope.cos_sin(pos)
