@@ -6,7 +6,9 @@ writes them (legacy keys such as ``rotary_pct``, ``rope_scaling``), ``config.to_
 ``json.loads(config.to_json_string())``. posenc's module must equal the family's own rotary
 embedding module: inv_freq, attention scaling, cos/sin, and q/k rotated by that model's own
 ``apply_rotary_pos_emb`` (GPT-J: its sinusoid table and ``rotate_every_two``; DeepSeek-V3:
-``apply_rotary_pos_emb_interleave``), at positions up to 40 000.
+``apply_rotary_pos_emb_interleave``), at positions up to 40 000. For four families a tiny
+randomly initialised transformers attention layer is compared whole with the same weights
+rotated by posenc (a wrong rotary width or layout moves its output by ~0.1; the tolerance is 2e-4).
 """
 
 from __future__ import annotations
@@ -303,3 +305,62 @@ def test_per_layer_type_rope_parameters_need_layer_type():
 def test_not_a_config():
     with pytest.raises(TypeError, match="config must be a dict .* or a transformers PretrainedConfig, got str"):
         from_hf("config.json")
+
+
+def _posenc_attention(rope, x, pos, wq, wk, wv, wo, H, Hkv, scale, bq=None, bk=None, bv=None, bo=None):
+    """Bidirectional attention with posenc's rotation and the HF layer's projection weights."""
+    B, T, _ = x.shape
+    D = rope.dims.head_dim
+    lin = torch.nn.functional.linear
+    q = lin(x, wq, bq).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k = lin(x, wk, bk).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+    v = lin(x, wv, bv).view(B, T, Hkv, D).transpose(1, 2)
+    q, k = rope.rotate(q, k, pos, pos)
+    k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+    probs = ((q @ k.transpose(-1, -2)) * scale).softmax(-1)  # (B, H, T, T)
+    return lin((probs @ v).transpose(1, 2).reshape(B, T, H * D), wo, bo)
+
+
+@pytest.mark.parametrize("name", ["llama-yarn", "gpt_neox", "phi", "gptj"])
+def test_attention_layer_output_matches_a_tiny_random_transformers_layer(name):
+    # A randomly initialised attention layer of the family (eager attention, no mask) against
+    # the same weights with posenc's RoPE from the raw config: the whole layer, not just q/k.
+    model_type, _, _, _ = CASES[name]
+    cfg, mod = hf_config(name), _module(model_type)
+    cfg._attn_implementation = "eager"
+    rope = from_hf(config_form(name, "hub"))
+    torch.manual_seed(1)
+    B, T = 2, 7
+    x = torch.randn(B, T, rope.dims.d_model)
+    pos = torch.tensor([[0, 3, 900, 901, 2047, 5, 1], [10, 11, 12, 1500, 1501, 1502, 2000]])
+    D = rope.dims.head_dim
+    H = rope.dims.num_heads
+    if model_type == "gptj":
+        layer = mod.GPTJAttention(cfg, layer_idx=0).eval()
+        with torch.no_grad():
+            want = layer(x, position_ids=pos)[0]
+            got = _posenc_attention(rope, x, pos, layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight,
+                                    layer.out_proj.weight, H, H, D**-0.5)
+    else:
+        cls = {"llama": "LlamaAttention", "gpt_neox": "GPTNeoXAttention", "phi": "PhiAttention"}[model_type]
+        layer = getattr(mod, cls)(cfg, layer_idx=0).eval()
+        rotary = next(getattr(mod, n) for n in dir(mod) if n.endswith("RotaryEmbedding"))(cfg)
+        with torch.no_grad():
+            cos_sin = rotary(x, pos)
+            want = layer(x, attention_mask=None, position_embeddings=cos_sin)[0]
+            if model_type == "gpt_neox":  # fused qkv, laid out per head as [q | k | v]
+                w = layer.query_key_value.weight.view(H, 3, D, -1)
+                b = layer.query_key_value.bias.view(H, 3, D)
+                wq, wk, wv = (w[:, i].reshape(H * D, -1) for i in range(3))
+                bq, bk, bv = (b[:, i].reshape(H * D) for i in range(3))
+                got = _posenc_attention(rope, x, pos, wq, wk, wv, layer.dense.weight, H, H, D**-0.5,
+                                        bq, bk, bv, layer.dense.bias)
+            else:
+                out = layer.o_proj if model_type == "llama" else layer.dense
+                Hkv = cfg.num_key_value_heads
+                got = _posenc_attention(rope, x, pos, layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight,
+                                        out.weight, H, Hkv, D**-0.5, layer.q_proj.bias, layer.k_proj.bias,
+                                        layer.v_proj.bias, out.bias)
+    assert want.shape == got.shape == x.shape
+    # float32 angles in transformers at positions <= 2047: ~2047 * 2^-24 rad.
+    torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-4)
