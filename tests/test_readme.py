@@ -110,3 +110,35 @@ def test_rerun_records_machine_command_and_wall_time(tables, tmp_path, monkeypat
     assert data["wall_s"] == wall > 0
     assert data["machine"] and list(data["results"]) == ["none"]
     assert data["results"]["none"]["bounded"]["status"] == "pass"
+
+
+# Prose may state goals, sizes and arithmetic, not measurements: a measured number belongs in a
+# results file and a rendered table. What the pattern finds outside tables and code blocks must
+# be one of these (page, text) pairs, each a goal, a size or a derived quantity, not a timing.
+NOT_MEASUREMENTS = {
+    ("README.md", "1.2x"),  # the RoPE goal
+    ("docs/analysis.md", "× 500"),  # figure size in px
+    ("docs/analysis.md", "5 %"),  # a check's threshold
+    ("docs/bench.md", "10 %"),  # a learning-rate schedule setting
+    ("docs/bench.md", "× 64"),  # batch shape
+    ("docs/bench.md", "× 5"),  # passkey depths
+    ("docs/relative_bias.md", "1 GiB"),  # T*T*width*4 bytes, arithmetic
+    ("docs/rotary.md", "4x"),  # an example factor
+    ("docs/rotary.md", "3x"),  # memory traffic counted from the kernel, not timed
+    ("docs/rotary.md", "1.2x"),  # the RoPE goal
+}
+_MEASURED = re.compile(r"\b\d+(?:\.\d+)?\s?(?:x|ms|s|min|GiB|MiB|tokens/s|tok/s|%)(?!\w)|×\s?\d[\d.]*")
+
+
+def test_prose_quotes_no_measurement_outside_rendered_tables(tables):
+    found = set()
+    for page in tables.PAGES:
+        if page == "docs/reliability.md":  # generated from error messages, not measurements
+            continue
+        text = re.sub(r"<!-- table: .*?<!-- /table -->", "", (ROOT / page).read_text(), flags=re.S)
+        text = re.sub(r"```.*?```", "", text, flags=re.S)
+        found |= {(page, m.group(0)) for m in _MEASURED.finditer(text)}
+    assert found, "the pattern finds nothing: it is broken"
+    extra = found - NOT_MEASUREMENTS
+    assert not extra, (f"numbers that look measured, outside a rendered table: {sorted(extra)}; put them in a "
+                       "results file and a table (benchmarks/tables.py), or list them in NOT_MEASUREMENTS if not measured")
