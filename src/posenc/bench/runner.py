@@ -21,6 +21,7 @@ Under torchrun every rank trains; rank 0 evaluates and writes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -409,26 +410,22 @@ def run_bench(
     for name in ("batch_size", "lm_batch_size"):
         if getattr(s, name) % world:
             raise ValueError(f"{name} ({getattr(s, name)}) must be divisible by the number of processes ({world})")
-    lock = OutDirLock(out)
-    error = None
-    trusted = False
-    if rank == 0:  # one rank locks and checks (and, with --overwrite, deletes); all ranks learn the outcome
-        try:
-            lock.__enter__()  # released in the finally below, or by the kernel on any exit
-            trusted = check_out_dir(out, s, resume=resume, overwrite=overwrite)
-            check_runs(out, s, trusted=trusted)  # before any training: fail fast, and on all ranks
-        except ValueError as e:
-            error = str(e)
-    if world > 1:
-        box = [error]
-        dist.broadcast_object_list(box)
-        error = box[0]
-    try:
+    with contextlib.ExitStack() as held:
+        error = None
+        if rank == 0:  # one rank locks and checks (and, with --overwrite, deletes); all ranks learn the outcome
+            try:
+                held.enter_context(OutDirLock(out))  # released on return, or by the kernel on any exit
+                trusted = check_out_dir(out, s, resume=resume, overwrite=overwrite)
+                check_runs(out, s, trusted=trusted)  # before any training: fail fast, and on all ranks
+            except ValueError as e:
+                error = str(e)
+        if world > 1:
+            box = [error]
+            dist.broadcast_object_list(box)
+            error = box[0]
         if error is not None:
             raise ValueError(error)
         return _run_locked(s, out, dev, rank, progress)
-    finally:
-        lock.__exit__(None, None, None)
 
 
 def _run_dir(out: Path, task: str, encoding: str, seed: int) -> Path:
