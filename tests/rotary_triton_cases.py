@@ -15,6 +15,7 @@ ulp under the interpreter, which (triton 3.8) truncates float32 -> bfloat16.
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -161,7 +162,7 @@ def test_table_and_in_kernel_angles_give_the_per_token_result():
     q, k = _inputs(2, 2, 1, 5, 6, 8, torch.float32)
     q_pos = _tensor([[0, 1, 2, 3, 4], [1 << 20, (1 << 20) + 1, 999_999, 7, 3]])
     k_pos = _tensor([[9, 8, 7, 6, 5, 4]])
-    inv, factor = _inv_freq(6), 1.25
+    inv, factor = _inv_freq(6), 0.1 * math.log(4.0) + 1.0  # YaRN's factor at 4x: not a float32
     cq, sq = angles_cos_sin(q_pos, inv, factor)
     ck, sk = angles_cos_sin(k_pos, inv, factor)
     want = TR.rotary_qk(q, k, cq, sq, ck, sk, "half")

@@ -69,7 +69,6 @@ def _rotate_tile(
     sxb, sxh, sxt, sob, soh, sot,  # x and out strides (inner stride 1)
     scb, sct,  # cos/sin strides: (B|1, T, h) per token, or (P, h) table rows (scb unused)
     spb, spt,  # positions strides (B|1, T)
-    attn_factor,
     HALF: tl.constexpr, D: tl.constexpr, INTERLEAVED: tl.constexpr, CONJ: tl.constexpr,
     SRC: tl.constexpr, COPY_REST: tl.constexpr, LIBDEVICE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_REST: tl.constexpr,
@@ -96,8 +95,10 @@ def _rotate_tile(
             cos = tl.load(C + cs_off, mask=pmask, other=1.0)
             sin = tl.load(S + cs_off, mask=pmask, other=0.0)
         else:
-            # C holds inv_freq (h,) float64: the angle and its cos/sin in float64, rounded once.
+            # C holds inv_freq (h,) then the attention factor, float64 (a float kernel argument
+            # would be float32): the angle, its cos/sin and the factor in float64, rounded once.
             inv = tl.load(C + j, mask=j < HALF, other=0.0).to(tl.float64)
+            attn_factor = tl.load(C + HALF).to(tl.float64)
             ang = pos.to(tl.float64)[:, None] * inv[None, :]
             if LIBDEVICE:  # the GPU's correctly range-reduced float64 __nv_cos/__nv_sin
                 cos, sin = libdevice.cos(ang), libdevice.sin(ang)
@@ -139,7 +140,6 @@ def _rope_qk_kernel(
     HQ, TQ, HK, TK, n_q_programs,
     sqb, sqh, sqt, sqob, sqoh, sqot, scqb, scqt, spqb, spqt,
     skb, skh, skt, skob, skoh, skot, sckb, sckt, spkb, spkt,
-    attn_factor,
     HALF: tl.constexpr, D: tl.constexpr, INTERLEAVED: tl.constexpr, CONJ: tl.constexpr,
     SRC: tl.constexpr, COPY_REST: tl.constexpr, LIBDEVICE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_REST: tl.constexpr,
@@ -148,12 +148,12 @@ def _rope_qk_kernel(
     b = tl.program_id(1)
     if pid < n_q_programs:
         _rotate_tile(Q, QO, CQ, SQ, PQ, pid, b, HQ, TQ, sqb, sqh, sqt, sqob, sqoh, sqot, scqb, scqt, spqb, spqt,
-                     attn_factor, HALF, D, INTERLEAVED, CONJ, SRC, COPY_REST, LIBDEVICE, BLOCK_T, BLOCK_H, BLOCK_K,
+                     HALF, D, INTERLEAVED, CONJ, SRC, COPY_REST, LIBDEVICE, BLOCK_T, BLOCK_H, BLOCK_K,
                      BLOCK_REST)
     else:
         _rotate_tile(K, KO, CK, SK, PK, pid - n_q_programs, b, HK, TK, skb, skh, skt, skob, skoh, skot,
                      sckb, sckt, spkb, spkt,
-                     attn_factor, HALF, D, INTERLEAVED, CONJ, SRC, COPY_REST, LIBDEVICE, BLOCK_T, BLOCK_H, BLOCK_K,
+                     HALF, D, INTERLEAVED, CONJ, SRC, COPY_REST, LIBDEVICE, BLOCK_T, BLOCK_H, BLOCK_K,
                      BLOCK_REST)
 
 
@@ -187,7 +187,7 @@ def _blocks(T: int, H: int, half: int, D: int) -> dict:
     )
 
 
-def _launch(q, k, cq, sq, cK, sk, pq, pk, *, half, interleaved, conj, src, inplace, attn_factor=1.0):
+def _launch(q, k, cq, sq, cK, sk, pq, pk, *, half, interleaved, conj, src, inplace):
     """Rotate q and k (already checked) into new tensors, or into themselves when ``inplace``."""
     B, HQ, TQ, D = q.shape
     HK, TK = k.shape[1], k.shape[2]
@@ -220,7 +220,6 @@ def _launch(q, k, cq, sq, cK, sk, pq, pk, *, half, interleaved, conj, src, inpla
             HQ, TQ, HK, TK, n_q,
             *q.stride()[:3], *qo.stride()[:3], *cs_strides(cq), *pos_strides(pq),
             *k.stride()[:3], *ko.stride()[:3], *cs_strides(cK), *pos_strides(pk),
-            float(attn_factor),
             HALF=half, D=D, INTERLEAVED=interleaved, CONJ=conj, SRC=src, COPY_REST=(not inplace) and 2 * half < D,
             LIBDEVICE=q.is_cuda,
             **blk,
@@ -253,21 +252,21 @@ class _RotaryQKTable(torch.autograd.Function):
     """cos/sin gathered by position from tables (src=_TABLE) or computed from angles (_ANGLES)."""
 
     @staticmethod
-    def forward(ctx, q, k, c, s, pq, pk, half, interleaved, src, attn_factor):
+    def forward(ctx, q, k, c, s, pq, pk, half, interleaved, src):
         ctx.save_for_backward(c, s, pq, pk)
-        ctx.args = (half, interleaved, src, attn_factor)
+        ctx.args = (half, interleaved, src)
         return _launch(q, k, c, s, c, s, pq, pk, half=half, interleaved=interleaved, conj=False, src=src,
-                       inplace=False, attn_factor=attn_factor)
+                       inplace=False)
 
     @staticmethod
     def backward(ctx, gq, gk):
         c, s, pq, pk = ctx.saved_tensors
-        half, interleaved, src, attn_factor = ctx.args
+        half, interleaved, src = ctx.args
         gq = gq if gq.stride(-1) == 1 else gq.contiguous()
         gk = gk if gk.stride(-1) == 1 else gk.contiguous()
         dq, dk = _launch(gq, gk, c, s, c, s, pq, pk, half=half, interleaved=interleaved, conj=True, src=src,
-                         inplace=False, attn_factor=attn_factor)
-        return dq, dk, None, None, None, None, None, None, None, None
+                         inplace=False)
+        return dq, dk, None, None, None, None, None, None, None
 
 
 def _check_inplace(q: Tensor, k: Tensor, inplace: bool) -> None:
@@ -358,7 +357,7 @@ def rotary_qk_table(
     if inplace:
         return _launch(q, k, c, s, c, s, pq, pk, half=c.shape[1], interleaved=interleaved, conj=False,
                        src=_TABLE, inplace=True)
-    return _RotaryQKTable.apply(q, k, c, s, pq, pk, c.shape[1], interleaved, _TABLE, 1.0)
+    return _RotaryQKTable.apply(q, k, c, s, pq, pk, c.shape[1], interleaved, _TABLE)
 
 
 def rotary_qk_angles(
@@ -376,12 +375,13 @@ def rotary_qk_angles(
     q, k = _check_qk(q, k, inplace)
     if not isinstance(inv_freq, Tensor) or inv_freq.dim() != 1 or 2 * inv_freq.shape[0] > q.shape[-1]:
         raise ValueError(f"inv_freq must have shape (h,) with 2h <= D = {q.shape[-1]}, got {inv_freq!r:.80}")
-    f = inv_freq.to(device=q.device, dtype=torch.float64).contiguous()
+    h = inv_freq.shape[0]
+    af = torch.tensor([float(attention_factor)], dtype=torch.float64)
+    f = torch.cat([inv_freq.detach().to(torch.float64).cpu(), af]).to(q.device)  # (h + 1,): inv_freq, factor
     pq = _check_positions("q_pos", q_pos, q, None, False)
     pk = _check_positions("k_pos", k_pos, k, None, False)
     interleaved = layout == "interleaved"
-    af = float(attention_factor)
     if inplace:
-        return _launch(q, k, f, f, f, f, pq, pk, half=f.shape[0], interleaved=interleaved, conj=False,
-                       src=_ANGLES, inplace=True, attn_factor=af)
-    return _RotaryQKTable.apply(q, k, f, f, pq, pk, f.shape[0], interleaved, _ANGLES, af)
+        return _launch(q, k, f, f, f, f, pq, pk, half=h, interleaved=interleaved, conj=False,
+                       src=_ANGLES, inplace=True)
+    return _RotaryQKTable.apply(q, k, f, f, pq, pk, h, interleaved, _ANGLES)
