@@ -96,6 +96,27 @@ def test_auto_picks_triton_only_for_cuda_tensors():
     assert not _use_triton("compiled", (q, q), (c, s))
 
 
+class _FakeCuda:
+    """Stands in for a CUDA tensor in the kernel choice (which reads only these attributes)."""
+
+    is_cuda = True
+
+    def __init__(self, dtype=torch.bfloat16, requires_grad=False):
+        self.dtype, self.requires_grad = dtype, requires_grad
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_auto_picks_triton_for_cuda_tensors_it_supports():
+    t = _FakeCuda
+    assert _use_triton("auto", (t(), t()), (t(torch.float32), t(torch.float32)))
+    assert _use_triton("auto", (t(torch.float16), t(torch.float16)), (t(torch.float32),))
+    assert _use_triton("auto", (t(requires_grad=True), t()), (t(torch.float32),))  # backward by -theta
+    assert not _use_triton("auto", (t(torch.float64), t(torch.float64)), (t(torch.float32),))  # eager/compiled
+    assert not _use_triton("auto", (t(), t(torch.float16)), (t(torch.float32),))  # mixed dtypes
+    assert not _use_triton("auto", (t(), t()), (t(torch.float32, requires_grad=True),))  # cos/sin gradient
+    assert not _use_triton("compiled", (t(), t()), (t(torch.float32),))
+
+
 def test_unknown_kernel_and_layout_are_errors():
     q = torch.randn(1, 2, 3, 8)
     c, s = angles_cos_sin(torch.arange(3)[None], _inv_freq(8))
