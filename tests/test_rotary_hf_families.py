@@ -305,6 +305,14 @@ def test_per_layer_type_rope_parameters_need_layer_type():
 def test_not_a_config():
     with pytest.raises(TypeError, match="config must be a dict .* or a transformers PretrainedConfig, got str"):
         from_hf("config.json")
+    with pytest.raises(TypeError, match=r"model_type must be a str, got list"):
+        from_hf(BASE | {"model_type": ["llama"]})
+    with pytest.raises(TypeError, match=r"layer_type must be a str or None, got int 0"):
+        from_hf(BASE, layer_type=0)
+    with pytest.raises(ValueError, match=r"layer_type must be None for model_type 'gptj'"):
+        from_hf(config_form("gptj", "hub"), layer_type="full_attention")
+    with pytest.raises(ValueError, match=r"layer_type must be None: the config has one rope dict and no layer_types"):
+        from_hf(BASE, layer_type="full_attention")
 
 
 def _posenc_attention(rope, x, pos, wq, wk, wv, wo, H, Hkv, scale, bq=None, bk=None, bv=None, bo=None):
@@ -364,3 +372,23 @@ def test_attention_layer_output_matches_a_tiny_random_transformers_layer(name):
     assert want.shape == got.shape == x.shape
     # float32 angles in transformers at positions <= 2047: ~2047 * 2^-24 rad.
     torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-4)
+
+
+def test_off_values_of_unread_keys_are_accepted_and_on_values_refused():
+    # Hub configs write "rope_scaling": null and (Qwen2-based distills) "use_mrope": false.
+    base = {"model_type": "qwen2", "hidden_size": 128, "num_attention_heads": 2, "rope_theta": 1e6}
+    assert from_hf(base | {"use_mrope": False, "rope_scaling": None}).config.base == 1e6
+    with pytest.raises(ValueError, match=r"'use_mrope' not read for model_type 'qwen2'"):
+        from_hf(base | {"use_mrope": True})
+    with pytest.raises(ValueError, match=r"'rope_theta' not read for model_type 'gpt_neox'"):
+        from_hf({"model_type": "gpt_neox", "hidden_size": 128, "num_attention_heads": 2, "rope_theta": 0})
+
+
+def test_phi3_legacy_su_type_is_longrope():
+    raw = config_form("phi3-longrope", "hub")
+    su = copy.deepcopy(raw)
+    su["rope_scaling"]["type"] = "su"
+    a, b = from_hf(raw), from_hf(su)
+    assert b.config.scaling == "longrope"
+    for n in (100, 5000):
+        assert torch.equal(a.frequencies(n)[0], b.frequencies(n)[0]) and a.frequencies(n)[1] == b.frequencies(n)[1]

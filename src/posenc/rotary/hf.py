@@ -38,7 +38,7 @@ transformers' ``Phi3Config``). ``rope_parameters`` keyed by layer type (Gemma 3:
 Stricter than transformers, which warns or ignores: an unknown ``model_type`` or rope type,
 an unknown key in the rope dict, and any top-level key about rope (its name mentions
 rope/rotary, or another family reads it) that this family's reading does not use are errors
-listing what it understands; a bad value (None, a string factor, a scalar ``short_factor``,
+listing what it understands (unless null, false or {}: "off", as in ``"use_mrope": false``); a bad value (None, a string factor, a scalar ``short_factor``,
 a negative theta, a ``truncate`` that is not a bool) is an error naming the HF key. Nothing
 is ignored.
 
@@ -159,9 +159,12 @@ def _as_dict(config: Any) -> dict[str, Any]:
     )
 
 
-def _pick(config: dict, top: str, params: dict, inner: str, where: str, default: Any = _ABSENT) -> Any:
-    """A setting given at the top level (``top``) and/or in the rope dict (``inner``)."""
+def _pick(config: dict, top: str, params: dict, inner: str, where: str, default: Any = _ABSENT) -> tuple[Any, str]:
+    """(value, the name it was given under) of a setting given at the top level (``top``)
+    and/or in the rope dict (``inner``); both given and different is an error."""
     a, b = config.get(top, _ABSENT), params.get(inner, _ABSENT)
+    if a is None and b is not _ABSENT:  # an explicit null beside a value: the value
+        a = _ABSENT
     if a is not _ABSENT and b is not _ABSENT and a != b:
         raise ValueError(f"{top}={a!r} and {where}[{inner!r}]={b!r} disagree; give one")
     if b is not _ABSENT:
@@ -199,11 +202,12 @@ def _rope_dict(config: dict, model_type: str | None, layer_type: str | None) -> 
             raise ValueError(f"layer type {layer_type!r} has no rotary embedding ({where}[{layer_type!r}] is None)")
         return params[layer_type], f"{where}[{layer_type!r}]"
     if layer_type is not None:
-        declared = config.get("layer_types") or []
+        declared = sorted(set(config.get("layer_types") or []))  # all share the one rope dict
+        if not declared:
+            raise ValueError(f"layer_type must be None: the config has one rope dict and no layer_types; "
+                             f"got {layer_type!r}")
         if layer_type not in declared:
-            raise ValueError(
-                f"layer_type must be one of the config's layer_types {sorted(set(declared))}; got {layer_type!r}"
-            )  # every declared layer type shares the one rope dict
+            raise ValueError(f"layer_type must be one of the config's layer_types {declared}; got {layer_type!r}")
     return params, where
 
 
@@ -229,8 +233,12 @@ def _check_top_level_keys(config: dict, reading: HFReading, model_type: str | No
     understood = reading.understood()
     if rope_type in _USES_ORIGINAL:
         understood = understood | {"original_max_position_embeddings"}
-    # null (and an empty rope dict), as Hub configs write them, is "not set", not a setting.
-    unused = sorted(k for k in config if _is_rope_key(k) and k not in understood and config[k] not in (None, {}))
+    # null, false and {} are "off", not a setting: Hub configs write "rope_scaling": null, and
+    # Qwen2-based ones "use_mrope": false. (Identity checks: 0 == False would hide a 0.)
+    unused = sorted(
+        k for k in config
+        if _is_rope_key(k) and k not in understood and not (config[k] is None or config[k] is False or config[k] == {})
+    )
     if unused:
         family = f"model_type {model_type!r}" if model_type else "a config without model_type (generic reading)"
         raise ValueError(
@@ -439,12 +447,17 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
     if layer_type is not None and not isinstance(layer_type, str):
         raise TypeError(f"layer_type must be a str or None, got {type(layer_type).__name__} {layer_type!r}")
     model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise TypeError(f"model_type must be a str, got {type(model_type).__name__} {model_type!r}")
     if model_type not in HF_READINGS:
         known = ", ".join(repr(k) for k in HF_READINGS if k is not None)
         hint = " (a multimodal config: pass its config['text_config'])" if "text_config" in config else ""
         raise ValueError(f"model_type must be one of {known} or absent (generic); got {model_type!r}{hint}")
     reading = HF_READINGS[model_type]
     if reading.rope_types == ("default",):  # GPT-J: no rope dict (one given is refused as unread)
+        if layer_type is not None:
+            raise ValueError(f"layer_type must be None for model_type {model_type!r} (one RoPE for every layer); "
+                             f"got {layer_type!r}")
         params, where = {}, "rope_parameters"
     else:
         params, where = _rope_dict(config, model_type, layer_type)
