@@ -176,7 +176,7 @@ CASES = [
     Case(A, "truncated checkpoint", r"checkpoint ckpt.safetensors is unreadable \(truncated or corrupt", run=_in_tmp(_truncated)),
     Case(A, "empty checkpoint", r"checkpoint ckpt.safetensors is empty; it was left in place", run=_in_tmp(_empty)),
     Case(A, "checkpoint without a checksum (older posenc)", r"has no checksum", run=_in_tmp(_no_checksum)),
-    Case(A, "checkpoint saved with NaN weights", r"holds NaN or inf in w", run=_in_tmp(_nan_saved)),
+    Case(A, "checkpoint saved with NaN weights (valid checksum)", r"checkpoint ckpt.safetensors holds NaN or inf in w", run=_in_tmp(_nan_saved)),
     Case(A, "`--resume` where a finished run's model.safetensors is gone", r"weights run/model.safetensors is missing",
          run=_in_tmp(_missing_weights)),
     Case(A, "`--resume` of a run trained with other settings (bench.json gone)",

@@ -71,11 +71,13 @@ def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: 
     os.replace(tmp, path)
 
 
-def load_tensors(path: str | os.PathLike, what: str = "checkpoint") -> tuple[dict[str, Tensor], dict[str, str]]:
+def load_tensors(
+    path: str | os.PathLike, what: str = "checkpoint", *, finite: bool = True
+) -> tuple[dict[str, Tensor], dict[str, str]]:
     """Read and verify a file :func:`save_tensors` wrote: ``(tensors, metadata)``.
 
     Raises ValueError naming the file when it is missing, empty, unreadable (truncated), has no
-    checksum or a wrong one, or holds NaN/inf. The file is never touched.
+    checksum or a wrong one, or (with ``finite``) holds NaN/inf. The file is never touched.
     """
     from safetensors import safe_open
 
@@ -96,7 +98,7 @@ def load_tensors(path: str | os.PathLike, what: str = "checkpoint") -> tuple[dic
         raise ValueError(f"{what} {path} has no checksum (written by an older posenc){keep}")
     if tensors_checksum(tensors) != stored:
         raise ValueError(f"{what} {path} is corrupt: its sha256 does not match the one saved with it{keep}")
-    bad = [k for k, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    bad = [k for k, t in tensors.items() if finite and t.is_floating_point() and not bool(torch.isfinite(t).all())]
     if bad:
         raise ValueError(f"{what} {path} holds NaN or inf in {', '.join(sorted(bad)[:3])}{keep}")
     return tensors, meta

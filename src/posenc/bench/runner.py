@@ -441,8 +441,13 @@ def check_runs(out: Path, s: BenchSettings, *, trusted: bool) -> None:
                 run_dir = _run_dir(out, task, encoding, seed)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 check_run_dir(run_dir, run_settings(s, task, encoding, seed), trust_unrecorded=trusted)
-                if (run_dir / "result.json").exists():
+                done = run_dir / "result.json"
+                if done.exists():
                     verify_weights(run_dir / "model.safetensors")
+                    try:
+                        json.loads(done.read_text())
+                    except ValueError:
+                        raise ValueError(f"--resume: {done} is not valid JSON; delete it to evaluate that run again") from None
 
 
 def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progress: bool) -> dict | None:

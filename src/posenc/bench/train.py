@@ -149,8 +149,13 @@ def save_weights(model: nn.Module, path: str | os.PathLike, metadata: dict[str, 
 
 
 def verify_weights(path: str | os.PathLike) -> dict[str, Tensor]:
-    """The tensors of a :func:`save_weights` file, verified (ValueError naming the file if not)."""
-    return load_tensors(path, what="weights")[0]
+    """The tensors of a :func:`save_weights` file, verified (ValueError naming the file if not).
+
+    Only the checksum is required: NaN weights saved by a run that diverged are its true
+    result (its record says so), not damage. Checkpoints, which training continues from, must
+    also be finite (:func:`load_checkpoint`).
+    """
+    return load_tensors(path, what="weights", finite=False)[0]
 
 
 def load_weights(model: nn.Module, path: str | os.PathLike) -> None:
