@@ -229,7 +229,7 @@ BAD = [
      ValueError, "short_factor must be a non-empty list"),
     (dict(scaling="yarn", factor=2.0, original_max_position_embeddings=0), ValueError,
      "original_max_position_embeddings must be >= 1"),
-    (dict(kernel="triton"), ValueError, "kernel must be one of"),
+    (dict(kernel="cuda"), ValueError, "kernel must be one of"),
 ]
 
 
