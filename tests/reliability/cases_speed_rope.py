@@ -49,6 +49,12 @@ def _inplace_not_bool():
     apply_rotary_qk(q, q, c, s, c, s, inplace="yes")
 
 
+def _inplace_same_tensor():
+    q, c, s = _qk()
+    with torch.no_grad():
+        apply_rotary_qk(q, q, c, s, c, s, inplace=True)
+
+
 def _auto_on_cpu() -> str:
     q, c, s = _qk()
     out = apply_rotary_qk(q, q, c, s, c, s, kernel="auto")
@@ -74,5 +80,7 @@ CASES = [
     Case(K, "an unknown kernel name", r"kernel must be one of .*'triton'.*got 'cuda'", run=_unknown_kernel),
     Case(K, "inplace=True while q requires grad", r"inplace=True is for inference", run=_inplace_with_grad),
     Case(K, "inplace given a string", r"inplace must be a bool, got 'yes'", run=_inplace_not_bool, error=TypeError),
+    Case(K, "inplace=True with q and k the same tensor", r"inplace=True needs q and k in separate memory",
+         run=_inplace_same_tensor),
     Case(K, "kernel='auto' on CPU tensors", r"never picks Triton: same result as eager", run=_auto_on_cpu, error=None),
 ]

@@ -247,6 +247,9 @@ def _check_inplace(inplace: bool, *xs: Tensor) -> None:
             "inplace=True is for inference: q and k must not require grad "
             "(use torch.no_grad() or torch.inference_mode(), or inplace=False)"
         )
+    if inplace and len(xs) == 2 and xs[0].numel() and xs[0].data_ptr() == xs[1].data_ptr():
+        # Not a cache key: q and k starting at one address would be written twice.
+        raise ValueError("inplace=True needs q and k in separate memory, got one tensor (or view) for both")
 
 
 def apply_rotary_qk(

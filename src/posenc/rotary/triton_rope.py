@@ -277,6 +277,8 @@ def _check_inplace(q: Tensor, k: Tensor, inplace: bool) -> None:
             "inplace=True is for inference: q and k must not require grad (use torch.no_grad() or "
             "torch.inference_mode(), or inplace=False)"
         )
+    if inplace and q.numel() and q.data_ptr() == k.data_ptr():  # a safety check, not a cache key
+        raise ValueError("inplace=True needs q and k in separate memory, got one tensor (or view) for both")
 
 
 def _check_qk(q: Tensor, k: Tensor, inplace: bool) -> tuple[Tensor, Tensor]:
