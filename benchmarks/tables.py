@@ -416,8 +416,9 @@ def render_results_files(page: str) -> str:
         files = ", ".join(f"`{f}`" for f in dict.fromkeys(files))
         rerun = f"`--rerun {name}`" if res.rerun else "(not re-run)"
         command = data.get("command") or data.get("meta", {}).get("command") or res.command
-        rows.append([name, files, f"`{command}`", rerun, _machine_of(name, data), data.get("note", res.note)])
-    return md_table(["name", "files", "command that wrote it", "tables.py", "machine", "note"], rows)
+        wall = duration(data["wall_s"]) if "wall_s" in data else "not recorded"
+        rows.append([name, files, f"`{command}`", rerun, _machine_of(name, data), wall, data.get("note", res.note)])
+    return md_table(["name", "files", "command that wrote it", "tables.py", "machine", "wall time", "note"], rows)
 
 
 def render_hf_parity(page: str) -> str:
