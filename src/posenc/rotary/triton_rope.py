@@ -378,8 +378,8 @@ def rotary_qk_angles(
     if not isinstance(inv_freq, Tensor) or inv_freq.dim() != 1 or 2 * inv_freq.shape[0] > q.shape[-1]:
         raise ValueError(f"inv_freq must have shape (h,) with 2h <= D = {q.shape[-1]}, got {inv_freq!r:.80}")
     h = inv_freq.shape[0]
-    af = torch.tensor([float(attention_factor)], dtype=torch.float64)
-    f = torch.cat([inv_freq.detach().to(torch.float64).cpu(), af]).to(q.device)  # (h + 1,): inv_freq, factor
+    af = torch.full((1,), float(attention_factor), dtype=torch.float64, device=q.device)  # a fill: no host copy
+    f = torch.cat([inv_freq.detach().to(device=q.device, dtype=torch.float64), af])  # (h + 1,): inv_freq, factor
     pq = _check_positions("q_pos", q_pos, q, None, False)
     pk = _check_positions("k_pos", k_pos, k, None, False)
     interleaved = layout == "interleaved"

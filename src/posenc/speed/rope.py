@@ -177,6 +177,7 @@ def _candidates(B: int, H: int, T: int, D: int, dtype: torch.dtype, device: str 
 
         rope = posenc.build("rope", d_model=H * D, num_heads=H)
         inv_freq, factor = rope.frequencies()
+        inv_freq = inv_freq.to(dev)  # float64 on the device: no host copy per call
         table = angles_cos_sin(torch.arange(T, device=dev), inv_freq, factor)  # 2 x (T, D/2) float32
         p1 = pos[:1]  # (1, T): the same positions for the batch
         fns["posenc-triton-table"] = lambda: tr.rotary_qk_table(q, k, *table, p1, p1, check_positions=False)  # arange: in range
