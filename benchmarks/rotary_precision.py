@@ -1,6 +1,6 @@
 """Precision of posenc's RoPE rotation relative to the input's magnitude, measured.
 
-    PYTHONPATH=src python benchmarks/rotary_precision.py
+    PYTHONPATH=src python benchmarks/rotary_precision.py --out benchmarks/results/rotary_precision.json
 
 For each dtype (float32, bfloat16, float16) and layout, q ~ N(0, s^2) with s in {1e-3, 1, 1e3}
 (float16: {1e-2, 1, 1e2}, to stay in its range) is rotated at positions up to 2^20 by
@@ -17,7 +17,11 @@ Prints one row per (dtype, layout) with the maxima over all entries and scales.
 
 from __future__ import annotations
 
+import argparse
+import json
+import platform
 import sys
+from pathlib import Path
 
 import torch
 
@@ -63,13 +67,29 @@ def measure(dtype: torch.dtype, layout: str, D: int = 64, H: int = 4) -> dict:
             "err_in_output_ulps": worst_ulp}
 
 
-def main() -> int:
-    print("| dtype | layout | max err / \\|(a, b)\\|, in u | max err in ulps of the output entry |")
-    print("|---|---|---|---|")
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for layout in ("half", "interleaved"):
-            m = measure(dtype, layout)
-            print(f"| {m['dtype']} | {layout} | {m['err_over_pair_norm_in_u']:.2f} | {m['err_in_output_ulps']:.5g} |")
+def table(rows: list[dict]) -> str:
+    """The Markdown table of docs/rotary.md's precision section."""
+    lines = ["| dtype | layout | max err / \\|(a, b)\\|, in u | max err in ulps of the output entry |",
+             "|---|---|---|---|"]
+    for m in rows:
+        lines.append(f"| {m['dtype']} | {m['layout']} | {m['err_over_pair_norm_in_u']:.2f} "
+                     f"| {m['err_in_output_ulps']:.5g} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    args = parser.parse_args(argv)
+    rows = [measure(dtype, layout) for dtype in (torch.float32, torch.bfloat16, torch.float16)
+            for layout in ("half", "interleaved")]
+    print(table(rows))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"command": f"PYTHONPATH=src python benchmarks/rotary_precision.py --out {args.out}",
+                "torch": torch.__version__, "python": platform.python_version(), "positions": POSITIONS,
+                "scales": {str(k).replace("torch.", ""): v for k, v in SCALES.items()}}
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     return 0
 
 
