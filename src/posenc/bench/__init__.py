@@ -12,7 +12,8 @@ variants when the rotary encoding offers them. See docs/bench.md.
 
 Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.train`
 (harness), :mod:`.evaluate`, :mod:`.runner` (presets, orchestration), :mod:`.report`
-(table, CSV, plots, ``load_results``/``figures`` for the HTML report), :mod:`.cli`.
+(table, CSV, plots, ``load_results``/``figures`` for the HTML report), :mod:`.files`
+(strict JSON, checksummed safetensors, the output-folder lock), :mod:`.cli`.
 """
 
 from .cli import add_parser
