@@ -13,7 +13,7 @@ import torch
 
 from posenc import ModelConfig, SequenceInfo, Transformer
 from posenc.attention import KVCache
-from helpers import tiny_model
+from helpers import all_encodings, tiny_model
 
 V = 64
 
@@ -88,8 +88,21 @@ class _Boom(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("max_length", [None, 8], ids=["append", "sliding"])
-@pytest.mark.parametrize("name", ["recurrent", "convolutional", "rope", "shaw"])
+ENCODINGS = all_encodings()
+# Sliding memory replaces tensors instead of writing slots: checked for one encoding per hook
+# kind with decoding state (embed state, rotated keys, content scores).
+SLIDING = ["recurrent", "convolutional", "rope", "shaw"]
+
+
+def test_registry_is_not_empty():
+    assert len(ENCODINGS) >= 10 and set(SLIDING) <= set(ENCODINGS)
+
+
+@pytest.mark.parametrize(
+    "name, max_length",
+    [(n, None) for n in ENCODINGS] + [(n, 8) for n in SLIDING],
+    ids=[f"{n}-append" for n in ENCODINGS] + [f"{n}-sliding" for n in SLIDING],
+)
 def test_fault_in_a_late_layer_is_undone(name, max_length, monkeypatch):
     """A fault injected in the last layer, after the embed hook updated its decoding state
     and every earlier layer appended (or, with a sliding memory, replaced) its keys."""
@@ -174,3 +187,20 @@ def test_cache_of_another_model_from_config():
     shallow = Transformer(ModelConfig(vocab_size=V, d_model=32, n_head=4, n_layer=2, encoding="rope"))
     with pytest.raises(ValueError, match=r"cache has 4 layers but the model has 2"):
         shallow(_tokens(1, 3), cache=deep.new_cache())
+
+
+def test_default_continuation_follows_a_padded_prompt():
+    """Without ``seq``, a step continues each cached row (``cache.seq.next``): a left-padded
+    prompt's rows continue from their own last position, valid, as generate does."""
+    model = tiny_model("rope")
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    seq = SequenceInfo.from_padding_mask(mask)
+    prompt, nxt = _tokens(2, 5), _tokens(2, 2, 1)
+    with torch.no_grad():
+        a, b = model.new_cache(), model.new_cache()
+        model(prompt, seq, cache=a)
+        model(prompt, seq, cache=b)
+        got = model(nxt, cache=a)
+        want = model(nxt, seq.next(2), cache=b)
+    assert torch.equal(got, want)
+    assert a.seq.positions.tolist() == [[0, 0, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 6]]

@@ -323,7 +323,8 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """tokens (B, T) -> logits (B, T, vocab) (or hidden states (B, T, C)).
 
-        ``seq`` defaults to positions 0..T-1 (continuing after the cache, if any). With a
+        ``seq`` defaults to positions 0..T-1, or with a non-empty cache to the tokens that follow
+        each cached row (``cache.seq.next(T)``: padded and packed prompts continue too). With a
         ``cache`` the new keys/values are appended and the cache advances by T tokens; a step
         that raises leaves the cache exactly as it was. ``inputs_embeds`` (B, T, C), in the
         model's dtype, replaces the token embedding lookup (pass ``tokens=None``).
@@ -342,9 +343,11 @@ class Transformer(nn.Module):
                     "build it with model.new_cache()"
                 )
             cache.check_batch(B)
-        if seq is None:
-            offset = 0 if cache is None or cache.seq is None else cache.seq.positions[:, -1] + 1
-            seq = SequenceInfo.from_offset(B, T, offset, device=device)
+        if seq is None and (cache is None or cache.seq is None):
+            seq = SequenceInfo.from_offset(B, T, device=device)
+        elif seq is None:
+            # Continue each cached row (its positions, its last document, valid tokens).
+            seq = cache.seq.next(T)
         if not isinstance(seq, SequenceInfo):
             raise TypeError(f"seq must be a SequenceInfo or None, got {type(seq).__name__}")
         if tuple(seq.positions.shape) != (B, T):
