@@ -21,6 +21,7 @@ import importlib.util
 import io
 import json
 import re
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -104,20 +105,57 @@ SMOKE: dict[str, Smoke] = {
         set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
     "python benchmarks/tables.py": Smoke(how="tables"),
     "python benchmarks/tables.py --check": Smoke(how="tables"),
-    "posenc speed rope --lengths 512 2048 8192 --repeat 7 --json > benchmarks/results/rope_cpu.json": Smoke(
-        set=_TINY_RELATIVE),
-    "posenc speed relative --lengths 512 1024 2048 4096 --repeat 3 --json benchmarks/results/relative_cpu.json": Smoke(
-        set={**_TINY_RELATIVE, "--json": ["{tmp}/relative.json"]}, expect=("{tmp}/relative.json",)),
-    "posenc speed relative --lengths 8192 --einsum-max-length 4096 --repeat 1 --json "
-    "benchmarks/results/relative_cpu_8192.json": Smoke(
-        set={**_TINY_RELATIVE, "--einsum-max-length": ["8"], "--json": ["{tmp}/relative_8192.json"]},
-        expect=("{tmp}/relative_8192.json",)),
-    f"{_MODEL} --json benchmarks/results/model_cpu.json": Smoke(
-        set={**_TINY_MODEL, "--json": ["{tmp}/model.json"]}, expect=("{tmp}/model.json",)),
-    "posenc speed model --encodings rope xpos transformer_xl deberta " + _MODEL.removeprefix("posenc speed model ")
-    + " --json benchmarks/results/model_cpu_decode_fixes.json": Smoke(
-        set={**_TINY_MODEL, "--json": ["{tmp}/model_fixes.json"]}, expect=("{tmp}/model_fixes.json",)),
 }
+
+
+def _load_tables(root: Path | None = None):
+    """benchmarks/tables.py as a fresh module (pages and results under ``root`` if given)."""
+    name = f"_tables_{id(root)}"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[name]
+    if root is not None:
+        mod.ROOT, mod.RESULTS_DIR = root, root / "benchmarks" / "results"
+    return mod
+
+
+TABLES = _load_tables()
+
+# The command of every results file (benchmarks/tables.py RESULTS), run small. The README quotes
+# these under its tables; each runs here both as the file records it and as --rerun would
+# write it, so a re-run cannot put an untested command under a table.
+RESULT_SMOKE: dict[str, Smoke] = {
+    "rope_cpu": Smoke(set=_TINY_RELATIVE),
+    "relative_cpu": Smoke(set={**_TINY_RELATIVE, "--json": ["{tmp}/relative.json"]}, expect=("{tmp}/relative.json",)),
+    "relative_cpu_8192": Smoke(set={**_TINY_RELATIVE, "--einsum-max-length": ["8"], "--json": ["{tmp}/r8192.json"]},
+                               expect=("{tmp}/r8192.json",)),
+    "model_cpu": Smoke(set={**_TINY_MODEL, "--json": ["{tmp}/model.json"]}, expect=("{tmp}/model.json",)),
+    "model_cpu_decode_fixes": Smoke(set={**_TINY_MODEL, "--json": ["{tmp}/fixes.json"]}, expect=("{tmp}/fixes.json",)),
+    "bench_quick": Smoke(set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
+    "check_cpu": Smoke(add=("rope",)),
+    "hf_parity": Smoke(set={"--out": ["{tmp}/hf.json"]}, add=("--case", "llama"), expect=("{tmp}/hf.json",),
+                       how="script"),
+}
+
+
+def _results_commands() -> dict[str, str]:
+    """command -> results name: each file's command as RESULTS states it and as the file records it."""
+    out = {}
+    for name, res in TABLES.RESULTS.items():
+        out[res.command] = name
+        data = json.loads(res.path.read_text())
+        recorded = data.get("command") or data.get("meta", {}).get("command")
+        if recorded:
+            out[recorded] = name
+    return out
+
+
+RESULTS_COMMANDS = _results_commands()
+ALL_SMOKE = {**{c: RESULT_SMOKE[n] for c, n in RESULTS_COMMANDS.items() if n in RESULT_SMOKE}, **SMOKE}
 
 QUOTED = quoted_commands(README.read_text())
 
@@ -128,7 +166,10 @@ def smoke_argv(command: str, smoke: Smoke, subs: dict[str, str]) -> tuple[list[s
     if smoke.argv is not None:
         argv = list(smoke.argv)
     else:
-        argv = shlex.split(command)[1:]  # drop "posenc"
+        argv = shlex.split(command)
+        while "=" in argv[0]:  # PYTHONPATH=src python ...
+            argv.pop(0)
+        argv = argv[1:]  # drop "posenc" (or "python": argv[0] is then the script)
         for flag, values in smoke.set.items():
             if flag in argv:
                 i = j = argv.index(flag)
@@ -148,8 +189,10 @@ def test_readme_quotes_commands():
 
 
 def test_every_quoted_command_has_a_smoke_entry():
-    missing = [c for c in QUOTED if c not in SMOKE]
+    missing = [c for c in QUOTED if c not in ALL_SMOKE]
     assert not missing, f"README commands with no entry in SMOKE: {missing}"
+    no_smoke = set(TABLES.RESULTS) - set(RESULT_SMOKE)
+    assert not no_smoke, f"results files whose command has no entry in RESULT_SMOKE: {no_smoke}"
     stale = [c for c in SMOKE if c not in QUOTED]
     assert not stale, f"SMOKE entries the README no longer quotes: {stale}"
 
@@ -186,14 +229,24 @@ def keep_threads():
     torch.set_num_threads(n)
 
 
-def _load_tables(root: Path, monkeypatch):
-    """benchmarks/tables.py as a fresh module whose pages and results live under ``root``."""
-    spec = importlib.util.spec_from_file_location("_tables_smoke", ROOT / "benchmarks" / "tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, mod)  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    mod.ROOT, mod.RESULTS_DIR = root, root / "benchmarks" / "results"
-    return mod
+def _run_posenc(argv: list[str]) -> int:
+    from posenc.cli import main
+
+    return main(argv)
+
+
+def _run_script(argv: list[str]) -> int:
+    """``python SCRIPT ARGS`` in this process (the script's ``__main__`` block included)."""
+    script, *args = argv
+    saved = sys.argv
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(str(ROOT / script), run_name="__main__")
+    except SystemExit as e:
+        return 0 if e.code is None else int(e.code)
+    finally:
+        sys.argv = saved
+    return 0
 
 
 def _make_recipe(target: str) -> list[str]:
@@ -209,9 +262,10 @@ def _make_recipe(target: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [c for c in QUOTED if c in SMOKE], ids=lambda c: c[:60])
+@pytest.mark.parametrize("command", list(dict.fromkeys([*(c for c in QUOTED if c in ALL_SMOKE), *RESULTS_COMMANDS])),
+                         ids=lambda c: c[:60])
 def test_quoted_command_runs(command, tmp_path, request, keep_threads):
-    smoke = SMOKE[command]
+    smoke = ALL_SMOKE[command]
     if smoke.how == "make":
         # A make target is not run here (it builds a venv); each posenc command of its recipe
         # must be quoted in the README, which makes it smoke-tested through its own entry.
@@ -228,7 +282,7 @@ def test_quoted_command_runs(command, tmp_path, request, keep_threads):
         for part in ("README.md", "docs", "benchmarks"):
             src, dst = ROOT / part, tmp_path / part
             shutil.copytree(src, dst) if src.is_dir() else shutil.copyfile(src, dst)
-        mod = _load_tables(tmp_path, request.getfixturevalue("monkeypatch"))
+        mod = _load_tables(tmp_path)
         before = (tmp_path / "README.md").read_text()
         with contextlib.redirect_stdout(io.StringIO()):
             assert mod.main(shlex.split(command)[2:]) == 0
@@ -245,12 +299,10 @@ def test_quoted_command_runs(command, tmp_path, request, keep_threads):
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = proc.stdout
     else:
-        from posenc.cli import main
-
         buf, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-            code = main(argv)
-        assert code == 0, f"posenc {shlex.join(argv)} exited {code}: {err.getvalue()[-3000:]}"
+            code = _run_script(argv) if smoke.how == "script" else _run_posenc(argv)
+        assert code == 0, f"{shlex.join(argv)} exited {code}: {err.getvalue()[-3000:]}"
         out = buf.getvalue()
     if redirected or (argv[0] == "check" and "--json" in argv):
         doc = json.loads(out)  # what the README redirects into a results file is one JSON document
