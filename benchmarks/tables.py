@@ -89,28 +89,28 @@ _MODEL_FLAGS = ("--lengths", "1024", "--batch", "2", "--layers", "6", "--width",
 
 RESULTS: dict[str, Result] = {
     "rope_cpu": Result(
-        "rope_cpu.json", ("speed", "rope", "--lengths", "512", "2048", "8192", "--repeat", "7", "--json"),
+        "rope_cpu.json", ("speed", "rope", "--device", "cpu", "--lengths", "512", "2048", "8192", "--repeat", "7", "--json"),
         stdout="json",
     ),
     "relative_cpu": Result(
         "relative_cpu.json",
-        ("speed", "relative", "--lengths", "512", "1024", "2048", "4096", "--repeat", "3",
+        ("speed", "relative", "--device", "cpu", "--lengths", "512", "1024", "2048", "4096", "--repeat", "3",
          "--json", "benchmarks/results/relative_cpu.json"),
         stdout="txt",
     ),
     "relative_cpu_8192": Result(
         "relative_cpu_8192.json",
-        ("speed", "relative", "--lengths", "8192", "--einsum-max-length", "4096", "--repeat", "1",
+        ("speed", "relative", "--device", "cpu", "--lengths", "8192", "--einsum-max-length", "4096", "--repeat", "1",
          "--json", "benchmarks/results/relative_cpu_8192.json"),
         stdout="txt",
     ),
     "model_cpu": Result(
-        "model_cpu.json", ("speed", "model", *_MODEL_FLAGS, "--json", "benchmarks/results/model_cpu.json"),
+        "model_cpu.json", ("speed", "model", "--device", "cpu", *_MODEL_FLAGS, "--json", "benchmarks/results/model_cpu.json"),
         stdout="txt",
     ),
     "model_cpu_decode_fixes": Result(
         "model_cpu_decode_fixes.json",
-        ("speed", "model", "--encodings", "rope", "xpos", "transformer_xl", "deberta", *_MODEL_FLAGS,
+        ("speed", "model", "--device", "cpu", "--encodings", "rope", "xpos", "transformer_xl", "deberta", *_MODEL_FLAGS,
          "--json", "benchmarks/results/model_cpu_decode_fixes.json"),
         stdout="txt", rerun=False,
         note="taken after the decoding fixes, before model_cpu was re-run; --rerun of model_cpu supersedes it",
@@ -275,22 +275,26 @@ def render_bench_quick_text(page: str) -> str:
             + caption("bench_quick", page, data, _bench_setup(data)))
 
 
-def _rope_blocks(data: dict) -> dict[tuple[str, int], dict[str, dict]]:
-    blocks: dict[tuple[str, int], dict[str, dict]] = {}
+def _rope_blocks(data: dict) -> dict[tuple[str, str, int], dict[str, dict]]:
+    """(dtype, mode, T) -> impl -> row; files from before forward+backward timing are "fwd"."""
+    blocks: dict[tuple[str, str, int], dict[str, dict]] = {}
     for r in data["rows"]:
-        blocks.setdefault((r["dtype"], r["T"]), {})[r["impl"]] = r
+        blocks.setdefault((r["dtype"], r.get("mode", "fwd"), r["T"]), {})[r["impl"]] = r
     assert blocks, "rope_cpu.json has no rows"
     return blocks
 
 
 def _rope_table(page: str, impls: dict[str, str]) -> str:
     data = load("rope_cpu")
+    blocks = _rope_blocks(data)
+    with_mode = len({mode for _, mode, _ in blocks}) > 1  # a mode column only when there is a choice
     rows = []
-    for (dtype, T), b in _rope_blocks(data).items():
-        rows.append([dtype, str(T), f"{b['copy']['ms']:.3f}"]
+    for (dtype, mode, T), b in blocks.items():
+        rows.append([dtype, *([mode] if with_mode else []), str(T), f"{b['copy']['ms']:.3f}"]
                     + [ratio(b[i]["x_copy"]) if i in b else "–" for i in impls])
     shape = f"B={data['B']}, H={data['H']}, D={data['D']}"
-    return (md_table(["dtype", "T", "copy ms", *impls.values()], rows) + "\n\n"
+    header = ["dtype", *(["mode"] if with_mode else []), "T", "copy ms", *impls.values()]
+    return (md_table(header, rows) + "\n\n"
             + caption("rope_cpu", page, data, f"Rotate q and k ({shape}); time as a multiple of the copy"))
 
 

@@ -69,7 +69,7 @@ def test_tables_render_a_hand_made_file(tables, monkeypatch):
     monkeypatch.setattr(tables, "load", lambda name: copy.deepcopy(data))
     scores = tables.render_relative_scores("README.md")
     assert scores.splitlines()[2] == "| shaw | 1.25x | 18.0x | 10.1x |"
-    assert "Machine: M. Command: `posenc speed relative --lengths 512 1024 2048 4096" in scores
+    assert "Machine: M. Command: `posenc speed relative --device cpu --lengths 512 1024 2048 4096" in scores
     assert "[relative_cpu.json](benchmarks/results/relative_cpu.json)" in scores
     bias = tables.render_relative_bias("docs/relative.md")
     assert bias.splitlines()[2] == "| t5 | 1.02x | 3.00x |"
