@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .config import check_int
 from .encoding import PositionalEncoding
 from .positions import SequenceInfo
 
@@ -158,8 +159,11 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, max_length: int | None = None, detach: bool = False) -> None:
-        if max_length is not None and max_length < 1:
-            raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
+        check_int("num_layers", num_layers, minimum=1)
+        if max_length is not None:
+            check_int("max_length", max_length, minimum=1)
+        if not isinstance(detach, bool):
+            raise TypeError(f"detach must be a bool, got {type(detach).__name__} {detach!r}")
         self.layers = [LayerCache() for _ in range(num_layers)]
         self.max_length = max_length
         self.detach = detach
@@ -174,9 +178,9 @@ class KVCache:
 
     def check_batch(self, batch: int) -> None:
         """Raise ``ValueError`` unless a step of ``batch`` rows may continue this cache."""
-        if self.seq is not None and self.seq.positions.shape[0] != batch:
+        if self.batch_size is not None and self.batch_size != batch:
             raise ValueError(
-                f"this KVCache holds a batch of {self.seq.positions.shape[0]} sequences but the new "
+                f"this KVCache holds a batch of {self.batch_size} sequences but the new "
                 f"tokens have batch size {batch}; start a new cache (model.new_cache()) for another batch"
             )
 

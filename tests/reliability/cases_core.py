@@ -119,6 +119,8 @@ CASES = [
          run=lambda: _continue(_model(n_head=2), _cached(_model()), _tokens(2, 1))),
     Case(K, "a step that raises half way (position past a learned table)", r"left the cache as it was",
          run=_failed_step_undone, error=None),
+    Case(K, "KVCache(max_length=0)", r"^max_length must be >= 1, got 0$", run=lambda: KVCache(2, max_length=0)),
+    Case(K, "KVCache(num_layers=2.0)", r"^num_layers must be an int, got float 2.0$", run=lambda: KVCache(2.0), error=TypeError),
     # ---- attention ------------------------------------------------------------------------
     Case(A, "float64 q/k in eager attention", r"stay torch.float64$", run=_float64_attention, error=None),
 ]
