@@ -120,6 +120,6 @@ def test_bad_inputs():
         build("floater", d_model=6, num_heads=2, hidden=0)
     with pytest.raises(TypeError, match="learn_p0"):
         build("floater", d_model=6, num_heads=2, learn_p0=1)
-    enc = _enc()
-    with pytest.raises(ValueError, match="positions must be >= 0"):
-        enc.embed(torch.zeros(1, 2, 6, dtype=torch.float64), SequenceInfo(torch.tensor([[-1, 0]])))
+    enc = _enc(max_position=4)
+    with pytest.raises(ValueError, match=r"positions must be in \[0, 3\] for floater \(max_position=4"):
+        enc.embed(torch.zeros(1, 2, 6, dtype=torch.float64), SequenceInfo(torch.tensor([[3, 4]])))

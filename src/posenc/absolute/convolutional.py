@@ -37,15 +37,20 @@ from .stream import document_starts, valid_mask
 
 __all__ = ["ConvolutionalConfig", "ConvolutionalEncoding"]
 
+MAX_KERNEL_SIZE = 1024
+
 
 @dataclass
 class ConvolutionalConfig(EncodingConfig):
+    """``kernel_size`` in [1, 1024]: the taps are a Python loop (CPVT's PEG uses 3), and the
+    KV cache keeps kernel_size - 1 past inputs per row."""
+
     kernel_size: int = 3
     causal: bool = True  # left zero padding (decoders, KV cache); False: centred (odd kernel_size)
     bias: bool = True
 
     def validate(self) -> None:
-        check_int("kernel_size", self.kernel_size, minimum=1)
+        check_int("kernel_size", self.kernel_size, minimum=1, maximum=MAX_KERNEL_SIZE)
         if not isinstance(self.causal, bool):
             raise TypeError(f"causal must be a bool, got {type(self.causal).__name__} {self.causal!r}")
         if not self.causal and self.kernel_size % 2 == 0:

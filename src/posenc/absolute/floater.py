@@ -15,9 +15,18 @@ The ODE is solved with the classical fixed-step fourth-order Runge-Kutta method
 consecutive positions. One integration pass from t = 0 to the batch's largest position
 yields every p(i * delta) needed, which are then gathered per token; gradients flow through
 the solver (backprop through the steps, not the adjoint). The solver works in float32 or
-wider, whatever the model dtype. With a KV cache the computed codes live in ``state`` and
-each decoding step only integrates past the last computed position: step k always starts
-at t = k * dt, so the continued solution is exactly the one-pass solution.
+wider, whatever the model dtype. With a KV cache (under ``no_grad``/``inference_mode``)
+the computed codes live in the cache's ``state`` dict and each decoding step only
+integrates past the last computed position: step k always starts at t = k * dt, so the
+continued solution is exactly the one-pass solution. The codes are reused for as long as
+the cache lives: like its keys and values, they belong to the parameters of the generation
+that made them (start a new cache after changing the parameters).
+
+Cost. The dynamics depend on t, so p(i * delta) needs every step from t = 0: the cost of a
+forward grows with its largest position, whatever the batch's length (0.5 ms per RK4 step
+on one CPU core: 5.7 s for position 1e4). Positions are therefore limited to
+``max_position`` (default 8192, a ~4 s solve on a CPU core), a clear ``ValueError`` beyond;
+raise it explicitly up to 2^20 RK4 steps (``max_position * steps_per_position``).
 """
 
 from __future__ import annotations
@@ -29,12 +38,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import EncodingConfig, check_int, check_positive
+from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
+from ._limits import Float32Params, check_width
 
 __all__ = ["FloaterConfig", "FloaterEncoding", "rk4"]
+
+MAX_RK4_STEPS = 2**20  # max_position * steps_per_position: ~9 min of solve on a CPU core
+MAX_DELTA = 10.0
 
 
 def rk4(
@@ -74,17 +87,24 @@ def rk4(
 
 @dataclass
 class FloaterConfig(EncodingConfig):
+    """Bounds. ``delta`` in (0, 10]: h is bounded (a tanh layer), so |p(t)| grows at most
+    linearly in t = position * delta; delta = 1e30 overflowed the codes (NaN logits).
+    ``steps_per_position`` in [1, 64]; ``hidden`` in [1, 2^16]; ``max_position`` in
+    [1, 2^20 // steps_per_position]: positions must be < max_position (see "Cost" above)."""
+
     delta: float = 0.1  # ODE time between consecutive positions: position i sits at t = i * delta
     steps_per_position: int = 1  # RK4 steps between two positions (step = delta / steps_per_position)
     hidden: int = 32  # width of the MLP h
     learn_p0: bool = True  # p(0) learned (else fixed at zero)
+    max_position: int = 8192  # positions must be < max_position: the solve runs from t = 0 to the largest
 
     def validate(self) -> None:
-        check_positive("delta", self.delta)
-        check_int("steps_per_position", self.steps_per_position, minimum=1)
-        check_int("hidden", self.hidden, minimum=1)
+        check_range("delta", self.delta, 0.0, MAX_DELTA, low_inclusive=False)
+        check_int("steps_per_position", self.steps_per_position, minimum=1, maximum=64)
+        check_width("hidden", self.hidden)
         if not isinstance(self.learn_p0, bool):
             raise TypeError(f"learn_p0 must be a bool, got {type(self.learn_p0).__name__} {self.learn_p0!r}")
+        check_int("max_position", self.max_position, minimum=1, maximum=MAX_RK4_STEPS // self.steps_per_position)
 
 
 @register(
@@ -93,10 +113,13 @@ class FloaterConfig(EncodingConfig):
     summary="position codes p(i*delta) from a learned neural ODE dp/dt = h(p, t), RK4-integrated",
     paper="Liu et al. 2020, Learning to Encode Position for Transformer with Continuous Dynamical Model (FLOATER)",
 )
-class FloaterEncoding(PositionalEncoding):
+class FloaterEncoding(Float32Params, PositionalEncoding):
     """x + p(pos * delta), p solving dp/dt = MLP([p, t]) from p(0) = p0."""
 
     Config = FloaterConfig
+    # The dynamics are integrated over thousands of steps (w1's time column multiplies t):
+    # rounding them to bfloat16 would move every code. The solve is float32 anyway.
+    float32_params = ("w1", "b1", "w2", "b2", "p0")
 
     def __init__(self, config: FloaterConfig, dims: Dims) -> None:
         super().__init__(config, dims)
@@ -143,24 +166,30 @@ class FloaterEncoding(PositionalEncoding):
         return rk4(self.dynamics(dtype), start, c.delta / s, (num_positions - 1 - (first - 1)) * s,
                    start_step=(first - 1) * s, record_every=s)
 
-    def _param_key(self) -> tuple:
-        return tuple((p.data_ptr(), p._version) for p in self.parameters())
-
     def embed(self, x: Tensor, seq: SequenceInfo, state: dict[str, Any] | None = None) -> Tensor:
         pos = seq.positions
         if pos.numel() == 0:
             return x
-        if not torch.compiler.is_compiling() and int(pos.min()) < 0:
-            raise ValueError(f"positions must be >= 0 for floater, got min {int(pos.min())}")
+        if not torch.compiler.is_compiling():
+            lo, hi = int(pos.min()), int(pos.max())
+            if lo < 0 or hi >= self.config.max_position:
+                raise ValueError(
+                    f"positions must be in [0, {self.config.max_position - 1}] for floater (max_position="
+                    f"{self.config.max_position}: the ODE is solved from t = 0 to the largest position, a cost "
+                    f"linear in it; raise max_position up to {MAX_RK4_STEPS // self.config.steps_per_position}), "
+                    f"got range [{lo}, {hi}]"
+                )
         n = int(pos.max()) + 1
-        table = None
-        # Reuse the codes of earlier decoding steps when the parameters are unchanged.
-        if state is not None and state.get("key") == self._param_key() and not torch.is_grad_enabled():
-            table = state["codes"]
-            if table.shape[0] < n:
-                table = torch.cat([table, self.codes(n, start=table[-1], first=table.shape[0])])
+        # With a KV cache and no autograd, the codes of earlier decoding steps are kept in the
+        # cache's own state dict and the solve continues from the last one.
+        reuse = state is not None and not torch.is_grad_enabled()
+        table = state.get("codes") if reuse else None
+        if table is not None and (table.dtype != self._dtype() or table.device != x.device):
+            table = None  # the module was moved or cast since: solve again
+        if table is not None and table.shape[0] < n:
+            table = torch.cat([table, self.codes(n, start=table[-1], first=table.shape[0])])
         if table is None:
             table = self.codes(n)  # (n, C)
-        if state is not None and not torch.is_grad_enabled():
-            state["codes"], state["key"] = table, self._param_key()
+        if reuse:
+            state["codes"] = table
         return x + table[pos].to(x.dtype)  # (B, T, C)

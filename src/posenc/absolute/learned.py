@@ -23,6 +23,7 @@ from ..config import EncodingConfig, check_choice, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
+from ._limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 
 __all__ = ["LearnedConfig", "LearnedPositionalEmbedding", "check_positions_in_table"]
 
@@ -43,12 +44,16 @@ def check_positions_in_table(positions: Tensor, size: int, what: str) -> None:
 
 @dataclass
 class LearnedConfig(EncodingConfig):
+    """``max_len``: rows of the table, in [1, 2^24], and at most 2^30 numbers with d_model
+    (4 GiB in float32; checked when the module is built). ``init_std``: std of the rows' normal
+    init, in (0, 1e4]; larger values overflow a LayerNorm's float32 variance (NaN logits)."""
+
     max_len: int = 1024
     init_std: float = 0.02
 
     def validate(self) -> None:
-        check_int("max_len", self.max_len, minimum=1)
-        check_range("init_std", self.init_std, 0.0, None, low_inclusive=False)
+        check_int("max_len", self.max_len, minimum=1, maximum=MAX_TABLE_ROWS)
+        check_range("init_std", self.init_std, 0.0, MAX_INIT_STD, low_inclusive=False)
 
 
 @register(
@@ -64,6 +69,7 @@ class LearnedPositionalEmbedding(PositionalEncoding):
 
     def __init__(self, config: LearnedConfig, dims: Dims) -> None:
         super().__init__(config, dims)
+        check_table_size("max_len", config.max_len, dims.d_model, "d_model")
         self.weight = nn.Parameter(self._fresh_rows(config.max_len, dims.d_model, torch.float32, None))
 
     def _fresh_rows(self, n: int, dim: int, dtype: torch.dtype, device: torch.device | None) -> Tensor:
@@ -83,7 +89,8 @@ class LearnedPositionalEmbedding(PositionalEncoding):
         """Grow the table to ``new_max_len`` rows in place (see the module docstring)."""
         check_choice("method", method, EXTEND_METHODS)
         n = self.max_len
-        check_int("new_max_len", new_max_len, minimum=n)
+        check_int("new_max_len", new_max_len, minimum=n, maximum=MAX_TABLE_ROWS)
+        check_table_size("new_max_len", new_max_len, self.weight.shape[1], "d_model")
         old = self.weight.detach()
         if method == "random":
             new = torch.cat([old, self._fresh_rows(new_max_len - n, old.shape[1], old.dtype, old.device)])

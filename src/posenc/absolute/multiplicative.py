@@ -30,7 +30,7 @@ __all__ = ["MultiplicativeConfig", "MultiplicativeEmbedding"]
 
 @dataclass
 class MultiplicativeConfig(LearnedConfig):
-    """``max_len`` rows, initialised to 1 + N(0, init_std^2)."""
+    """``max_len`` rows, initialised to 1 + N(0, init_std^2); the bounds of :class:`LearnedConfig`."""
 
 
 @register(

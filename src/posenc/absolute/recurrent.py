@@ -29,10 +29,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import EncodingConfig, check_int
+from ..config import EncodingConfig
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
+from ._limits import check_width
 from .stream import document_starts
 
 __all__ = ["RecurrentConfig", "RecurrentEncoding", "gru_scan"]
@@ -40,10 +41,12 @@ __all__ = ["RecurrentConfig", "RecurrentEncoding", "gru_scan"]
 
 @dataclass
 class RecurrentConfig(EncodingConfig):
+    """``hidden``: the GRU's state width, in [1, 2^16]."""
+
     hidden: int = 64  # GRU state width Hd
 
     def validate(self) -> None:
-        check_int("hidden", self.hidden, minimum=1)
+        check_width("hidden", self.hidden)
 
 
 def gru_scan(gru: nn.GRU, x: Tensor, h0: Tensor, reset: Tensor, valid: Tensor) -> Tensor:

@@ -21,10 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import EncodingConfig, check_choice, check_even, check_positive
+from ..config import EncodingConfig, check_choice, check_even, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
+from ._limits import MAX_WIDTH
 
 __all__ = ["SinusoidalConfig", "SinusoidalEncoding", "sinusoidal_table"]
 
@@ -35,7 +36,7 @@ FUSIONS = ("add", "mul", "concat")
 def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0, layout: str = "interleaved") -> Tensor:
     """Sinusoidal codes for integer or real ``positions`` (any shape) -> (*shape, dim), float32."""
     check_even("dim", dim)
-    check_positive("base", base)
+    check_range("base", base, 1.0, None)
     check_choice("layout", layout, LAYOUTS)
     return _table(positions, dim, base, layout)
 
@@ -55,6 +56,10 @@ def _table(positions: Tensor, dim: int, base: float, layout: str) -> Tensor:
 
 @dataclass
 class SinusoidalConfig(EncodingConfig):
+    """``base`` >= 1: frequencies base^(-2i/d) lie in (0, 1] (a base below 1 makes them grow
+    with i, and base = 1e-300 overflows the angles to inf: NaN codes). ``dim``: an even width
+    in [2, 2^16] (the concat projection is (d_model + dim) x d_model)."""
+
     base: float = 10000.0
     layout: str = "interleaved"
     fusion: str = "add"
@@ -62,10 +67,11 @@ class SinusoidalConfig(EncodingConfig):
     learnable_scale: bool = False
 
     def validate(self) -> None:
-        check_positive("base", self.base)
+        check_range("base", self.base, 1.0, None)
         check_choice("layout", self.layout, LAYOUTS)
         check_choice("fusion", self.fusion, FUSIONS)
         if self.dim is not None:
+            check_int("dim", self.dim, minimum=2, maximum=MAX_WIDTH)
             check_even("dim", self.dim)
 
 

@@ -31,6 +31,12 @@ LayerNorm). Without it, the encoding owns ``pos_key_proj``/``pos_query_proj``; b
 shared posenc encoding serves every layer, those are then shared across layers (DeBERTa has
 one pair per layer: build the model with ``share_encoding=False`` for that, which also gives
 each layer its own P).
+
+``prepare`` (once per forward, or once per decoding step) builds the layout, gathers and
+layer-normalizes the rows of P that the step's distances use and, with the encoding's own
+projections, projects them: every layer sharing the module reuses the result. With
+``share_att_key`` only the projection is per layer (it uses the layer's own weights).
+``layer_norm_eps`` is DeBERTa-v2's ``layer_norm_eps`` (1e-7 by default there and here).
 """
 
 from __future__ import annotations
@@ -42,12 +48,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import EncodingConfig, check_int, check_positive
+from ..absolute._limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
+from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register
 from .distance import RelativeLayout, saturation_bounds
 
-__all__ = ["DebertaConfig", "DebertaRelative", "log_bucket_position"]
+__all__ = ["DebertaConfig", "DebertaRelative", "DebertaState", "log_bucket_position"]
+
+MAX_SPAN = MAX_TABLE_ROWS // 2  # P has 2 * span rows
 
 
 def _check_buckets(bucket_size: int, max_position: int, names: tuple[str, str]) -> None:
@@ -82,6 +91,10 @@ def log_bucket_position(relative_pos: Tensor, bucket_size: int, max_position: in
 
 @dataclass
 class DebertaConfig(EncodingConfig):
+    """Bounds: ``max_relative_positions`` in [1, 2^23] and ``position_buckets`` in [0, 2^23]
+    (P has 2 * span <= 2^24 rows, and at most 2^30 numbers with d_model); ``init_std`` in
+    (0, 1e4]; ``layer_norm_eps`` in (0, 1]."""
+
     c2p: bool = True  # content-to-position: q_i·K^r
     p2c: bool = True  # position-to-content: k_j·Q^r
     max_relative_positions: int = 512  # clip span without buckets; the log scale's max_position with them
@@ -89,15 +102,17 @@ class DebertaConfig(EncodingConfig):
     share_att_key: bool = False  # project P with the layer's own q_proj/k_proj (v2/v3 checkpoints)
     layer_norm: bool = True  # v2's norm_rel_ebd="layer_norm"
     init_std: float = 0.02
+    layer_norm_eps: float = 1e-7  # DeBERTa-v2's layer_norm_eps (its LayerNorm of P)
 
     def validate(self) -> None:
         if not (self.c2p or self.p2c):
             raise ValueError("at least one of c2p, p2c must be True, got both False")
-        check_int("max_relative_positions", self.max_relative_positions, minimum=1)
-        check_int("position_buckets", self.position_buckets, minimum=0)
+        check_int("max_relative_positions", self.max_relative_positions, minimum=1, maximum=MAX_SPAN)
+        check_int("position_buckets", self.position_buckets, minimum=0, maximum=MAX_SPAN)
         if self.position_buckets:
             _check_buckets(self.position_buckets, self.max_relative_positions, ("position_buckets", "max_relative_positions"))
-        check_positive("init_std", self.init_std)
+        check_range("init_std", self.init_std, 0.0, MAX_INIT_STD, low_inclusive=False)
+        check_range("layer_norm_eps", self.layer_norm_eps, 0.0, 1.0, low_inclusive=False)
 
     @property
     def span(self) -> int:
@@ -120,9 +135,10 @@ class DebertaRelative(PositionalEncoding):
     def __init__(self, config: DebertaConfig, dims: Dims) -> None:
         super().__init__(config, dims)
         C, HD = dims.d_model, dims.num_heads * dims.head_dim
+        field = "position_buckets" if config.position_buckets else "max_relative_positions"
+        check_table_size(field, config.span, C, "d_model", rows_per=2)
         self.rel_embeddings = nn.Parameter(torch.randn(2 * config.span, C) * config.init_std)
-        self.norm = nn.LayerNorm(C) if config.layer_norm else None
-        self._inference_tables: dict = {}  # see _project
+        self.norm = nn.LayerNorm(C, eps=config.layer_norm_eps) if config.layer_norm else None
         own = not config.share_att_key
         self.pos_key_proj = nn.Linear(C, HD) if own and config.c2p else None
         self.pos_query_proj = nn.Linear(C, HD) if own and config.p2c else None
@@ -138,33 +154,28 @@ class DebertaRelative(PositionalEncoding):
     def attention_scale(self, head_dim: int) -> float:
         return 1.0 / math.sqrt(head_dim * (1 + self.config.num_position_terms))
 
-    def _project(self, distances: Tensor, which: str, layer: nn.Module | None) -> Tensor:
-        """Position keys ("k") or queries ("q") for distances (R,) -> (H, D, R)."""
+    def _proj(self, which: str, layer: nn.Module | None) -> nn.Linear:
+        """The projection of P to position keys ("k") or queries ("q")."""
         if self.config.share_att_key:
             proj = getattr(layer, f"{which}_proj", None)
             if proj is None:
                 raise ValueError(f"share_att_key needs the calling attention layer (with {which}_proj) as `layer`")
-        else:
-            proj = self.pos_key_proj if which == "k" else self.pos_query_proj
-        rows = distances + self.config.span
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():
-            return self._project_rows(self.rel_embeddings[rows], proj)
-        # Inference: the projected table depends on parameters only, and a decoding step would
-        # otherwise project it again in every layer for a single query. Memoized per projection,
-        # keyed on the parameters themselves (held) and their in-place versions.
-        params = [self.rel_embeddings, proj.weight, *(() if self.norm is None else self.norm.parameters())]
-        key = (which, id(proj.weight))
-        stamp = tuple((p.dtype, p.device, p._version) for p in params)
-        hit = self._inference_tables.get(key)
-        if hit is None or hit[0] is not proj.weight or hit[1] != stamp:
-            hit = (proj.weight, stamp, self._project_rows(self.rel_embeddings, proj))  # (H, D, 2*span)
-            self._inference_tables[key] = hit
-        return hit[2].index_select(-1, rows)  # (H, D, R)
+            return proj
+        return self.pos_key_proj if which == "k" else self.pos_query_proj
 
-    def _project_rows(self, p: Tensor, proj: nn.Linear) -> Tensor:
-        """Table rows p (R, C) -> normalized, projected (H, D, R)."""
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> "DebertaState":
+        lay = RelativeLayout.build(q_pos, k_pos, self._canon, self.bounds)
+        p = self.rel_embeddings[lay.distances + self.config.span]  # (W, C)
         if self.norm is not None:
             p = self.norm(p)  # row-wise: the same as normalizing the whole table, then indexing
+        state = DebertaState(lay, p, None, None)
+        if not self.config.share_att_key:  # the encoding's own projections: shared by layers too
+            state.keys = self._project_rows(p, self.pos_key_proj) if self.config.c2p else None
+            state.queries = self._project_rows(p, self.pos_query_proj) if self.config.p2c else None
+        return state
+
+    def _project_rows(self, p: Tensor, proj: nn.Linear) -> Tensor:
+        """Normalized rows p (R, C) -> projected (H, D, R)."""
         r = proj(p.to(proj.weight.dtype))  # (R, Hp*D)
         H, D = self.dims.num_heads, self.dims.head_dim
         r = r.view(r.shape[0], -1, D).permute(1, 2, 0)  # (Hp, D, R)
@@ -176,13 +187,28 @@ class DebertaRelative(PositionalEncoding):
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
         state: Any = None,
     ) -> Tensor:
-        lay = RelativeLayout.build(q_pos, k_pos, self._canon, self.bounds)
+        state = self.prepare(q_pos, k_pos) if state is None else state
+        lay = state.layout
         out: Tensor | None = None
         if self.config.c2p:
-            kr = (self._project(lay.distances, "k", layer) * scale).to(q.dtype)  # (H, D, W); scaled here, not on T^2
+            kr = state.keys if state.keys is not None else self._project_rows(state.rows, self._proj("k", layer))
+            kr = (kr * scale).to(q.dtype)  # (H, D, W); scaled here, not on T^2
             out = lay.query_pairs(q, kr)  # (B, H, Tq, Tk)
         if self.config.p2c:
-            qr = (self._project(lay.key_distances(), "q", layer) * scale).to(k.dtype)  # (H, D, W)
+            qr = state.queries if state.queries is not None else self._project_rows(state.rows, self._proj("q", layer))
+            qr = (lay.key_order(qr) * scale).to(k.dtype)  # (H, D, W), columns in key order
             out = lay.key_pairs(k, qr, out=out)  # added in place into c2p's output
         assert out is not None
         return out
+
+
+@dataclass
+class DebertaState:
+    """Per-forward state: the layout, the layer-normalized rows of P it reads (W, C), and
+    with the encoding's own projections the position keys and queries (H, D, W), unscaled,
+    in distance order (None with ``share_att_key``: each layer projects ``rows`` itself)."""
+
+    layout: RelativeLayout
+    rows: Tensor
+    keys: Tensor | None
+    queries: Tensor | None

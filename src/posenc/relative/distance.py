@@ -243,7 +243,8 @@ class RelativeLayout:
             return cls(tq, tk, canon(d), None, _Skew(tq, tk, s, top, bottom))
         d = relative_positions(q_pos, k_pos)  # (B|1, Tq, Tk)
         if bounds is None:
-            lo, hi = int(d.min()), int(d.max())
+            # No pairs (Tq or Tk = 0): one placeholder row; the results are empty anyway.
+            lo, hi = (int(d.min()), int(d.max())) if d.numel() else (0, 0)
         else:
             d = d.clamp(lo, hi)
         return cls(tq, tk, canon(torch.arange(lo, hi + 1, device=device)), d - lo)
@@ -255,6 +256,10 @@ class RelativeLayout:
     def key_distances(self) -> Tensor:
         """Row order for key-side scores (``k_j · r[d(i, j)]``): reversed on the skew path."""
         return self.distances.flip(0) if self.index is None else self.distances
+
+    def key_order(self, cols: Tensor) -> Tensor:
+        """Columns (..., W) given in :attr:`distances` order, put in :meth:`key_distances` order."""
+        return cols.flip(-1) if self.index is None else cols
 
     def _key_geometry(self) -> _Skew:
         # From the key's side pair (j, i) has raw distance -s + j - i; the key columns are the

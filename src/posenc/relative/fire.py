@@ -28,13 +28,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import EncodingConfig, check_int, check_nonnegative, check_positive
+from ..absolute._limits import MAX_DISTANCE, Float32Params
+from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import relative_positions
 from ..registry import register
 from ._bias import bias_dtype, shared_rows
 
 __all__ = ["FireConfig", "Fire", "fire_normalized_distance"]
+
+MAX_MLP_WIDTH = 4096
 
 
 def fire_normalized_distance(q_pos: Tensor, k_pos: Tensor, c: Tensor, L: Tensor, eps: float = 1e-6) -> Tensor:
@@ -52,16 +55,25 @@ def fire_normalized_distance(q_pos: Tensor, k_pos: Tensor, c: Tensor, L: Tensor,
 
 @dataclass
 class FireConfig(EncodingConfig):
+    """Bounds, chosen so the bias is finite in float32 for every position below 2^40:
+
+    * ``mlp_width`` in [1, 4096]: the piecewise-linear form builds (width + 1, width) tables;
+    * ``init_c`` in [1e-6, 1e6]: c * distance stays below float32's 3.4e38 (init_c = 1e308 is
+      inf in float32: NaN logits), and c * L above float32's underflow, so psi(L) > 0 even
+      with eps = 0;
+    * ``init_L`` in [1e-3, 2^40] (a length in tokens); ``eps`` in [0, 1].
+    """
+
     mlp_width: int = 32
     init_c: float = 0.1
     init_L: float = 512.0  # threshold L at init (a length in tokens)
     eps: float = 1e-6
 
     def validate(self) -> None:
-        check_int("mlp_width", self.mlp_width, minimum=1)
-        check_positive("init_c", self.init_c)
-        check_positive("init_L", self.init_L)
-        check_nonnegative("eps", self.eps)
+        check_int("mlp_width", self.mlp_width, minimum=1, maximum=MAX_MLP_WIDTH)
+        check_range("init_c", self.init_c, 1e-6, 1e6)
+        check_range("init_L", self.init_L, 1e-3, float(MAX_DISTANCE))
+        check_range("eps", self.eps, 0.0, 1.0)
 
 
 @register(
@@ -70,10 +82,13 @@ class FireConfig(EncodingConfig):
     summary="per-head MLP of the log-normalised distance psi(i-j)/psi(max(L,i)) on the logits",
     paper="Li et al. 2023, Functional Interpolation for Relative Positions Improves Long Context Transformers",
 )
-class Fire(PositionalEncoding):
+class Fire(Float32Params, PositionalEncoding):
     """Logit bias ``MLP(psi(|i-j|) / psi(max(L, i)))`` with one output per head."""
 
     Config = FireConfig
+    # c and L set the log scale of every distance: a bfloat16 L (512 -> 2 tokens off) or c
+    # would move the bias of every pair. Two scalars, so kept float32 at no cost.
+    float32_params = ("c", "L_multiplier")
 
     def __init__(self, config: FireConfig, dims: Dims) -> None:
         super().__init__(config, dims)
@@ -123,5 +138,6 @@ class Fire(PositionalEncoding):
         knots, slopes, intercepts = self.mlp_pieces(dtype)
         piece = torch.searchsorted(knots, x)  # (B, Tq, Tk) in [0, W]
         table = torch.cat([slopes, intercepts], dim=1).T  # (2H, W+1): one gather for both
-        a, b = table.index_select(1, piece.flatten()).view(2, -1, *piece.shape).unbind(0)  # (H, B, Tq, Tk) each
+        H = slopes.shape[1]  # named, not -1: with Tq or Tk = 0 the size could not be inferred
+        a, b = table.index_select(1, piece.flatten()).view(2, H, *piece.shape).unbind(0)  # (H, B, Tq, Tk) each
         return torch.addcmul(b, a, x).transpose(0, 1).contiguous()  # (B, H, Tq, Tk)

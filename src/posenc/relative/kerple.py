@@ -27,12 +27,14 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_choice, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import relative_positions
+from ..absolute._limits import MAX_INIT_STD
 from ..registry import register
 from ._bias import bias_dtype, toeplitz_bias
 
 __all__ = ["KerpleConfig", "Kerple", "kerple_bias"]
 
 VARIANTS = ("log", "power")
+MAX_KERNEL_INIT = MAX_INIT_STD  # r1, r2 at init: 1e4 keeps -r1 log(1 + r2 d) finite for d < 2^40
 
 
 def _clamp_straight_through(p: Tensor, low: float, high: float | None = None) -> Tensor:
@@ -58,6 +60,10 @@ def kerple_bias(q_pos: Tensor, k_pos: Tensor, r1: Tensor, r2: Tensor, variant: s
 
 @dataclass
 class KerpleConfig(EncodingConfig):
+    """Bounds: ``eps`` in (0, 1]; ``r1_init`` in [eps, 1e4]; ``r2_init`` in [eps, 1e4] (``log``)
+    or [eps, 2] (``power``). Past 1e4 the bias reaches float32's range at long distances
+    (r1 = 1e300 is inf in float32, and inf * log(1) = NaN at distance 0)."""
+
     variant: str = "log"
     eps: float = 1e-2  # floor of r1 and r2 (the paper's code uses 1e-2)
     r1_init: float | None = None  # None: the paper's uniform init (see the module docstring)
@@ -67,9 +73,9 @@ class KerpleConfig(EncodingConfig):
         check_choice("variant", self.variant, VARIANTS)
         check_range("eps", self.eps, 0.0, 1.0, low_inclusive=False)
         if self.r1_init is not None:
-            check_range("r1_init", self.r1_init, self.eps, None)
+            check_range("r1_init", self.r1_init, self.eps, MAX_KERNEL_INIT)
         if self.r2_init is not None:
-            check_range("r2_init", self.r2_init, self.eps, 2.0 if self.variant == "power" else None)
+            check_range("r2_init", self.r2_init, self.eps, 2.0 if self.variant == "power" else MAX_KERNEL_INIT)
 
 
 @register(

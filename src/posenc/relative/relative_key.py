@@ -13,6 +13,9 @@ HF's table has 2P - 1 rows for ``max_position_embeddings`` P and reads row d + P
 ``max_distance = P - 1`` the layouts are identical, so an HF ``distance_embedding.weight``
 loads as ``weight``. HF never clips (its distances stay below P); here distances beyond k
 share the boundary rows.
+
+``prepare`` builds the distance layout and gathers the table's rows once per forward, shared
+by every layer that uses the module.
 """
 
 from __future__ import annotations
@@ -23,22 +26,36 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import EncodingConfig, check_int, check_positive
+from ..absolute._limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
+from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register
 from .distance import RelativeLayout
 
-__all__ = ["RelativeKeyConfig", "RelativeKey", "RelativeKeyQuery"]
+__all__ = ["RelativeKeyConfig", "RelativeKey", "RelativeKeyQuery", "RelativeKeyState"]
+
+
+@dataclass
+class RelativeKeyState:
+    """Per-forward state: the layout, the query-side rows (W, D) and, for relative_key_query,
+    the key-side rows (W, D) (unscaled, in the table's dtype)."""
+
+    layout: RelativeLayout
+    rows: Tensor
+    key_rows: Tensor | None
 
 
 @dataclass
 class RelativeKeyConfig(EncodingConfig):
+    """Bounds: ``max_distance`` in [1, 2^23 - 1] (a table of 2k + 1 <= 2^24 rows, at most 2^30
+    numbers with head_dim), ``init_std`` in (0, 1e4]."""
+
     max_distance: int = 128  # k: distances clipped to [-k, k]; table of 2k + 1 rows
     init_std: float = 0.02
 
     def validate(self) -> None:
-        check_int("max_distance", self.max_distance, minimum=1)
-        check_positive("init_std", self.init_std)
+        check_int("max_distance", self.max_distance, minimum=1, maximum=(MAX_TABLE_ROWS - 1) // 2)
+        check_range("init_std", self.init_std, 0.0, MAX_INIT_STD, low_inclusive=False)
 
 
 class _RelativeKeyBase(PositionalEncoding):
@@ -47,23 +64,31 @@ class _RelativeKeyBase(PositionalEncoding):
 
     def __init__(self, config: RelativeKeyConfig, dims: Dims) -> None:
         super().__init__(config, dims)
+        k = config.max_distance
+        check_table_size("max_distance", k, dims.head_dim, "head_dim", rows_per=2, extra_rows=1)
         self.weight = nn.Parameter(torch.randn(2 * config.max_distance + 1, dims.head_dim) * config.init_std)
 
     def _clip(self, d: Tensor) -> Tensor:
         k = self.config.max_distance
         return d.clamp(-k, k)
 
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> RelativeKeyState:
+        kmax = self.config.max_distance
+        lay = RelativeLayout.build(q_pos, k_pos, self._clip, (-kmax, kmax))
+        key_rows = self.weight[lay.key_distances() + kmax] if self.key_term else None  # (W, D)
+        return RelativeKeyState(lay, self.weight[lay.distances + kmax], key_rows)
+
     def score(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
         state: Any = None,
     ) -> Tensor:
-        kmax = self.config.max_distance
-        lay = RelativeLayout.build(q_pos, k_pos, self._clip, (-kmax, kmax))
+        state = self.prepare(q_pos, k_pos) if state is None else state
+        lay = state.layout
         # The scale goes on the (W, D) rows, not on the (B, H, Tq, Tk) result.
-        rows = (self.weight[lay.distances + kmax] * scale).to(q.dtype)  # (W, D)
+        rows = (state.rows * scale).to(q.dtype)  # (W, D)
         out = lay.query_pairs(q, rows.T)  # (B, H, Tq, Tk)
-        if self.key_term:
-            rows_k = (self.weight[lay.key_distances() + kmax] * scale).to(k.dtype)  # (W, D)
+        if state.key_rows is not None:
+            rows_k = (state.key_rows * scale).to(k.dtype)  # (W, D)
             lay.key_pairs(k, rows_k.T, out=out)  # added in place: no second (B, H, Tq, Tk) buffer
         return out
 

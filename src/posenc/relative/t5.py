@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..config import EncodingConfig, check_int, check_nonnegative
+from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
+from ..absolute._limits import MAX_DISTANCE, MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..registry import register
 from ._bias import bias_dtype, toeplitz_bias
 
@@ -34,7 +35,7 @@ __all__ = ["T5Config", "T5RelativeBias", "t5_relative_position_bucket"]
 def _check_bucket_args(bidirectional: bool, num_buckets: int, max_distance: int) -> None:
     if not isinstance(bidirectional, bool):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__} {bidirectional!r}")
-    check_int("num_buckets", num_buckets, minimum=2)
+    check_int("num_buckets", num_buckets, minimum=2, maximum=MAX_TABLE_ROWS)
     if bidirectional and num_buckets < 4:
         raise ValueError(
             f"num_buckets must be >= 4 when bidirectional (each direction needs an exact and a log bucket), "
@@ -43,7 +44,7 @@ def _check_bucket_args(bidirectional: bool, num_buckets: int, max_distance: int)
     # Half of a direction's buckets are the exact range [0, max_exact); the log buckets
     # divide by log(max_distance / max_exact), which needs max_distance > max_exact.
     max_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
-    check_int("max_distance", max_distance, minimum=1)
+    check_int("max_distance", max_distance, minimum=1, maximum=MAX_DISTANCE)
     if max_distance <= max_exact:
         raise ValueError(
             f"max_distance must be > {max_exact} (the exact range, half of a direction's {2 * max_exact} "
@@ -90,6 +91,9 @@ def t5_relative_position_bucket(
 
 @dataclass
 class T5Config(EncodingConfig):
+    """Bounds: ``num_buckets`` in [2, 2^24] (table rows; at most 2^30 numbers with the heads),
+    ``max_distance`` in (exact range, 2^40], ``init_std`` in [0, 1e4]."""
+
     num_buckets: int = 32
     max_distance: int = 128
     bidirectional: bool = True  # False: T5's decoder buckets (all future keys share bucket 0)
@@ -97,7 +101,7 @@ class T5Config(EncodingConfig):
 
     def validate(self) -> None:
         _check_bucket_args(self.bidirectional, self.num_buckets, self.max_distance)
-        check_nonnegative("init_std", self.init_std)
+        check_range("init_std", self.init_std, 0.0, MAX_INIT_STD)
 
 
 @register(
@@ -117,6 +121,7 @@ class T5RelativeBias(PositionalEncoding):
 
     def __init__(self, config: T5Config, dims: Dims) -> None:
         super().__init__(config, dims)
+        check_table_size("num_buckets", config.num_buckets, dims.num_heads, "num_heads")
         self.table = nn.Parameter(torch.randn(config.num_buckets, dims.num_heads) * config.init_std)
 
     def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
