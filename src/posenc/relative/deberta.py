@@ -165,23 +165,34 @@ class DebertaRelative(PositionalEncoding):
 
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> "DebertaState":
         lay = RelativeLayout.build(q_pos, k_pos, self._canon, self.bounds)
-        p = self.rel_embeddings[lay.distances + self.config.span]  # (W, C)
+        d, span = lay.distances, self.config.span  # (W,) canonical distances, with repeats
+        index = None
+        if torch.compiler.is_compiling() or d.numel() == 0:
+            p = self.rel_embeddings.index_select(0, d + span)  # (W, C)
+        else:
+            # The W distances of a layout repeat buckets (a decoding step at context 256 reads
+            # ~140 distinct rows through 257 columns): normalize and project the contiguous row
+            # range once, then spread it to the columns.
+            lo, hi = int(d.min()), int(d.max())
+            p, index = self.rel_embeddings[lo + span : hi + span + 1], d - lo  # (R, C), (W,)
         if self.norm is not None:
             p = self.norm(p)  # row-wise: the same as normalizing the whole table, then indexing
-        state = DebertaState(lay, p, None, None)
+        state = DebertaState(lay, p, index, None, None)
         if not self.config.share_att_key:  # the encoding's own projections: shared by layers too
-            state.keys = self._project_rows(p, self.pos_key_proj) if self.config.c2p else None
-            state.queries = self._project_rows(p, self.pos_query_proj) if self.config.p2c else None
+            state.keys = self._project_rows(p, self.pos_key_proj, index) if self.config.c2p else None
+            state.queries = self._project_rows(p, self.pos_query_proj, index) if self.config.p2c else None
         return state
 
-    def _project_rows(self, p: Tensor, proj: nn.Linear) -> Tensor:
-        """Normalized rows p (R, C) -> projected (H, D, R)."""
+    def _project_rows(self, p: Tensor, proj: nn.Linear, index: Tensor | None = None) -> Tensor:
+        """Normalized rows p (R, C) -> projected (H, D, R), or (H, D, W) columns ``index`` (W,) of it."""
         r = proj(p.to(proj.weight.dtype))  # (R, Hp*D)
         H, D = self.dims.num_heads, self.dims.head_dim
         r = r.view(r.shape[0], -1, D).permute(1, 2, 0)  # (Hp, D, R)
         if r.shape[0] != H:  # grouped-query k_proj: Hkv heads, repeated as attention repeats k
             r = r.repeat_interleave(H // r.shape[0], dim=0)  # (H, D, R)
-        return r
+        # Contiguous (index_select copies): a permuted view would send every layer's batched
+        # matmul with it down a strided path.
+        return r.contiguous() if index is None else r.index_select(-1, index)
 
     def score(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
@@ -191,11 +202,15 @@ class DebertaRelative(PositionalEncoding):
         lay = state.layout
         out: Tensor | None = None
         if self.config.c2p:
-            kr = state.keys if state.keys is not None else self._project_rows(state.rows, self._proj("k", layer))
+            kr = state.keys
+            if kr is None:
+                kr = self._project_rows(state.rows, self._proj("k", layer), state.index)
             kr = (kr * scale).to(q.dtype)  # (H, D, W); scaled here, not on T^2
             out = lay.query_pairs(q, kr)  # (B, H, Tq, Tk)
         if self.config.p2c:
-            qr = state.queries if state.queries is not None else self._project_rows(state.rows, self._proj("q", layer))
+            qr = state.queries
+            if qr is None:
+                qr = self._project_rows(state.rows, self._proj("q", layer), state.index)
             qr = (lay.key_order(qr) * scale).to(k.dtype)  # (H, D, W), columns in key order
             out = lay.key_pairs(k, qr, out=out)  # added in place into c2p's output
         assert out is not None
@@ -204,11 +219,13 @@ class DebertaRelative(PositionalEncoding):
 
 @dataclass
 class DebertaState:
-    """Per-forward state: the layout, the layer-normalized rows of P it reads (W, C), and
-    with the encoding's own projections the position keys and queries (H, D, W), unscaled,
-    in distance order (None with ``share_att_key``: each layer projects ``rows`` itself)."""
+    """Per-forward state: the layout; the layer-normalized rows of P it reads, (R, C), with
+    ``index`` (W,) the row of each layout column (None: one row per column, R = W); and with
+    the encoding's own projections the position keys and queries (H, D, W), unscaled, in
+    distance order (None with ``share_att_key``: each layer projects ``rows`` itself)."""
 
     layout: RelativeLayout
     rows: Tensor
+    index: Tensor | None
     keys: Tensor | None
     queries: Tensor | None

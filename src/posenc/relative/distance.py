@@ -284,11 +284,27 @@ class RelativeLayout:
         """``x_j · rows[:, col(i, j)]`` with columns in :meth:`key_distances` order:
         x (B, H, Tk, D) -> (B, H, Tq, Tk), added into ``out`` when given."""
         if self.index is None:
+            if self.tq == 1:
+                return self._one_query_key_pairs(x, rows, out)
             return self._skew_pairs(x, rows, self._key_geometry(), out, transpose=True)
         scores = x @ rows  # (B, H, Tk, W)
         B, H = scores.shape[:2]
         idx = self.index.transpose(1, 2)[:, None].expand(B, H, self.tk, self.tq)  # (B, H, Tk, Tq)
         res = scores.gather(-1, idx).transpose(-1, -2)
+        return res if out is None else out.add_(res)
+
+    def _one_query_key_pairs(self, x: Tensor, rows: Tensor, out: Tensor | None) -> Tensor:
+        """:meth:`key_pairs` for one query (a decoding step): each key needs one column.
+
+        The skew would multiply every block of 128 keys by 128 columns to keep one diagonal;
+        here key j reads its column directly, O(Tk·D) per head. Pair (0, j) has raw distance
+        s - j, clamped to the table's [bottom, top]; in key order column c is distance bottom + c.
+        """
+        g = self.geometry
+        j = torch.arange(self.tk, device=x.device)
+        col = (g.s - j).clamp(g.bottom, g.top) - g.bottom  # (Tk,)
+        r = rows.index_select(-1, col).transpose(-1, -2)  # (Tk, D) or (H, Tk, D)
+        res = (x * r).sum(-1, dtype=torch.promote_types(x.dtype, rows.dtype))[..., None, :]  # (B, H, 1, Tk)
         return res if out is None else out.add_(res)
 
     def _skew_pairs(self, x: Tensor, rows: Tensor, g: _Skew, out: Tensor | None, transpose: bool) -> Tensor:
