@@ -464,3 +464,35 @@ def test_deberta_no_grad_matches_autograd_and_tracks_parameter_updates(share_att
         b = model(tokens)
     torch.testing.assert_close(b, model(tokens).detach(), rtol=1e-6, atol=1e-6)
     assert not torch.allclose(a, b)
+
+
+@pytest.mark.parametrize(
+    "name,config",
+    [("shaw", {}), ("relative_key", {}), ("relative_key_query", {}), ("transformer_xl", {}),
+     ("transformer_xl", {"max_distance": 4}), ("deberta", {}), ("deberta", {"share_att_key": True})],
+)
+def test_layout_built_once_per_forward_for_all_layers(name, config, monkeypatch):
+    """prepare() builds the distance layout once per forward (and per decoding step), shared
+    by the three layers and, for Shaw, by both its score and output hooks; the result equals
+    the standalone hooks (state=None), which prepare their own."""
+    model = tiny_model(name, n_layer=3, encoding_config=config)
+    tokens = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(0))
+    want = model(tokens).detach()
+    calls = []
+    build_ = RelativeLayout.build.__func__
+
+    def counting(cls, *a, **k):
+        calls.append(1)
+        return build_(cls, *a, **k)
+
+    monkeypatch.setattr(RelativeLayout, "build", classmethod(counting))
+    angles = name == "transformer_xl" and not config  # unclipped, T = 9: the angle form, no layout
+    with torch.no_grad():
+        got = model(tokens)
+        assert len(calls) == (0 if angles else 1)
+        cache = model.new_cache()
+        model(tokens[:, :5], cache=cache)
+        step = model(tokens[:, 5:6], cache=cache)
+    assert len(calls) == (0 if angles else 3)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(step, want[:, 5:6], rtol=1e-5, atol=1e-5)
