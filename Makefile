@@ -11,7 +11,7 @@ TORCH  ?= torch==2.13.0
 OUT    ?= out
 THREADS ?= 1
 
-.PHONY: venv install install-test test test-all demo clean
+.PHONY: venv install install-test test test-all demo results clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ demo: install
 	$(VENV)/bin/posenc bench --preset quick --threads $(THREADS) --out $(OUT)/bench --resume
 	$(VENV)/bin/posenc report --out $(OUT)/report --bench $(OUT)/bench
 	@echo "report: $(OUT)/report/report.html"
+
+# Re-run every measurement behind a number in README.md and docs/ (about half an hour on a
+# 2-core CPU), then re-render their tables from the results files in benchmarks/results/.
+results: install-test
+	$(PY) benchmarks/tables.py --rerun
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache
