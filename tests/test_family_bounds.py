@@ -107,7 +107,7 @@ def test_t5_table_size_counts_the_heads():
 def test_table_size_message_gives_the_largest_value_that_fits():
     """The largest value named is exact: its table has at most 2^30 numbers, one more does not
     fit (checked by arithmetic: building a 4 GiB table is no test for a shared machine)."""
-    from posenc.absolute._limits import MAX_TABLE_ELEMENTS, check_table_size
+    from posenc.limits import MAX_TABLE_ELEMENTS, check_table_size
 
     for width, rows_per, extra in [(128, 2, 1), (1024, 1, 0), (96, 2, 0), (7, 2, 1)]:
         with pytest.raises(ValueError, match=r"must be <= (\d+) ") as e:

@@ -204,3 +204,15 @@ def test_default_continuation_follows_a_padded_prompt():
         want = model(nxt, seq.next(2), cache=b)
     assert torch.equal(got, want)
     assert a.seq.positions.tolist() == [[0, 0, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 6]]
+
+
+def test_an_empty_first_step_then_a_real_step_equals_the_full_forward():
+    model = tiny_model("rope")
+    tokens = torch.randint(0, 64, (2, 6))
+    cache = model.new_cache()
+    with torch.no_grad():
+        empty = model(tokens[:, :0], cache=cache)
+        got = model(tokens, cache=cache)
+        want = model(tokens)
+    assert empty.shape == (2, 0, 64)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)

@@ -343,7 +343,7 @@ class Transformer(nn.Module):
                     "build it with model.new_cache()"
                 )
             cache.check_batch(B)
-        if seq is None and (cache is None or cache.seq is None):
+        if seq is None and (cache is None or cache.length == 0):
             seq = SequenceInfo.from_offset(B, T, device=device)
         elif seq is None:
             # Continue each cached row (its positions, its last document, valid tokens).

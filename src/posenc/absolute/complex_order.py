@@ -22,7 +22,7 @@ How this maps onto a real model of width C (C/2 complex dimensions, pair k = cha
 So the output pair k is x_k rotated by the angle omega_jk * pos + theta_k, written back as
 (real, imaginary). Angles are computed in float64 (omega * pos at pos = 1e5 loses ~1e-2 rad
 in float32); the result is cast to the input's dtype. The learned frequencies and phases
-stay float32 when the model is cast to bfloat16/float16 (:class:`~._limits.Float32Params`):
+stay float32 when the model is cast to bfloat16/float16 (:class:`~posenc.limits.Float32Params`):
 omega rounded to bfloat16 is off by up to 2^-9 relative, which at position 8192 moved the
 logits of a bf16 model by 0.63 against the float32 model.
 """
@@ -39,7 +39,7 @@ from ..config import EncodingConfig, check_even, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
-from ._limits import Float32Params
+from ..limits import Float32Params
 
 __all__ = ["ComplexOrderConfig", "ComplexOrderEmbedding"]
 

@@ -43,7 +43,7 @@ from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
-from ._limits import Float32Params, check_width
+from ..limits import Float32Params, check_width
 
 __all__ = ["FloaterConfig", "FloaterEncoding", "rk4"]
 

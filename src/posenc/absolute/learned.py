@@ -23,7 +23,7 @@ from ..config import EncodingConfig, check_choice, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
-from ._limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
+from ..limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 
 __all__ = ["LearnedConfig", "LearnedPositionalEmbedding", "check_positions_in_table"]
 

@@ -33,7 +33,7 @@ from ..config import EncodingConfig
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
-from ._limits import check_width
+from ..limits import check_width
 from .stream import document_starts
 
 __all__ = ["RecurrentConfig", "RecurrentEncoding", "gru_scan"]

@@ -25,7 +25,7 @@ from ..config import EncodingConfig, check_choice, check_even, check_int, check_
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from ..registry import register
-from ._limits import MAX_WIDTH
+from ..limits import MAX_WIDTH
 
 __all__ = ["SinusoidalConfig", "SinusoidalEncoding", "sinusoidal_table"]
 

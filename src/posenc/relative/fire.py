@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..absolute._limits import MAX_DISTANCE, Float32Params
+from ..limits import MAX_DISTANCE, Float32Params
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import relative_positions

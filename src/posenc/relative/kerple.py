@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_choice, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import relative_positions
-from ..absolute._limits import MAX_INIT_STD
+from ..limits import MAX_INIT_STD
 from ..registry import register
 from ._bias import bias_dtype, toeplitz_bias
 

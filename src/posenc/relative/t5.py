@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
-from ..absolute._limits import MAX_DISTANCE, MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
+from ..limits import MAX_DISTANCE, MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..registry import register
 from ._bias import bias_dtype, toeplitz_bias
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..absolute._limits import MAX_DISTANCE, MAX_INIT_STD
+from ..limits import MAX_DISTANCE, MAX_INIT_STD
 from ..config import EncodingConfig, check_even, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register

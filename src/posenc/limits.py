@@ -30,7 +30,7 @@ from typing import Callable, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..config import check_int
+from .config import check_int
 
 __all__ = [
     "MAX_TABLE_ROWS",
