@@ -27,7 +27,7 @@ install-test: $(PY)
 	$(PY) -m pip install -q -e ".[test]"
 
 test: install-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 # The main job: every encoding's properties measured, the quick length-generalization
 # benchmark (about 10 minutes on a 2-core CPU; an interrupted run resumes where it stopped),
