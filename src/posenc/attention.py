@@ -365,8 +365,16 @@ class Attention(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
+        check_int("d_model", d_model, minimum=1)
+        check_int("num_heads", num_heads, minimum=1)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
+        check_int("num_kv_heads", num_kv_heads, minimum=1)
+        if head_dim is not None:
+            check_int("head_dim", head_dim, minimum=1)
+        for name, flag in (("causal", causal), ("bias", bias)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__} {flag!r}")
+        if num_heads % num_kv_heads:
             raise ValueError(
                 f"num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})"
             )
@@ -376,7 +384,7 @@ class Attention(nn.Module):
         if impl not in ("eager", "sdpa"):
             raise ValueError(f"impl must be 'eager' or 'sdpa', got {impl!r}")
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.causal, self.impl = causal, impl
+        self.d_model, self.causal, self.impl = d_model, causal, impl
         self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
@@ -405,8 +413,13 @@ class Attention(nn.Module):
         :class:`SequenceInfo` for standalone self-attention without cache. ``context``
         (B, Tk, C) makes this cross-attention (give a context built with the keys' info).
         """
+        for name, t in (("x", x), ("context", context)):
+            if t is not None and (t.dim() != 3 or t.shape[-1] != self.d_model):
+                raise ValueError(f"{name} must have shape (B, T, {self.d_model}), got {tuple(t.shape)}")
         if isinstance(ctx, SequenceInfo):
             ctx = AttentionContext.build(ctx, causal=self.causal, cache=cache)
+        elif not isinstance(ctx, AttentionContext):
+            raise TypeError(f"ctx must be an AttentionContext or a SequenceInfo, got {type(ctx).__name__}")
         B, Tq, _ = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         if ctx.q_seq.positions.shape[1] != Tq:

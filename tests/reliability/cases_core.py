@@ -123,4 +123,12 @@ CASES = [
     Case(K, "KVCache(num_layers=2.0)", r"^num_layers must be an int, got float 2.0$", run=lambda: KVCache(2.0), error=TypeError),
     # ---- attention ------------------------------------------------------------------------
     Case(A, "float64 q/k in eager attention", r"stay torch.float64$", run=_float64_attention, error=None),
+    Case(A, "Attention(d_model=32.0)", r"^d_model must be an int, got float 32.0$",
+         run=lambda: Attention(32.0, 4), error=TypeError),
+    Case(A, "Attention(causal='no')", r"^causal must be a bool, got str 'no'$",
+         run=lambda: Attention(32, 4, causal="no"), error=TypeError),
+    Case(A, "standalone Attention given x of shape (T, C)", r"^x must have shape \(B, T, 32\), got \(5, 32\)$",
+         run=lambda: Attention(32, 4)(torch.randn(5, 32), SequenceInfo.from_offset(1, 5))),
+    Case(A, "standalone Attention given x of another width", r"^x must have shape \(B, T, 32\), got \(1, 5, 31\)$",
+         run=lambda: Attention(32, 4)(torch.randn(1, 5, 31), SequenceInfo.from_offset(1, 5))),
 ]

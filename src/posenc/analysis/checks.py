@@ -654,7 +654,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     probe = Probe(d_model=args.d_model, num_heads=args.heads, train_len=args.train_len)
     results = run_checks(args.names, probe)
     if args.json:
-        print(json.dumps(results_to_json(results), indent=2))
+        from ..bench.files import finite_or_none  # strict JSON: a non-finite measurement is null
+
+        print(json.dumps(finite_or_none(results_to_json(results)), indent=2, allow_nan=False))
     else:
         print(format_table(results))
         print()
