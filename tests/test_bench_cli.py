@@ -111,3 +111,28 @@ def test_mean_reciprocal_rank_by_hand():
     mrr = mean_reciprocal_rank(rows)
     assert mrr == pytest.approx({"x": (1 + 1 / 3) / 2, "y": (1 / 2 + 1 / 2) / 2, "z": (1 / 2 + 1) / 2})
     assert list(mrr) == ["z", "x", "y"]
+
+
+def test_two_seeds_with_rope_scalings_end_to_end(tmp_path, capsys):
+    """Issue: with 2 seeds the summary crashed on the NaN "inside" values of the RoPE-scaling
+    variants (statistics.stdev raises on NaN). Mean and std are now checked against the runs."""
+    import math
+    import statistics
+
+    from posenc.bench.report import summarise
+
+    out = tmp_path / "b"
+    assert main(["bench", *FAST, "--encodings", "none", "rope", "--tasks", "reverse", "--seeds", "2",
+                 "--out", str(out)]) == 0
+    assert "MRR" in capsys.readouterr().out
+    runs = load_results(out)["runs"]
+    assert len(runs) == 4
+    rows = summarise(runs)
+    assert any(r["variant"] != "base" for r in rows), "no RoPE-scaling variant was evaluated"
+    base = next(r for r in rows if r["encoding"] == "rope" and r["variant"] == "base")
+    L = runs[0]["train_length"]
+    inside = [statistics.fmean(p["value"] for p in r["points"] if p["variant"] == "base" and p["length"] <= L)
+              for r in runs if r["encoding"] == "rope"]
+    assert base["seeds"] == 2
+    assert math.isclose(base["in_mean"], statistics.fmean(inside), abs_tol=1e-12)
+    assert math.isclose(base["in_std"], statistics.stdev(inside), abs_tol=1e-12)

@@ -32,6 +32,11 @@ RESULTS_FORMAT = "posenc-bench-results-1"
 
 
 def _mean_std(xs: list[float]) -> tuple[float, float]:
+    """Mean and sample std over seeds; NaN when any seed has no value (e.g. a RoPE-scaling
+    variant has no "inside" point). ``statistics.stdev`` itself raises on NaN (an
+    AttributeError from its exact-fraction arithmetic), which crashed every run with 2 seeds."""
+    if any(math.isnan(x) for x in xs):
+        return math.nan, math.nan
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
