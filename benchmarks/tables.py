@@ -108,13 +108,6 @@ RESULTS: dict[str, Result] = {
         "model_cpu.json", ("speed", "model", "--device", "cpu", *_MODEL_FLAGS, "--json", "benchmarks/results/model_cpu.json"),
         stdout="txt",
     ),
-    "model_cpu_decode_fixes": Result(
-        "model_cpu_decode_fixes.json",
-        ("speed", "model", "--device", "cpu", "--encodings", "rope", "xpos", "transformer_xl", "deberta", *_MODEL_FLAGS,
-         "--json", "benchmarks/results/model_cpu_decode_fixes.json"),
-        stdout="txt", rerun=False,
-        note="taken after the decoding fixes, before model_cpu was re-run; --rerun of model_cpu supersedes it",
-    ),
     "bench_quick": Result(
         "bench_quick.json",
         ("bench", "--preset", "quick", "--threads", "1", "--out", "out/bench_results", "--overwrite", "--no-progress"),
@@ -392,13 +385,6 @@ def render_model_cpu(page: str) -> str:
     return md_table(header, rows) + "\n\n" + caption("model_cpu", page, data, base)
 
 
-def render_model_cpu_decode_fixes(page: str) -> str:
-    """The encodings re-measured after the decoding fixes, beside NoPE."""
-    data = load("model_cpu_decode_fixes")
-    (header, *rows), base = _model_rows(data)
-    return md_table(header, rows) + "\n\n" + caption("model_cpu_decode_fixes", page, data, base)
-
-
 def render_check_cpu(page: str) -> str:
     """docs/analysis.md: the ``posenc check`` table, as the command prints it."""
     from posenc.analysis.checks import CheckResult, format_table
@@ -445,7 +431,6 @@ TABLES: dict[str, Callable[[str], str]] = {
     "relative_bias": render_relative_bias,
     "relative_8192": render_relative_8192,
     "model_cpu": render_model_cpu,
-    "model_cpu_decode_fixes": render_model_cpu_decode_fixes,
     "check_cpu": render_check_cpu,
     "hf_parity": render_hf_parity,
 }

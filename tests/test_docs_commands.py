@@ -101,8 +101,6 @@ SMOKE: dict[str, Smoke] = {
         argv=("torchrun", "--standalone", "--nproc_per_node", "2", "-m", "posenc", "bench", "--preset", "micro",
               "--out", "{tmp}/ddp", "--no-progress"),
         expect=("{tmp}/ddp/results.json",), how="subprocess"),
-    "posenc bench --preset quick --threads 1 --out out/bench": Smoke(
-        set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
     "python benchmarks/tables.py": Smoke(how="tables"),
     "python benchmarks/tables.py --check": Smoke(how="tables"),
 }
@@ -134,7 +132,6 @@ RESULT_SMOKE: dict[str, Smoke] = {
     "relative_cpu_8192": Smoke(set={**_TINY_RELATIVE, "--einsum-max-length": ["8"], "--json": ["{tmp}/r8192.json"]},
                                expect=("{tmp}/r8192.json",)),
     "model_cpu": Smoke(set={**_TINY_MODEL, "--json": ["{tmp}/model.json"]}, expect=("{tmp}/model.json",)),
-    "model_cpu_decode_fixes": Smoke(set={**_TINY_MODEL, "--json": ["{tmp}/fixes.json"]}, expect=("{tmp}/fixes.json",)),
     "bench_quick": Smoke(set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
     "check_cpu": Smoke(add=("rope",)),
     "hf_parity": Smoke(set={"--out": ["{tmp}/hf.json"]}, add=("--case", "llama"), expect=("{tmp}/hf.json",),
