@@ -45,26 +45,28 @@ def _int(value: str, what: str) -> int:
         raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}") from None
 
 
+def _bounded_int(value: str, what: str, minimum: int) -> int:
+    """``value`` parsed as an int >= ``minimum``; the error says ``must be {what}``."""
+    n = _int(value, what)
+    if n < minimum:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {n}")
+    return n
+
+
 def positive_int(value: str) -> int:
     """An int >= 1 (lengths, batch sizes, repeats, steps)."""
-    n = _int(value, "a positive int")
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive int, got {n}")
-    return n
+    return _bounded_int(value, "a positive int", 1)
 
 
 def nonnegative_int(value: str) -> int:
     """An int >= 0 (counts where zero means "none")."""
-    n = _int(value, "a non-negative int")
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative int, got {n}")
-    return n
+    return _bounded_int(value, "a non-negative int", 0)
 
 
 def even_positive_int(value: str) -> int:
     """An even int >= 2 (head dims that RoPE rotates in pairs)."""
-    n = _int(value, "an even positive int")
-    if n < 2 or n % 2:
+    n = _bounded_int(value, "an even positive int", 2)
+    if n % 2:
         raise argparse.ArgumentTypeError(f"must be an even positive int, got {n}")
     return n
 
@@ -73,39 +75,33 @@ def int_at_least(minimum: int):
     """A type function accepting ints >= ``minimum`` (e.g. lengths a task needs at least 2 of)."""
 
     def parse(value: str) -> int:
-        n = _int(value, f"an int >= {minimum}")
-        if n < minimum:
-            raise argparse.ArgumentTypeError(f"must be an int >= {minimum}, got {n}")
-        return n
+        return _bounded_int(value, f"an int >= {minimum}", minimum)
 
     parse.__name__ = f"int_at_least_{minimum}"
     return parse
 
 
-def _float(value: str, what: str) -> float:
+def _bounded_float(value: str, what: str, *, strict: bool) -> float:
+    """A finite float > 0 (``strict``) or >= 0; the error says ``must be {what}``."""
     try:
         x = float(value)
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}") from None
     if not math.isfinite(x):  # float() accepts "nan" and "inf"
         raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}")
+    if x < 0 or (strict and x == 0):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {x:g}")
     return x
 
 
 def positive_float(value: str) -> float:
     """A finite float > 0."""
-    x = _float(value, "a positive finite float")
-    if x <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive finite float, got {x:g}")
-    return x
+    return _bounded_float(value, "a positive finite float", strict=True)
 
 
 def nonnegative_float(value: str) -> float:
     """A finite float >= 0."""
-    x = _float(value, "a non-negative finite float")
-    if x < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative finite float, got {x:g}")
-    return x
+    return _bounded_float(value, "a non-negative finite float", strict=False)
 
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps")
