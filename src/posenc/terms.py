@@ -1,0 +1,149 @@
+"""Logit terms: what a relative encoding adds to attention, described once.
+
+Every relative scheme in posenc adds to the attention logits a term that is a pointwise
+function of (batch, head, query, key) — and Shaw et al. also add a term to the output. A term
+is described once here; each attention backend derives the form it needs from that one
+description:
+
+* ``dense(q_pos, k_pos)``: the (B|1, H, Tq, Tk) tensor (the eager reference, and SDPA's
+  float ``attn_mask``);
+* ``score_mod(q_pos, k_pos)``: a FlexAttention ``score_mod(score, b, h, q_idx, kv_idx)``
+  that reads only small tensors (a bias table, slopes, a (B, H, T, R) table of q·Eᵀ), so no
+  (Tq, Tk) tensor is ever built.
+
+Three kinds:
+
+* :class:`BiasTerm` — content-independent: ``fn(h, q_pos, k_pos)`` written with broadcasting
+  tensor ops (T5 buckets, ALiBi, KERPLE, FIRE). ``toeplitz=True`` says it depends on
+  ``q_pos - k_pos`` only, so contiguous positions need its Tq + Tk - 1 distinct values only.
+* :class:`TableTerm` — content-dependent with a bounded number R of distinct (clipped or
+  bucketed) relative positions: ``logit[b, h, i, j] += table[b, h, i, bucket(q_pos_i, k_pos_j)]``
+  on the query side (q·Eᵀ: Shaw's a^K, relative_key, DeBERTa c2p), or with row ``j`` on the
+  key side (k·Eᵀ: relative_key_query, DeBERTa p2c). The table is O(T·R), not O(T²).
+* :class:`ValueTerm` — Shaw's a^V: ``out_i += sum_j p_ij · values[h, bucket(q_pos_i, k_pos_j)]``.
+  It needs the probabilities, so FlexAttention (which returns only the output) cannot take it.
+
+Shapes: positions (B, T) int64; tables float32 (or float64 in a float64 model), in logit
+units (already multiplied by the attention scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+from torch import Tensor
+
+__all__ = ["BiasTerm", "TableTerm", "ValueTerm", "Term", "dense_logit_terms"]
+
+# fn(h, q_pos, k_pos) -> bias; the three arguments broadcast against each other.
+BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+# bucket(q_pos, k_pos) -> int64 index in [0, R); the two arguments broadcast.
+BucketFn = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True, eq=False)
+class BiasTerm:
+    """A content-independent logit bias ``fn(h, q_pos, k_pos)`` (float32, logit units).
+
+    ``fn`` must be pointwise and written with broadcasting tensor ops, so one definition serves
+    the dense table (h (H, 1, 1) against (B, 1, Tq, 1) and (B, 1, 1, Tk) positions) and a
+    FlexAttention ``score_mod`` (0-d tensors). ``toeplitz``: depends on ``q_pos - k_pos`` only.
+    """
+
+    fn: BiasFn
+    num_heads: int
+    toeplitz: bool = True
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B|1, H, Tq, Tk) from positions q_pos (B|1, Tq), k_pos (B|1, Tk)."""
+        h = torch.arange(self.num_heads, device=q_pos.device)[:, None, None]  # (H, 1, 1)
+        return self.fn(h, q_pos[:, None, :, None], k_pos[:, None, None, :])  # (B|1, H, Tq, Tk)
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` adding this bias: positions looked up per (b, q_idx, kv_idx)."""
+        qb, kb = q_pos.shape[0] > 1, k_pos.shape[0] > 1
+
+        def mod(score, b, h, q_idx, kv_idx):
+            qp = q_pos[b if qb else 0, q_idx]
+            kp = k_pos[b if kb else 0, kv_idx]
+            return score + self.fn(h, qp, kp).to(score.dtype)
+
+        return mod
+
+
+@dataclass(frozen=True, eq=False)
+class TableTerm:
+    """A content-dependent term read from a (B, H, T_side, R) table by relative bucket.
+
+    ``side="query"``: ``logit[b, h, i, j] += table[b, h, i, bucket(q_pos_i, k_pos_j)]``;
+    ``side="key"``: ``logit[b, h, i, j] += table[b, h, j, bucket(q_pos_i, k_pos_j)]``.
+    """
+
+    table: Tensor
+    side: Literal["query", "key"]
+    bucket: BucketFn
+
+    def __post_init__(self) -> None:
+        if self.side not in ("query", "key"):
+            raise ValueError(f"side must be 'query' or 'key', got {self.side!r}")
+
+    def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B|1, Tq, Tk) int64 buckets."""
+        return self.bucket(q_pos[:, :, None], k_pos[:, None, :])
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B, H, Tq, Tk): the table gathered at every (query, key) pair."""
+        idx = self.index(q_pos, k_pos)  # (B|1, Tq, Tk)
+        B, H = self.table.shape[:2]
+        if self.side == "query":
+            idx = idx[:, None].expand(B, H, -1, -1)  # (B, H, Tq, Tk)
+            return self.table.gather(-1, idx)
+        idx = idx.transpose(1, 2)[:, None].expand(B, H, -1, -1)  # (B, H, Tk, Tq)
+        return self.table.gather(-1, idx).transpose(-2, -1)  # (B, H, Tq, Tk)
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` reading the table at (b, h, row, bucket)."""
+        qb, kb = q_pos.shape[0] > 1, k_pos.shape[0] > 1
+        table, query_side = self.table, self.side == "query"
+
+        def mod(score, b, h, q_idx, kv_idx):
+            r = self.bucket(q_pos[b if qb else 0, q_idx], k_pos[b if kb else 0, kv_idx])
+            return score + table[b, h, q_idx if query_side else kv_idx, r].to(score.dtype)
+
+        return mod
+
+
+@dataclass(frozen=True, eq=False)
+class ValueTerm:
+    """Shaw et al.'s value term: ``out_i += sum_j p_ij · values[h, bucket(q_pos_i, k_pos_j)]``.
+
+    ``values`` (H|1, R, Dv). Backends that do not expose the probabilities cannot take it.
+    """
+
+    values: Tensor
+    bucket: BucketFn
+
+    def dense_output(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B, H, Tq, Dv) from probs (B, H, Tq, Tk): probabilities summed per bucket, times values."""
+        idx = self.bucket(q_pos[:, :, None], k_pos[:, None, :])  # (B|1, Tq, Tk)
+        B, H, Tq, _ = probs.shape
+        R = self.values.shape[-2]
+        per_bucket = probs.new_zeros(B, H, Tq, R)
+        per_bucket.scatter_add_(-1, idx[:, None].expand(B, H, -1, -1), probs)  # (B, H, Tq, R)
+        return torch.matmul(per_bucket, self.values.to(probs.dtype))  # (B, H, Tq, Dv)
+
+
+Term = BiasTerm | TableTerm | ValueTerm
+
+
+def dense_logit_terms(terms: list[Term], q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+    """The sum of the logit terms' dense forms (ValueTerms skipped), or None if there are none."""
+    total: Tensor | None = None
+    for t in terms:
+        if isinstance(t, ValueTerm):
+            continue
+        d = t.dense(q_pos, k_pos)
+        total = d if total is None else total + d
+    return total
