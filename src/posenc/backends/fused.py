@@ -1,0 +1,358 @@
+"""Memory-lean attention with logit terms: forward and backward block by block over queries.
+
+Shapes: B batch, H query heads, Hkv key/value heads, Tq queries, Tk keys, D head dim, R the
+number of distinct (clipped or bucketed) relative positions of a term.
+
+    logits = q·kᵀ·scale + bias + Σ table terms (gathered by bucket)      (masked: -inf)
+    out    = softmax(logits)·v + Σ_value terms  mass(i, r)·values[r]
+
+where ``mass(i, r) = Σ_j p_ij [bucket(i, j) = r]``. The terms are :mod:`posenc.terms`'
+:class:`~posenc.terms.TableTerm` (B, H, T, R) and :class:`~posenc.terms.ValueTerm`; a
+content-independent bias comes as one dense float tensor (B|1, H, Tq, Tk).
+
+:func:`fused_attention` is a ``torch.autograd.Function`` in the manner of FlashAttention
+(Dao et al. 2022, Alg. 1-2): the forward keeps only the output and the per-row log-sum-exp
+(B, H, Tq); the backward recomputes the probabilities of one block of query rows at a time
+and produces dq, dk, dv and the gradient of every term's tensor:
+
+* a TableTerm's table by a scatter-add of the logit gradient dS by bucket, O(T·R) memory;
+* a ValueTerm's values from the block's per-bucket probability mass;
+* the dense bias, which is a (B|1, H, Tq, Tk) tensor anyway.
+
+So no (B, H, Tq, Tk) tensor outlives a block: the peak is one block's (B, H, rows, Tk)
+scratch. With ``causal`` the key columns right of a block's last query are skipped (about
+half the work at Tq = Tk). Half-precision inputs are computed in float32, float64 stays
+float64; the output and the gradients have their inputs' dtypes.
+
+A query row that sees no key (all masked) gets a zero output and zero gradients (the
+softmax of an empty row is defined as nothing rather than NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ..terms import BucketFn, TableTerm, ValueTerm
+
+__all__ = ["fused_attention", "BLOCK_ROWS"]
+
+# Query rows per block: the scratch is (B, H, rows, Tk) float32, i.e. rows / Tq of one dense
+# logit tensor; 256 rows keep the matmuls large enough to run at full speed on CPU.
+BLOCK_ROWS = 256
+
+
+@dataclass(frozen=True, eq=False)
+class _Spec:
+    """Everything about one call that is not a differentiable tensor."""
+
+    scale: float
+    causal: bool
+    block: int
+    q_pos: Tensor | None  # (B|1, Tq) int64
+    k_pos: Tensor | None  # (B|1, Tk) int64
+    mask: Tensor | None  # (B|1, 1|H, Tq, Tk) bool, True = attend
+    sides: tuple[str, ...]  # per table term: "query" or "key"
+    table_buckets: tuple[BucketFn, ...]
+    value_buckets: tuple[BucketFn, ...]
+    has_bias: bool
+
+
+def _check(q: Tensor, k: Tensor, v: Tensor, scale, mask, bias, tables, values, q_pos, k_pos, causal, block) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D tensor (B, heads, T, D), got {_desc(t)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    B, H, Tq, D = q.shape
+    Bk, Hkv, Tk, Dk = k.shape
+    if Bk != B or Dk != D or k.dtype != q.dtype:
+        raise ValueError(f"k must be (B={B}, Hkv, Tk, D={D}) in {q.dtype}, got {tuple(k.shape)} {k.dtype}")
+    if v.shape[:3] != k.shape[:3] or v.dtype != q.dtype:
+        raise ValueError(f"v must be (B, Hkv, Tk, Dv) = {tuple(k.shape[:3])} + (Dv,) in {q.dtype}, got {tuple(v.shape)} {v.dtype}")
+    if Hkv < 1 or H % Hkv:
+        raise ValueError(f"the query heads ({H}) must be a multiple of the key/value heads ({Hkv})")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (scale == scale) or abs(scale) == float("inf"):
+        raise ValueError(f"scale must be a finite float, got {scale!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an int >= 1, got {block!r}")
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.dim() != 4:
+            raise ValueError(f"mask must be a bool tensor (B|1, 1|H, Tq, Tk) or None, got {_desc(mask)}")
+        if mask.shape[0] not in (1, B) or mask.shape[1] not in (1, H) or mask.shape[2:] != (Tq, Tk):
+            raise ValueError(f"mask must have shape (1 or {B}, 1 or {H}, {Tq}, {Tk}), got {tuple(mask.shape)}")
+    if bias is not None:
+        if not isinstance(bias, Tensor) or not bias.is_floating_point() or bias.dim() != 4:
+            raise ValueError(f"bias must be a float tensor (B|1, H, Tq, Tk) or None, got {_desc(bias)}")
+        if bias.shape[0] not in (1, B) or bias.shape[1] not in (1, H) or bias.shape[2:] != (Tq, Tk):
+            raise ValueError(f"bias must have shape (1 or {B}, 1 or {H}, {Tq}, {Tk}), got {tuple(bias.shape)}")
+    for t in tables:
+        if not isinstance(t, TableTerm):
+            raise TypeError(f"tables must hold TableTerm objects, got {type(t).__name__}")
+        rows = Tq if t.side == "query" else Tk
+        tb = t.table
+        if tb.dim() != 4 or tb.shape[0] not in (1, B) or tb.shape[1] not in (1, H) or tb.shape[2] != rows or tb.shape[3] < 1:
+            raise ValueError(
+                f"a {t.side}-side TableTerm's table must have shape (1 or {B}, 1 or {H}, {rows}, R >= 1), got {tuple(tb.shape)}"
+            )
+        if not tb.is_floating_point():
+            raise TypeError(f"a TableTerm's table must be floating point, got {tb.dtype}")
+    for t in values:
+        if not isinstance(t, ValueTerm):
+            raise TypeError(f"values must hold ValueTerm objects, got {type(t).__name__}")
+        vt = t.values
+        if vt.dim() != 3 or vt.shape[0] not in (1, H) or vt.shape[1] < 1 or vt.shape[2] != v.shape[-1]:
+            raise ValueError(f"a ValueTerm's values must have shape (1 or {H}, R >= 1, Dv={v.shape[-1]}), got {tuple(vt.shape)}")
+    if tables or values:
+        for name, pos, n in (("q_pos", q_pos, Tq), ("k_pos", k_pos, Tk)):
+            if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[0] not in (1, B) or pos.shape[1] != n:
+                raise ValueError(f"{name} must be an int tensor of shape (1 or {B}, {n}) when terms are given, got {_desc(pos)}")
+            if pos.is_floating_point() or pos.dtype == torch.bool:
+                raise TypeError(f"{name} must be an integer tensor, got {pos.dtype}")
+
+
+def _desc(x) -> str:
+    if isinstance(x, Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return f"{type(x).__name__} {x!r}"
+
+
+def fused_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    bias: Tensor | None = None,
+    tables: Sequence[TableTerm] = (),
+    values: Sequence[ValueTerm] = (),
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    block: int = BLOCK_ROWS,
+) -> Tensor:
+    """Attention with logit terms that never keeps (B, H, Tq, Tk) probabilities for backward.
+
+    Args:
+        q: (B, H, Tq, D). k: (B, Hkv, Tk, D), v: (B, Hkv, Tk, Dv) (grouped-query heads are
+            repeated inside; their gradients summed back).
+        scale: multiplier of q·kᵀ (the terms are already in logit units).
+        mask: bool (B|1, 1|H, Tq, Tk), True where a query may see a key; None = all.
+        causal: queries aligned to the end of the keys (query i is stream index Tk - Tq + i)
+            see only keys at or before them; combined with ``mask``. Blocks of keys that no
+            query of a block may see are skipped, so prefer it to putting causality in ``mask``.
+        bias: dense logit bias (B|1, 1|H, Tq, Tk), e.g. ``posenc.terms.BiasTerm.dense``.
+        tables: :class:`~posenc.terms.TableTerm` logit terms, tables (B|1, 1|H, T, R).
+        values: :class:`~posenc.terms.ValueTerm` output terms, values (1|H, R, Dv).
+        q_pos, k_pos: positions (B|1, Tq), (B|1, Tk) for the terms' buckets.
+        block: query rows per block.
+
+    Returns (B, H, Tq, Dv) in q's dtype. Differentiable in q, k, v, bias, every table and
+    every ValueTerm's values.
+    """
+    tables, values = tuple(tables), tuple(values)
+    _check(q, k, v, scale, mask, bias, tables, values, q_pos, k_pos, causal, block)
+    spec = _Spec(
+        float(scale), causal, block, q_pos, k_pos, mask,
+        tuple(t.side for t in tables), tuple(t.bucket for t in tables), tuple(t.bucket for t in values),
+        bias is not None,
+    )
+    extra = ([bias] if bias is not None else []) + [t.table for t in tables] + [t.values for t in values]
+    return _Fused.apply(spec, q, k, v, *extra)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    # Half types accumulate in float32 (their softmax loses the small logit differences
+    # that carry position); float64 stays float64 (a reference model).
+    return torch.promote_types(dtype, torch.float32)
+
+
+class _Blocks:
+    """The per-call geometry and the logits of one block of query rows, shared by forward and backward."""
+
+    def __init__(self, spec: _Spec, q: Tensor, k: Tensor, bias: Tensor | None, tables: Sequence[Tensor]) -> None:
+        self.spec, self.q, self.k, self.bias, self.tables = spec, q, k, bias, tables
+        self.B, self.H, self.Tq, _ = q.shape
+        self.Tk = k.shape[2]
+        self.offset = self.Tk - self.Tq  # query i is stream index offset + i
+        # Key-side tables are read as (B, H, R, Tk) so one gather along R serves a block.
+        self.key_tables = [t.transpose(-1, -2) if side == "key" else None for t, side in zip(tables, spec.sides)]
+
+    def ranges(self):
+        """(i0, i1, z): query rows [i0, i1) and the keys [0, z) any of them may see."""
+        for i0 in range(0, self.Tq, self.spec.block):
+            i1 = min(i0 + self.spec.block, self.Tq)
+            z = min(self.Tk, self.offset + i1) if self.spec.causal else self.Tk
+            yield i0, i1, max(z, 0)
+
+    def buckets(self, fn: BucketFn, i0: int, i1: int, z: int) -> Tensor:
+        """(B, H, rows, z) int64 buckets of the block (an expanded view of (B|1, rows, z))."""
+        s = self.spec
+        idx = fn(s.q_pos[:, i0:i1, None], s.k_pos[:, None, :z])  # (B|1, rows, z)
+        return idx[:, None].expand(self.B, self.H, i1 - i0, z)
+
+    def logits(self, i0: int, i1: int, z: int, idx_of) -> Tensor:
+        """(B, H, rows, z) logits of the block in the compute dtype, -inf where masked."""
+        s = self.spec
+        x = torch.matmul(self.q[:, :, i0:i1], self.k[:, :, :z].transpose(-1, -2))  # (B, H, rows, z)
+        x.mul_(s.scale)
+        if self.bias is not None:
+            x.add_(self.bias[..., i0:i1, :z])
+        for n, side in enumerate(s.sides):
+            idx = idx_of(s.table_buckets[n])
+            if side == "query":
+                t = self.tables[n][..., i0:i1, :].expand(self.B, self.H, -1, -1)  # (B, H, rows, R)
+                x.add_(t.gather(-1, idx))
+            else:
+                t = self.key_tables[n][..., :z].expand(self.B, self.H, -1, -1)  # (B, H, R, z)
+                x.add_(t.gather(-2, idx))
+        hide = self._hidden(i0, i1, z, x.device)
+        if hide is not None:
+            x.masked_fill_(hide, float("-inf"))
+        return x
+
+    def _hidden(self, i0: int, i1: int, z: int, device) -> Tensor | None:
+        """Bool (B|1, 1|H, rows, z), True where the key is hidden from the query; None = none."""
+        s = self.spec
+        hide = None
+        if s.mask is not None:
+            hide = ~s.mask[..., i0:i1, :z]
+        if s.causal and self.offset + i0 < z - 1:  # the block crosses the diagonal
+            qi = torch.arange(self.offset + i0, self.offset + i1, device=device)
+            c = (torch.arange(z, device=device)[None, :] > qi[:, None])[None, None]  # (1, 1, rows, z)
+            hide = c if hide is None else hide | c
+        return hide
+
+
+def _memo_buckets(geo: _Blocks, i0: int, i1: int, z: int):
+    """A bucket lookup for one block that computes each distinct bucket function once."""
+    seen: list[tuple[BucketFn, Tensor]] = []
+
+    def idx_of(fn: BucketFn) -> Tensor:
+        for f, t in seen:  # terms of one encoding share one bucket function
+            if f is fn or f == fn:  # bound methods are new objects on each access, equal
+                return t
+        t = geo.buckets(fn, i0, i1, z)
+        seen.append((fn, t))
+        return t
+
+    return idx_of
+
+
+def _probs_(x: Tensor, lse: Tensor) -> Tensor:
+    """exp(x - lse) in place: (B, H, rows, z) logits -> probabilities."""
+    return x.sub_(lse[..., None]).exp_()
+
+
+def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:
+    """Sum a broadcast gradient back to its input's shape (batch or head dims of size 1)."""
+    dims = [d for d in range(t.dim()) if shape[d] == 1 and t.shape[d] != 1]
+    return t.sum(dims, keepdim=True) if dims else t
+
+
+class _Fused(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, spec: _Spec, q: Tensor, k: Tensor, v: Tensor, *extra: Tensor) -> Tensor:
+        cdt = _compute_dtype(q.dtype)
+        B, H, Tq, _ = q.shape
+        Hkv = k.shape[1]
+        bias = extra[0] if spec.has_bias else None
+        nt = len(spec.sides)
+        tables = extra[int(spec.has_bias) : int(spec.has_bias) + nt]
+        vals = extra[int(spec.has_bias) + nt :]
+        qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
+        if Hkv != H:
+            kc = kc.repeat_interleave(H // Hkv, dim=1)  # (B, H, Tk, D)
+            vc = vc.repeat_interleave(H // Hkv, dim=1)
+        geo = _Blocks(spec, qc, kc, bias, tables)
+        out = qc.new_zeros(B, H, Tq, v.shape[-1])  # (B, H, Tq, Dv)
+        lse = qc.new_zeros(B, H, Tq)
+        for i0, i1, z in geo.ranges():
+            if z == 0:
+                continue
+            idx_of = _memo_buckets(geo, i0, i1, z)
+            x = geo.logits(i0, i1, z, idx_of)  # (B, H, rows, z)
+            m = torch.logsumexp(x, dim=-1)  # (B, H, rows)
+            m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)  # empty rows: p = 0
+            p = _probs_(x, m)
+            o = torch.matmul(p, vc[:, :, :z])  # (B, H, rows, Dv)
+            for fn, val in zip(spec.value_buckets, vals):
+                o.add_(_mass(p, idx_of(fn), val.shape[-2]) @ val.to(cdt))
+            out[:, :, i0:i1] = o
+            lse[:, :, i0:i1] = m
+        ctx.spec = spec
+        ctx.save_for_backward(q, k, v, out, lse, *extra)
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, dout: Tensor):
+        spec: _Spec = ctx.spec
+        q, k, v, out, lse, *extra = ctx.saved_tensors
+        cdt = out.dtype
+        B, H, Tq, _ = q.shape
+        Hkv, Tk = k.shape[1], k.shape[2]
+        nb, nt = int(spec.has_bias), len(spec.sides)
+        bias = extra[0] if nb else None
+        tables, vals = extra[nb : nb + nt], extra[nb + nt :]
+        qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
+        if Hkv != H:
+            kc = kc.repeat_interleave(H // Hkv, dim=1)  # (B, H, Tk, D)
+            vc = vc.repeat_interleave(H // Hkv, dim=1)
+        do = dout.to(cdt)
+        delta = (do * out).sum(-1)  # (B, H, Tq): Σ_j p_ij dP_ij, from the full output
+        geo = _Blocks(spec, qc, kc, bias, tables)
+        dq, dk, dv = torch.zeros_like(qc), torch.zeros_like(kc), torch.zeros_like(vc)
+        need_bias = nb and ctx.needs_input_grad[4]
+        dbias = bias.new_zeros(B, H, Tq, Tk, dtype=cdt) if need_bias else None
+        dtabs = []  # query side (B, H, Tq, R); key side (B, H, R, Tk), transposed at the end
+        for t, side in zip(tables, spec.sides):
+            R = t.shape[-1]
+            dtabs.append(qc.new_zeros(B, H, Tq, R) if side == "query" else qc.new_zeros(B, H, R, Tk))
+        dvals = [qc.new_zeros(B, H, *val.shape[-2:]) for val in vals]
+        for i0, i1, z in geo.ranges():
+            if z == 0:
+                continue
+            idx_of = _memo_buckets(geo, i0, i1, z)
+            p = _probs_(geo.logits(i0, i1, z, idx_of), lse[:, :, i0:i1])  # (B, H, rows, z)
+            dob = do[:, :, i0:i1]  # (B, H, rows, Dv)
+            dp = torch.matmul(dob, vc[:, :, :z].transpose(-1, -2))  # (B, H, rows, z)
+            for n, (fn, val) in enumerate(zip(spec.value_buckets, vals)):
+                idx = idx_of(fn)
+                dvals[n].add_(_mass(p, idx, val.shape[-2]).transpose(-1, -2) @ dob)  # (B, H, R, Dv)
+                dp.add_(torch.matmul(dob, val.to(cdt).transpose(-1, -2)).gather(-1, idx))  # dO_i·values[bucket]
+            dv[:, :, :z].add_(torch.matmul(p.transpose(-1, -2), dob))
+            ds = dp.sub_(delta[:, :, i0:i1, None]).mul_(p)  # (B, H, rows, z): dL/dlogits
+            del p
+            if dbias is not None:
+                dbias[:, :, i0:i1, :z] = ds
+            for n, side in enumerate(spec.sides):
+                idx = idx_of(spec.table_buckets[n])
+                if side == "query":
+                    dtabs[n][:, :, i0:i1].scatter_add_(-1, idx, ds)
+                else:
+                    dtabs[n][..., :z].scatter_add_(-2, idx, ds)
+            dq[:, :, i0:i1] = torch.matmul(ds, kc[:, :, :z]) * spec.scale
+            dk[:, :, :z].add_(torch.matmul(ds.transpose(-1, -2), qc[:, :, i0:i1]), alpha=spec.scale)
+        if Hkv != H:  # grouped heads: each kv head's gradient is the sum over its query heads
+            dk = dk.unflatten(1, (Hkv, H // Hkv)).sum(2)
+            dv = dv.unflatten(1, (Hkv, H // Hkv)).sum(2)
+        grads = [None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)]
+        if nb:
+            grads.append(_sum_to(dbias, bias.shape).to(bias.dtype) if dbias is not None else None)
+        for t, side, g in zip(tables, spec.sides, dtabs):
+            g = g if side == "query" else g.transpose(-1, -2)
+            grads.append(_sum_to(g, t.shape).to(t.dtype))
+        for val, g in zip(vals, dvals):
+            grads.append(_sum_to(g.sum(0), val.shape).to(val.dtype))
+        return tuple(grads)
+
+
+def _mass(p: Tensor, idx: Tensor, r: int) -> Tensor:
+    """Per-bucket probability mass (B, H, rows, R) of probabilities p (B, H, rows, z)."""
+    return p.new_zeros(*p.shape[:-1], r).scatter_add_(-1, idx, p)
