@@ -5,25 +5,30 @@ encoding overrides and never branch on its name:
 
 * ``embed``  — absolute family: change token embeddings (B, T, C) from their positions;
 * ``rotate`` — rotary family: transform q (B, H, Tq, D) and k (B, Hkv, Tk, D);
-* ``score``  — an additive term on the attention logits (B, H, Tq, Tk). Two flavours:
-    - ``score_bias(q_pos, k_pos)``: content-independent (T5, ALiBi, KERPLE, FIRE). It is a
-      function of positions only, so the model computes it once per forward and shares it
-      across layers, and a fused kernel can take it as a bias;
-    - ``score(q, k, q_pos, k_pos, scale)``: content-dependent (Shaw, Transformer-XL, DeBERTa).
-  ``output(probs, v, q_pos, k_pos)`` lets a score-type encoding add a term to the attention
-  output (Shaw et al.'s value vectors a^V).
+* logit terms (:mod:`posenc.terms`) — the relative family. Two hooks:
+    - ``logit_bias()`` -> :class:`~posenc.terms.BiasTerm`: content-independent (T5, ALiBi, KERPLE,
+      FIRE), one pointwise function of (head, q_pos, k_pos). The model's per-forward context
+      takes it once per forward; each backend derives the form it needs (dense table,
+      Toeplitz table, FlexAttention ``score_mod``) from that one definition;
+    - ``terms(q, k, state, proj)`` -> list of :class:`~posenc.terms.TableTerm` /
+      :class:`~posenc.terms.ValueTerm`: content-dependent (Shaw, relative_key, Transformer-XL,
+      DeBERTa), called per layer with that layer's q, k and projections (``proj``, a
+      :class:`QKProjection`: the encoding never reaches into the layer).
 
 ``attention_scale(head_dim)`` sets the logit scale (DeBERTa divides by sqrt(d * (1 + n))).
 
+``score_bias``, ``score`` and ``output`` are dense conveniences derived from those two hooks
+(for analysis code and standalone use); encodings do not override them.
+
 Per-forward state: ``prepare(q_pos, k_pos)`` computes whatever depends on positions (and
 parameters) only, such as RoPE's cos/sin tables or a relative scheme's distance layout. The
-attention context calls it once per forward (once per decoding step) for each encoding module
-and passes the result to every layer's ``rotate`` / ``score`` / ``output`` as ``state``, so
-layers that share a module share the work, and no cache keyed on tensors is needed. Called
-standalone (``state=None``), a hook prepares its own state.
+model's per-forward context calls it once per forward (once per decoding step) for each
+encoding module and passes the result to every layer's ``rotate`` / ``terms`` as ``state``,
+so layers that share a module share the work, and no cache keyed on tensors is needed.
 
-Capabilities are read from which methods a subclass overrides (``has_embed`` and friends),
-so attention stays a short, name-free piece of code.
+Capabilities are read from which methods a subclass overrides (``has_embed``, ``has_bias``
+and friends), so attention stays a short, name-free piece of code. An encoding whose term
+kinds depend on its config (Shaw's ``use_value``) overrides the flag properties.
 """
 
 from __future__ import annotations
@@ -32,12 +37,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from .config import EncodingConfig, check_int
 from .positions import SequenceInfo
+from .terms import BiasTerm, DenseTerm, TableTerm, Term, ValueTerm, dense_logit_terms
 
-__all__ = ["Dims", "PositionalEncoding"]
+__all__ = ["Dims", "PositionalEncoding", "QKProjection", "layer_terms"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,36 @@ class Dims:
         check_int("d_model", self.d_model, minimum=1)
         check_int("num_heads", self.num_heads, minimum=1)
         check_int("head_dim", self.head_dim, minimum=1)
+
+
+@dataclass(frozen=True, eq=False)
+class QKProjection:
+    """The calling layer's own query/key projections, as a content-dependent encoding sees them.
+
+    DeBERTa-v2's ``share_att_key`` projects its position table with the layer's projections;
+    this object hands those over explicitly, so an encoding never reads attributes of the layer.
+    ``query(x)``/``key(x)``: (N, C) -> (H, N, D); grouped-query key heads are repeated to H.
+    """
+
+    q_proj: nn.Module
+    k_proj: nn.Module
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+    @classmethod
+    def of(cls, layer: nn.Module) -> "QKProjection":
+        """The projections of an attention layer (``q_proj``, ``k_proj`` and its head counts)."""
+        return cls(layer.q_proj, layer.k_proj, layer.num_heads, layer.num_kv_heads, layer.head_dim)
+
+    def query(self, x: Tensor) -> Tensor:
+        """(N, C) -> (H, N, D) with the layer's query projection."""
+        return self.q_proj(x).view(x.shape[0], self.num_heads, self.head_dim).transpose(0, 1)
+
+    def key(self, x: Tensor) -> Tensor:
+        """(N, C) -> (H, N, D) with the layer's key projection (kv heads repeated to H)."""
+        k = self.k_proj(x).view(x.shape[0], self.num_kv_heads, self.head_dim).transpose(0, 1)  # (Hkv, N, D)
+        return k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=0)  # (H, N, D)
 
 
 class PositionalEncoding(nn.Module):
@@ -78,6 +115,13 @@ class PositionalEncoding(nn.Module):
     def _overrides(self, method: str) -> bool:
         return getattr(type(self), method) is not getattr(PositionalEncoding, method)
 
+    def _legacy(self, method: str, flag: str) -> bool:
+        # Transition: an encoding still on the old score/output hooks, whose own flag property
+        # (when it overrides one) says whether its config uses the hook.
+        if not self._overrides(method):
+            return False
+        return getattr(type(self), flag) is getattr(PositionalEncoding, flag) or getattr(self, flag)
+
     @property
     def has_embed(self) -> bool:
         return self._overrides("embed")
@@ -87,16 +131,35 @@ class PositionalEncoding(nn.Module):
         return self._overrides("rotate")
 
     @property
+    def has_bias(self) -> bool:
+        """``logit_bias()`` gives a content-independent logit bias."""
+        return self._overrides("logit_bias") or self._overrides("score_bias")
+
+    @property
+    def has_terms(self) -> bool:
+        """``terms()`` gives content-dependent logit terms (per layer). Override when the
+        config decides (a value-only Shaw has none)."""
+        return self._overrides("terms") or self._legacy("score", "has_score")
+
+    @property
+    def has_value_terms(self) -> bool:
+        """``terms()`` may include a :class:`~posenc.terms.ValueTerm` (it needs the
+        probabilities, so backends without them cannot run this encoding). Encodings that
+        return ValueTerms override this."""
+        return self._legacy("output", "has_output")
+
+    # Older names of the three flags above, kept for callers.
+    @property
     def has_score_bias(self) -> bool:
-        return self._overrides("score_bias")
+        return self.has_bias
 
     @property
     def has_score(self) -> bool:
-        return self._overrides("score")
+        return self._overrides("terms") or self._overrides("score")
 
     @property
     def has_output(self) -> bool:
-        return self._overrides("output")
+        return self._overrides("output") or self.has_value_terms
 
     # ---- hooks ----------------------------------------------------------------------------
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> Any:
@@ -105,6 +168,8 @@ class PositionalEncoding(nn.Module):
 
         In self-attention the caller passes the same tensor as ``q_pos`` for the keys that
         are new in this forward, so ``rotate(..., k_pos=q_pos)`` can reuse the query tables.
+        A content-dependent encoding keeps the positions it needs in this state: ``terms``
+        receives only the state.
         """
         return None
 
@@ -126,9 +191,33 @@ class PositionalEncoding(nn.Module):
         """
         return q, k
 
+    def logit_bias(self) -> BiasTerm:
+        """The content-independent logit bias as one pointwise function of (h, q_pos, k_pos).
+
+        (Named ``logit_bias``, not ``bias``: ``bias`` is a common parameter name in modules.)
+
+        Called once per forward by the model's context; float32 (or wider) in logit units.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no content-independent bias (has_bias is False)")
+
+    def terms(self, q: Tensor, k: Tensor, state: Any, proj: QKProjection | None) -> list[TableTerm | ValueTerm]:
+        """Content-dependent logit terms (and value terms) of one layer.
+
+        q (B, H, Tq, D); k (B, H, Tk, D), grouped-query heads already expanded; ``state`` is
+        ``prepare(q_pos, k_pos)``'s result for this forward (never None); ``proj`` the calling
+        layer's projections (None when called standalone). Tables are in logit units (already
+        multiplied by ``attention_scale``).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no content-dependent terms (has_terms is False)")
+
+    def attention_scale(self, head_dim: int) -> float:
+        """Multiplier of q·k in the logits."""
+        return 1.0 / math.sqrt(head_dim)
+
+    # ---- dense conveniences derived from the hooks (not overridden) ---------------------------
     def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """Content-independent logit bias, float32, shape (B or 1, H, Tq, Tk)."""
-        raise NotImplementedError
+        """``logit_bias().dense(q_pos, k_pos)``: (B or 1, H, Tq, Tk), float32 or wider."""
+        return self.logit_bias().dense(q_pos, k_pos)
 
     def score(
         self,
@@ -136,26 +225,81 @@ class PositionalEncoding(nn.Module):
         k: Tensor,
         q_pos: Tensor,
         k_pos: Tensor,
-        scale: float,
+        scale: float | None = None,
         layer: nn.Module | None = None,
         state: Any = None,
+        proj: QKProjection | None = None,
     ) -> Tensor:
-        """Content-dependent logit term (B, H, Tq, Tk) in logit units (already scaled).
+        """The sum of ``terms(...)``'s logit terms, dense: (B, H, Tq, Tk) in logit units.
 
-        q (B, H, Tq, D); k (B, H, Tk, D), grouped-query heads already expanded. ``layer`` is
-        the calling attention module (None when called standalone); an encoding that reuses
-        the layer's own projections reads them there (DeBERTa's ``share_att_key`` projects
-        its position table with the layer's ``q_proj``/``k_proj``). ``state``: see ``prepare``.
+        ``scale`` is unused (terms carry the encoding's own ``attention_scale``; the argument is
+        kept for callers). ``layer``: an :class:`~posenc.attention.Attention` whose projections
+        become ``proj`` when ``proj`` is None. ``state``: ``prepare(q_pos, k_pos)`` when None.
         """
-        raise NotImplementedError
+        state = self.prepare(q_pos, k_pos) if state is None else state
+        proj = proj if proj is not None or layer is None else QKProjection.of(layer)
+        total = dense_logit_terms(self.terms(q, k, state, proj), q_pos, k_pos)
+        if total is None:
+            return q.new_zeros(q.shape[0], q.shape[1], q.shape[2], k.shape[2], dtype=torch.promote_types(q.dtype, torch.float32))
+        return total
 
-    def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, state: Any = None) -> Tensor:
-        """Additive term on the attention output (B, H, Tq, D) from probs (B, H, Tq, Tk)."""
-        raise NotImplementedError
-
-    def attention_scale(self, head_dim: int) -> float:
-        """Multiplier of q·k in the logits."""
-        return 1.0 / math.sqrt(head_dim)
+    def output(
+        self,
+        probs: Tensor,
+        v: Tensor,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        state: Any = None,
+        q: Tensor | None = None,
+        k: Tensor | None = None,
+        proj: QKProjection | None = None,
+    ) -> Tensor:
+        """The sum of ``terms(...)``'s value terms on the output: (B, H, Tq, Dv) from probs
+        (B, H, Tq, Tk). ``q``/``k`` are passed on to ``terms`` (encodings whose value terms do
+        not read them, like Shaw's, accept None)."""
+        state = self.prepare(q_pos, k_pos) if state is None else state
+        out = torch.zeros_like(v[:, :, :1]).expand(*probs.shape[:3], v.shape[-1])  # (B, H, Tq, Dv)
+        for t in self.terms(q, k, state, proj):
+            if isinstance(t, ValueTerm):
+                out = out + t.dense_output(probs, q_pos, k_pos).to(v.dtype)
+        return out
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.config.to_dict().items())
+
+
+def layer_terms(
+    pe: PositionalEncoding,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    state: Any,
+    proj: QKProjection | None,
+) -> list[Term]:
+    """What attention calls per layer: ``pe.terms(q, k, state, proj)``.
+
+    Transition adapter: an encoding still on the old ``score``/``output`` hooks gets its dense
+    score wrapped as a :class:`~posenc.terms.DenseTerm` and its output as a value term.
+    """
+    if pe._overrides("terms") or not (pe._overrides("score") or pe._overrides("output")):
+        return pe.terms(q, k, state, proj) if pe.has_terms or pe.has_value_terms else []
+    out: list[Term] = []
+    if pe.has_terms:
+        scale = pe.attention_scale(q.shape[-1])
+        s = pe.score(q, k, q_pos, k_pos, scale, layer=proj, state=state)
+        out.append(DenseTerm(s.to(torch.promote_types(q.dtype, torch.float32))))
+    if pe.has_value_terms:
+        out.append(_LegacyValueTerm(None, None, lambda probs, qp, kp: pe.output(probs, v, qp, kp, state=state)))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class _LegacyValueTerm(ValueTerm):
+    """Transition: an old-style ``output`` hook seen as a value term (removed with the last one)."""
+
+    fn: Any = None
+
+    def dense_output(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.fn(probs, q_pos, k_pos)

@@ -11,7 +11,7 @@ description:
   that reads only small tensors (a bias table, slopes, a (B, H, T, R) table of q·Eᵀ), so no
   (Tq, Tk) tensor is ever built.
 
-Three kinds:
+Four kinds:
 
 * :class:`BiasTerm` — content-independent: ``fn(h, q_pos, k_pos)`` written with broadcasting
   tensor ops (T5 buckets, ALiBi, KERPLE, FIRE). ``toeplitz=True`` says it depends on
@@ -20,6 +20,8 @@ Three kinds:
   bucketed) relative positions: ``logit[b, h, i, j] += table[b, h, i, bucket(q_pos_i, k_pos_j)]``
   on the query side (q·Eᵀ: Shaw's a^K, relative_key, DeBERTa c2p), or with row ``j`` on the
   key side (k·Eᵀ: relative_key_query, DeBERTa p2c). The table is O(T·R), not O(T²).
+* :class:`DenseTerm` — a precomputed (B|1, H, Tq, Tk) logit tensor, for schemes without a
+  bounded number of distinct distances (and old-style hooks during the transition).
 * :class:`ValueTerm` — Shaw's a^V: ``out_i += sum_j p_ij · values[h, bucket(q_pos_i, k_pos_j)]``.
   It needs the probabilities, so FlexAttention (which returns only the output) cannot take it.
 
@@ -35,7 +37,7 @@ from typing import Callable, Literal
 import torch
 from torch import Tensor
 
-__all__ = ["BiasTerm", "TableTerm", "ValueTerm", "Term", "dense_logit_terms"]
+__all__ = ["BiasTerm", "DenseTerm", "TableTerm", "ValueTerm", "Term", "dense_logit_terms"]
 
 # fn(h, q_pos, k_pos) -> bias; the three arguments broadcast against each other.
 BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -135,7 +137,31 @@ class ValueTerm:
         return torch.matmul(per_bucket, self.values.to(probs.dtype))  # (B, H, Tq, Dv)
 
 
-Term = BiasTerm | TableTerm | ValueTerm
+@dataclass(frozen=True, eq=False)
+class DenseTerm:
+    """A logit term given as its full (B|1, H, Tq, Tk) tensor (float32 or wider, logit units).
+
+    For schemes with no bounded set of distinct distances (Transformer-XL's sinusoidal
+    relative keys): they build the (Tq, Tk) tensor anyway, so a fused kernel only reads it.
+    """
+
+    logits: Tensor
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """The tensor itself, (B|1, H, Tq, Tk)."""
+        return self.logits
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` reading the tensor at (b, h, q_idx, kv_idx)."""
+        logits, batched = self.logits, self.logits.shape[0] > 1
+
+        def mod(score, b, h, q_idx, kv_idx):
+            return score + logits[b if batched else 0, h, q_idx, kv_idx].to(score.dtype)
+
+        return mod
+
+
+Term = BiasTerm | TableTerm | ValueTerm | DenseTerm
 
 
 def dense_logit_terms(terms: list[Term], q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
