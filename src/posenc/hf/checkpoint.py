@@ -1,0 +1,251 @@
+"""A local Hugging Face checkpoint folder, read for ``posenc probe`` and ``posenc bench --model``.
+
+A checkpoint folder holds ``config.json`` and ``*.safetensors`` weights (what
+``save_pretrained`` writes). Nothing is ever downloaded: the folder must be on disk.
+
+* :func:`estimate_bytes` sums the tensors' sizes from the safetensors *headers* (the first
+  bytes of each file), so a model too large for this machine is refused with one line
+  before any weight is read (:func:`check_fits`), instead of the process being killed.
+* :func:`load_model` loads it with transformers (an optional dependency, ``posenc[hf]``),
+  in eval mode, in the requested dtype.
+* :func:`load_tokenizer` returns the folder's own tokenizer when one was saved, else
+  :class:`ByteTokenizer`, a byte-level fallback (token id = byte value), so a tiny
+  random-init test model without a tokenizer still reads text.
+* :func:`trained_length`: ``original_max_position_embeddings`` (the length before any
+  scaling, e.g. Llama 3.1's 8192) or else ``max_position_embeddings``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "DTYPES",
+    "ByteTokenizer",
+    "Checkpoint",
+    "available_memory",
+    "check_fits",
+    "estimate_bytes",
+    "fingerprint",
+    "load_model",
+    "load_tokenizer",
+    "open_checkpoint",
+    "trained_length",
+]
+
+#: --dtype choices. bfloat16 halves the memory of float32 and keeps its exponent range (a
+#: real model's logits do not overflow as they can in float16); q and k are analysed in float32.
+DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+# safetensors dtype names -> bytes per element (the format's own table)
+_ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+             "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+_FLOAT_ST = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+# activations, the tokenizer and the interpreter on top of the weights: a floor, not a bound
+_OVERHEAD_BYTES = 512 * 2**20
+_MAX_HEADER = 100 * 2**20  # safetensors' own limit on a header
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint folder: its path, parsed ``config.json`` and weight files."""
+
+    path: Path
+    config: dict[str, Any]
+    weights: tuple[Path, ...]
+
+    @property
+    def name(self) -> str:
+        """The folder's name (the label in tables and plots)."""
+        return self.path.resolve().name or str(self.path)
+
+
+def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Check that ``path`` is a checkpoint folder (config.json + safetensors) and read its config."""
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"MODEL_DIR {str(p)!r} is not a directory (give a save_pretrained folder)")
+    cfg_path = p / "config.json"
+    if not cfg_path.is_file():
+        raise ValueError(f"MODEL_DIR {str(p)!r} has no config.json (give a save_pretrained folder)")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{cfg_path} is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{cfg_path} must hold a JSON object, got {type(config).__name__}")
+    weights = tuple(sorted(p.glob("*.safetensors")))
+    if not weights:
+        others = sorted(x.name for x in p.iterdir() if x.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+        hint = f" (found {', '.join(others)}: convert them to safetensors)" if others else ""
+        raise ValueError(f"MODEL_DIR {str(p)!r} has no *.safetensors weights{hint}")
+    return Checkpoint(p, config, weights)
+
+
+def _header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (8-byte little-endian length, then the JSON)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise ValueError(f"{path} is not a safetensors file (shorter than its 8-byte header length)")
+        (n,) = struct.unpack("<Q", head)
+        if n > _MAX_HEADER:
+            raise ValueError(f"{path} is not a safetensors file (header length {n} bytes)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"{path} is not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a safetensors file (its header is not a JSON object)")
+    return header
+
+
+def estimate_bytes(ckpt: Checkpoint, dtype: torch.dtype) -> int:
+    """Bytes the weights take once loaded with floating tensors in ``dtype`` (from the headers)."""
+    item = torch.empty((), dtype=dtype).element_size()
+    total = 0
+    for path in ckpt.weights:
+        for name, info in _header(path).items():
+            if name == "__metadata__":
+                continue
+            try:
+                st_dtype, shape = info["dtype"], info["shape"]
+                numel = math.prod(int(s) for s in shape)
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{path}: tensor {name!r} has no valid dtype/shape in the header") from None
+            total += numel * (item if st_dtype in _FLOAT_ST else _ST_BYTES.get(st_dtype, 8))
+    return total
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux ``MemAvailable``), None if unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(ckpt: Checkpoint, dtype: torch.dtype, available: int | None = None) -> int:
+    """Refuse (ValueError) a model whose weights in ``dtype`` plus a small overhead exceed the
+    available memory; returns the estimated bytes. ``available`` defaults to :func:`available_memory`."""
+    need = estimate_bytes(ckpt, dtype)
+    avail = available_memory() if available is None else available
+    if avail is not None and need + _OVERHEAD_BYTES > avail:
+        gib = 2.0**30
+        raise ValueError(
+            f"MODEL_DIR {str(ckpt.path)!r} needs about {need / gib:.2f} GiB in {str(dtype).removeprefix('torch.')} "
+            f"(from its safetensors headers) plus {_OVERHEAD_BYTES / gib:.1f} GiB overhead, but only "
+            f"{avail / gib:.2f} GiB of memory is available; load it in bfloat16 (probe: --dtype bfloat16, bench: --bf16) or use a machine with more memory"
+        )
+    return need
+
+
+def fingerprint(ckpt: Checkpoint) -> str:
+    """sha256 of config.json and every safetensors header (names, dtypes, shapes, offsets):
+    changes when the checkpoint is replaced, without reading gigabytes of weights."""
+    h = hashlib.sha256(json.dumps(ckpt.config, sort_keys=True).encode())
+    for path in ckpt.weights:
+        h.update(path.name.encode())
+        h.update(json.dumps(_header(path), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def trained_length(config: dict[str, Any]) -> int:
+    """The length the checkpoint was trained at: ``original_max_position_embeddings`` (top
+    level, or in the rope dict), else ``max_position_embeddings``."""
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    for where, value in (("config", config.get("original_max_position_embeddings")),
+                         ("rope dict", rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None),
+                         ("config", config.get("max_position_embeddings"))):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+                raise ValueError(f"the {where}'s trained length must be an int >= 2, got {value!r}")
+            return value
+    raise ValueError("config.json has neither original_max_position_embeddings nor max_position_embeddings: "
+                     "the trained length is unknown")
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError("this command needs transformers (pip install 'posenc[hf]')") from None
+    return transformers
+
+
+def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str = "sdpa", device: str = "cpu"):
+    """The checkpoint as a transformers causal LM in eval mode (after :func:`check_fits`)."""
+    transformers = _transformers()
+    if device == "cpu":
+        check_fits(ckpt, dtype)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(ckpt.path), dtype=dtype, attn_implementation=attn_implementation
+    )
+    return model.to(device).eval()
+
+
+class ByteTokenizer:
+    """Byte-level fallback: token id = byte value (UTF-8), for checkpoints saved without a
+    tokenizer (random-init test models). Needs a vocabulary of at least 256 ids."""
+
+    kind = "bytes"
+
+    def __init__(self, vocab_size: int):
+        if vocab_size < 256:
+            raise ValueError(f"the byte-level fallback tokenizer needs vocab_size >= 256, got {vocab_size}; "
+                             "save a tokenizer in MODEL_DIR")
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens)."""
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    bos_token_id = None
+
+
+class _HFTokenizer:
+    """A transformers tokenizer behind the same two methods as :class:`ByteTokenizer`."""
+
+    kind = "model"
+
+    def __init__(self, tok: Any):
+        self.tok = tok
+        self.bos_token_id = tok.bos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids)
+
+
+def load_tokenizer(ckpt: Checkpoint):
+    """The folder's tokenizer if one was saved (tokenizer.json / tokenizer_config.json /
+    tokenizer.model), else :class:`ByteTokenizer` over the config's ``vocab_size``."""
+    names = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+    if any((ckpt.path / n).is_file() for n in names):
+        tok = _transformers().AutoTokenizer.from_pretrained(str(ckpt.path))
+        return _HFTokenizer(tok)
+    vocab = ckpt.config.get("vocab_size")
+    if not isinstance(vocab, int):
+        raise ValueError("config.json has no int vocab_size and MODEL_DIR has no tokenizer")
+    return ByteTokenizer(vocab)

@@ -1,0 +1,59 @@
+"""``posenc probe MODEL_DIR``: a local Hugging Face checkpoint's real q·k against distance.
+
+Examples::
+
+    posenc probe ./Llama-3.2-1B --out probe                 # layer 0, all heads, the stdlib as text
+    posenc probe ./ckpt --out probe --layer 0 15 --heads 0 1 --text notes.txt
+    posenc probe ./ckpt --out probe --extend 8 --base-factor 16 --dtype float32
+
+Writes probe.json (every curve's data) and probe_layer<L>.png; see docs/hf.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cli_args import existing_dir, int_at_least, nonnegative_int, output_dir, positive_float, positive_int
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    import torch
+
+    from .probe import PROBE_SCALINGS, ProbeSettings, probe
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    settings = ProbeSettings(
+        layers=tuple(dict.fromkeys(args.layer)), heads=None if args.heads is None else tuple(dict.fromkeys(args.heads)),
+        tokens=args.tokens, extend=args.extend, base_factor=args.base_factor, points=args.points,
+        scalings=PROBE_SCALINGS if args.scalings is None else tuple(args.scalings), dtype=args.dtype,
+    )
+    result = probe(args.model_dir, args.out, settings, text=args.text, progress=not args.no_progress)
+    print(f"wrote {args.out}/probe.json and {', '.join(p.name for p in result.figures)}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from .checkpoint import DTYPES
+    from .probe import PROBE_SCALINGS
+
+    p = subparsers.add_parser(
+        "probe", help="a local HF checkpoint's real q·k against relative distance, past its trained length",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model_dir", type=existing_dir, metavar="MODEL_DIR", help="a save_pretrained folder (config.json + *.safetensors)")
+    p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="folder for probe.json and the PNGs")
+    p.add_argument("--layer", type=nonnegative_int, nargs="+", default=[0], metavar="L", help="decoder layers to probe (default 0)")
+    p.add_argument("--heads", type=nonnegative_int, nargs="+", default=None, metavar="H", help="query heads averaged (default: all)")
+    p.add_argument("--text", metavar="FILE", default=None, help="text the model reads (default: the Python standard library's sources)")
+    p.add_argument("--tokens", type=int_at_least(2), default=512, help="tokens of text read (default 512)")
+    p.add_argument("--extend", type=positive_float, default=4.0, help="curves reach EXTEND x the trained length; the scalings' factor (default 4)")
+    p.add_argument("--base-factor", type=positive_float, default=16.0, help="the raised-base curve uses base x this (default 16)")
+    p.add_argument("--points", type=int_at_least(2), default=2048, help="at most this many distances, evenly spaced (default 2048)")
+    p.add_argument("--scalings", nargs="+", choices=PROBE_SCALINGS, default=None, help="training-free scalings drawn (default: all)")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16",
+                   help="model dtype while reading the text (default bfloat16: half the memory; q/k analysed in float32)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd)
+

@@ -1,0 +1,388 @@
+"""``posenc probe MODEL_DIR``: a real checkpoint's attention score against relative distance.
+
+The experiment of Liu et al. 2023 ("Scaling Laws of RoPE-based Extrapolation", Fig. 1) and
+of the RoPE-base discussions around Llama 2 / 3 (see docs/hf.md): take the real q and k of
+a layer, re-rotate them at every distance d (also past the trained length L), and read the
+logit against d. Here:
+
+1. the checkpoint runs on a text (a file, or the Python standard library's sources) once;
+   forward hooks take the *pre-rotation* q and k of the chosen layers (the outputs of
+   ``q_proj``/``k_proj``, or of ``q_norm``/``k_norm`` where the family normalises per head,
+   Qwen 3 / Gemma 3). Pre-rotation, so posenc's RoPE from :func:`posenc.rotary.from_hf` can
+   place them at any distance, with any base or scaling, without running the model again;
+   the forward stops after the last chosen layer.
+2. Notation: q_t (H, D), k_t (Hkv, D) at tokens t = 1..T-1 (token 0, often BOS, an
+   attention sink with outsized keys, is left out); R(d) rotates each pair j by d * theta_j
+   (and scales by the scaling's attention factor). The curve of head h is
+
+       s_h(d) = scale * mean_{i, j} q_i,h . R(d) k_j,g(h)  =  scale * qbar_h . R(d) kbar_g(h)
+
+   (the mean over every pair of real tokens, equal to the means' score because the score
+   is bilinear; g(h) is the key head of query head h under GQA; scale is the attention's
+   own, 1/sqrt(D) for Llama). The figure shows the mean of s_h over the chosen heads.
+3. The same split into the high-frequency half of the rotated pairs (the r/4 largest
+   theta_j) and the low-frequency half: ``full = high + low + unrotated`` (channels past
+   ``rotary_dim`` do not depend on d).
+4. The same curve with the base raised (x16 by default) and with each training-free scaling
+   (linear, NTK, dynamic NTK, YaRN, Llama 3) set for the probed length ``extend * L``.
+
+Outputs in ``--out``: ``probe.json`` (every curve's data) and ``probe_layer<L>.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from ..rotary import RotaryEmbedding, from_hf
+from .checkpoint import DTYPES, Checkpoint, load_model, load_tokenizer, open_checkpoint, trained_length
+
+__all__ = [
+    "PROBE_SCALINGS",
+    "ProbeSettings",
+    "attention_modules",
+    "capture_qk",
+    "probe",
+    "probe_text_ids",
+    "score_curves",
+    "variant_ropes",
+]
+
+PROBE_FORMAT = "posenc-probe-1"
+#: training-free scalings drawn (LongRoPE is left out: its per-pair factors are searched per model).
+PROBE_SCALINGS = ("linear", "ntk", "dynamic", "yarn", "llama3")
+_MAX_POINTS = 1 << 16
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What a probe computes (stored in probe.json).
+
+    Attributes:
+        layers: decoder layers to probe (0-based).
+        heads: query heads averaged in the figure; None = all.
+        tokens: tokens of text the model reads (<= the trained length keeps it in distribution).
+        extend: curves run to ``extend * L`` (L the trained length); also the scalings' factor.
+        base_factor: the "base raised" curve uses ``base * base_factor``.
+        points: at most this many distances, evenly spaced from 0 (every distance when fewer).
+        scalings: training-free scalings drawn (a subset of PROBE_SCALINGS).
+        dtype: the model's dtype while it reads the text (q and k are analysed in float32).
+    """
+
+    layers: tuple[int, ...] = (0,)
+    heads: tuple[int, ...] | None = None
+    tokens: int = 512
+    extend: float = 4.0
+    base_factor: float = 16.0
+    points: int = 2048
+    scalings: tuple[str, ...] = PROBE_SCALINGS
+    dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        from ..config import check_choice, check_int, check_positive
+
+        if not self.layers:
+            raise ValueError("layers must name at least one layer, got none")
+        for layer in self.layers:
+            check_int("layer", layer, minimum=0)
+        for h in self.heads or ():
+            check_int("head", h, minimum=0)
+        if self.heads is not None and not self.heads:
+            raise ValueError("heads must name at least one head or be None (all), got none")
+        check_int("tokens", self.tokens, minimum=2)
+        check_positive("extend", self.extend)
+        if self.extend < 1:
+            raise ValueError(f"extend must be >= 1 (curves reach extend * the trained length), got {self.extend}")
+        check_positive("base_factor", self.base_factor)
+        check_int("points", self.points, minimum=2, maximum=_MAX_POINTS)
+        for s in self.scalings:
+            check_choice("scalings", s, PROBE_SCALINGS)
+        check_choice("dtype", self.dtype, tuple(DTYPES))
+
+
+# --------------------------------------------------------------------------- text
+
+
+def probe_text_ids(tokenizer: Any, text: str | Path | None, tokens: int) -> list[int]:
+    """``tokens`` token ids of the text file ``text`` (None: the Python standard library's
+    sources, the bench's lm corpus), with the tokenizer's BOS first when it has one."""
+    if text is None:
+        from ..bench.data import load_corpus
+
+        # validation is 1/9 of max_bytes; 8 bytes per token covers any real tokenizer
+        raw = bytes(load_corpus(None, max_bytes=9 * 8 * tokens + 9).val.tolist())
+        where = "the standard library sources"
+    else:
+        p = Path(text)
+        if not p.is_file():
+            raise FileNotFoundError(f"--text: no such file: {str(p)!r}")
+        raw, where = p.read_bytes(), f"--text {str(p)!r}"
+    ids = tokenizer.encode(raw.decode("utf-8", errors="replace"))
+    if tokenizer.bos_token_id is not None:
+        ids = [tokenizer.bos_token_id] + ids
+    if len(ids) < 2:
+        raise ValueError(f"{where} gives {len(ids)} tokens; the probe needs at least 2")
+    return ids[:tokens]
+
+
+# --------------------------------------------------------------------------- capture
+
+
+def attention_modules(model: Any) -> list[Any]:
+    """The self-attention module of every decoder layer of a Llama-style transformers model
+    (``model.model.layers[i].self_attn`` with ``q_proj`` and ``k_proj``)."""
+    body = getattr(model, "model", None)
+    layers = getattr(body, "layers", None)
+    if layers is None or not all(hasattr(getattr(layer, "self_attn", None), "q_proj") for layer in layers):
+        raise ValueError(
+            f"{type(model).__name__} is not a Llama-style decoder (model.layers[i].self_attn.q_proj/k_proj); "
+            "the probe reads Llama, Mistral, Qwen2/3, Gemma and Phi-3-style checkpoints with separate q/k projections"
+        )
+    return [layer.self_attn for layer in layers]
+
+
+class _Stop(Exception):
+    """Raised by the last hook to end the forward once every chosen layer is captured."""
+
+
+@torch.no_grad()
+def capture_qk(model: Any, input_ids: Tensor, layers: Sequence[int]) -> dict[int, tuple[Tensor, Tensor]]:
+    """Pre-rotation q (H, T, D) and k (Hkv, T, D), float32, of ``layers`` on ``input_ids`` (1, T).
+
+    Hooks sit on ``q_norm``/``k_norm`` where the attention has them (applied per head before
+    RoPE), else on ``q_proj``/``k_proj``. The forward stops after the last layer's k.
+    """
+    attns = attention_modules(model)
+    for layer in layers:
+        if not 0 <= layer < len(attns):
+            raise ValueError(f"--layer must be in [0, {len(attns) - 1}] (the model has {len(attns)} layers), got {layer}")
+    last = max(layers)
+    found: dict[tuple[int, str], Tensor] = {}
+    handles = []
+
+    def hook(layer: int, which: str, head_dim: int):
+        def fn(module, args, out):
+            x = out.float()  # (1, T, H*D) from a projection or (1, T, H, D) from a norm
+            found[(layer, which)] = x.reshape(x.shape[0], x.shape[1], -1, head_dim)[0].transpose(0, 1).contiguous()
+            if layer == last and which == "k":
+                raise _Stop
+        return fn
+
+    try:
+        for layer in set(layers):
+            a = attns[layer]
+            d = a.head_dim
+            for which in ("q", "k"):
+                m = getattr(a, f"{which}_norm", None) or getattr(a, f"{which}_proj")
+                handles.append(m.register_forward_hook(hook(layer, which, d)))
+        try:
+            model(input_ids=input_ids, use_cache=False)
+        except _Stop:
+            pass
+    finally:
+        for h in handles:
+            h.remove()
+    return {layer: (found[(layer, "q")], found[(layer, "k")]) for layer in layers}
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def _pair_channels(rope: RotaryEmbedding, pairs: Tensor) -> Tensor:
+    """Channel indices of rotated ``pairs`` in the rope's layout."""
+    half = rope.rotary_dim // 2
+    if rope.config.layout == "half":
+        return torch.cat([pairs, pairs + half])
+    return torch.cat([2 * pairs, 2 * pairs + 1])
+
+
+def frequency_halves(rope: RotaryEmbedding) -> tuple[Tensor, Tensor]:
+    """(high, low): pair indices of the r/4 largest theta_j and of the rest."""
+    order = torch.argsort(rope.inv_freq, descending=True)
+    n_high = (rope.rotary_dim // 2) // 2
+    return order[:n_high].sort().values, order[n_high:].sort().values
+
+
+@torch.no_grad()
+def score_curves(
+    q: Tensor, k: Tensor, rope: RotaryEmbedding, distances: Tensor, scale: float,
+    halves: tuple[Tensor, Tensor] | None = None,
+) -> dict[str, Tensor]:
+    """Score against distance per head: ``{"full", "high", "low", "unrotated"}``, each (H, N) float32.
+
+    q (H, T, D), k (Hkv, T, D) pre-rotation; ``distances`` (N,) ints >= 0. qbar (mean over
+    tokens 1..T-1) is rotated at position d and kbar at position 0 by ``rope``: the logit of
+    a query d tokens after its key. ``halves``: the (high, low) pair indices (default: this
+    rope's own, :func:`frequency_halves`).
+    """
+    H, Hkv, D = q.shape[0], k.shape[0], q.shape[-1]
+    if H % Hkv:
+        raise ValueError(f"query heads ({H}) must be a multiple of key heads ({Hkv})")
+    skip = 1 if q.shape[1] > 1 else 0
+    qbar = q[:, skip:].mean(1).float()  # (H, D)
+    kbar = k[:, skip:].mean(1).float()  # (Hkv, D)
+    N = distances.numel()
+    qpos = distances.reshape(1, N).long()
+    kpos = torch.zeros(1, 1, dtype=torch.long)
+    # For length-dependent scalings (dynamic NTK) the current length is max(d) + 1: the
+    # frequencies a context of the curve's full length would use.
+    q_rot, k_rot = rope.rotate(qbar[None, :, None, :].expand(1, H, N, D).contiguous(),
+                               kbar[None, :, None, :].contiguous(), qpos, kpos)
+    k_rot = k_rot[0, :, 0].repeat_interleave(H // Hkv, dim=0)  # (H, D): key head of each query head
+    prod = q_rot[0] * k_rot[:, None, :] * scale  # (H, N, D)
+    high, low = frequency_halves(rope) if halves is None else halves
+    r = rope.rotary_dim
+    out = {
+        "full": prod.sum(-1),
+        "high": prod[..., _pair_channels(rope, high)].sum(-1),
+        "low": prod[..., _pair_channels(rope, low)].sum(-1),
+        "unrotated": prod[..., r:].sum(-1),
+    }
+    return out
+
+
+def variant_ropes(rope: RotaryEmbedding, L: int, extend: float, base_factor: float,
+                  scalings: Sequence[str]) -> dict[str, RotaryEmbedding]:
+    """The checkpoint's own RoPE ("model"), its base times ``base_factor`` (its own scaling
+    kept) and each training-free scaling set for ``extend * L`` (factor ``extend``,
+    ``original_max_position_embeddings`` L; dynamic NTK: factor 1, as it scales by the
+    current length itself, s' = n / L)."""
+    out = {"model": rope}
+    out[f"base x{base_factor:g}"] = RotaryEmbedding(dataclasses.replace(rope.config, base=rope.config.base * base_factor),
+                                                    rope.dims)
+    for s in scalings:
+        params: dict[str, Any] = {"factor": 1.0 if s == "dynamic" else float(extend)}
+        if s != "linear" and s != "ntk":
+            params["original_max_position_embeddings"] = L
+        v = RotaryEmbedding(rope.config, rope.dims)
+        try:
+            v.set_scaling(s, **params)
+        except (TypeError, ValueError) as e:
+            print(f"posenc probe: skipping scaling {s!r}: {e}", file=sys.stderr)
+            continue
+        out[s] = v
+    return out
+
+
+def _distances(max_d: int, points: int) -> Tensor:
+    if max_d + 1 <= points:
+        return torch.arange(max_d + 1)
+    return torch.linspace(0, max_d, points).round().long().unique()
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@dataclass
+class ProbeResult:
+    """probe.json's content (``data``) and the PNGs written."""
+
+    data: dict[str, Any]
+    figures: list[Path] = field(default_factory=list)
+
+
+def probe(
+    model_dir: str | Path, out: str | Path, settings: ProbeSettings | None = None, *,
+    text: str | Path | None = None, progress: bool = True, model: Any = None,
+) -> ProbeResult:
+    """Run the probe (module docstring) and write ``out/probe.json`` and ``out/probe_layer<L>.png``.
+
+    ``model``: an already loaded transformers model of ``model_dir`` (tests); else it is
+    loaded in ``settings.dtype`` after the memory check.
+    """
+    from tqdm.auto import tqdm
+
+    from ..analysis.plots import prepare_out_dir
+    from ..bench.files import write_json
+
+    s = ProbeSettings() if settings is None else settings
+    ckpt = open_checkpoint(model_dir)
+    rope = from_hf(ckpt.config)  # before loading: a config posenc cannot read fails fast
+    L = trained_length(ckpt.config)
+    out_dir = prepare_out_dir(out)
+    n_heads = rope.dims.num_heads
+    heads = tuple(range(n_heads)) if s.heads is None else s.heads
+    for h in heads:
+        if h >= n_heads:
+            raise ValueError(f"--heads must be in [0, {n_heads - 1}] (the model has {n_heads} query heads), got {h}")
+    n_layers = ckpt.config.get("num_hidden_layers")
+    for layer in s.layers:
+        if isinstance(n_layers, int) and layer >= n_layers:
+            raise ValueError(f"--layer must be in [0, {n_layers - 1}] (the model has {n_layers} layers), got {layer}")
+    tokenizer = load_tokenizer(ckpt)
+    ids = probe_text_ids(tokenizer, text, s.tokens)
+    if model is None:
+        model = load_model(ckpt, DTYPES[s.dtype])
+    attns = attention_modules(model)
+    captured = capture_qk(model, torch.tensor([ids]), s.layers)
+
+    max_d = math.ceil(s.extend * L)
+    distances = _distances(max_d, s.points)
+    ropes = variant_ropes(rope, L, s.extend, s.base_factor, s.scalings)
+    halves = frequency_halves(rope)
+    sel = torch.tensor(heads)
+    data: dict[str, Any] = dict(
+        format=PROBE_FORMAT, model=ckpt.name, model_type=ckpt.config.get("model_type"), trained_length=L,
+        rope=dict(base=rope.config.base, rotary_dim=rope.rotary_dim, layout=rope.config.layout,
+                  scaling=rope.config.scaling, **{k: v for k, v in rope.config.scaling_params().items()}),
+        settings=dataclasses.asdict(s), text="stdlib" if text is None else str(text), text_tokens=len(ids),
+        tokenizer=tokenizer.kind, heads=list(heads), distances=distances.tolist(),
+        high_pairs=halves[0].tolist(), low_pairs=halves[1].tolist(), layers={},
+    )
+    bar = tqdm(total=len(s.layers) * len(ropes), desc="probe", unit="curve", disable=not progress, leave=False)
+    for layer in s.layers:
+        q, k = captured[layer]
+        scale = getattr(attns[layer], "scaling", None)
+        scale = float(scale) if isinstance(scale, (int, float)) else q.shape[-1] ** -0.5
+        curves = {}
+        for name, vr in ropes.items():
+            c = score_curves(q, k, vr, distances, scale, halves)
+            curves[name] = {kind: c[kind][sel].mean(0).tolist() for kind in ("full", "high", "low", "unrotated")}
+            bar.update()
+        data["layers"][str(layer)] = dict(scale=scale, curves=curves)
+    bar.close()
+    write_json(out_dir / "probe.json", data)
+    figs = [_plot_layer(data, layer, out_dir) for layer in s.layers]
+    return ProbeResult(data, figs)
+
+
+def _plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
+    """Three panels: the checkpoint's curve; its high/low-frequency halves; base and scalings."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    d = data["distances"]
+    L = data["trained_length"]
+    curves = data["layers"][str(layer)]["curves"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharex=True)
+    heads = data["heads"]
+    who = f"all {len(heads)} heads" if data["settings"]["heads"] is None else f"heads {', '.join(map(str, heads))}"
+    axes[0].plot(d, curves["model"]["full"], lw=0.8, color="C0", label=f"base {data['rope']['base']:g}")
+    axes[0].set_title("(a) real q·k against distance")
+    axes[1].plot(d, curves["model"]["high"], lw=0.8, color="C3", label=f"high-frequency half ({len(data['high_pairs'])} pairs)")
+    axes[1].plot(d, curves["model"]["low"], lw=0.8, color="C2", label=f"low-frequency half ({len(data['low_pairs'])} pairs)")
+    axes[1].set_title("(b) the two halves of the rotary pairs")
+    for i, (name, c) in enumerate(curves.items()):
+        axes[2].plot(d, c["full"], lw=0.8, color=f"C{i}", label=name, alpha=0.9)
+    axes[2].set_title(f"(c) raised base and scalings (factor {data['settings']['extend']:g}), no training")
+    for ax in axes:
+        ax.axvline(L, color="gray", ls="--", lw=1, label=f"trained length L={L}")
+        ax.set_xlabel("relative distance d = m - n (tokens)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("attention logit  scale · q̄·R(d)·k̄")
+    fig.suptitle(f"{data['model']}: layer {layer}, mean over {who}, q/k from {data['text_tokens']} tokens of {data['text']}")
+    fig.tight_layout()
+    path = out_dir / f"probe_layer{layer}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
