@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "plot": "posenc.analysis.plots",
     "bench": "posenc.bench",
     "report": "posenc.analysis.report",
+    "probe": "posenc.hf.cli",
 }
 
 

@@ -6,6 +6,7 @@ Examples::
     posenc bench --preset full --seeds 3 --out runs/full     # the paper-sized sweep
     posenc bench --encodings none rope alibi --tasks copy lm --out runs/x
     posenc bench --preset quick --out runs/quick --resume    # continue an interrupted run
+    posenc bench --model ./ckpt --out runs/ckpt              # a local HF checkpoint beyond its length
     torchrun --nproc_per_node 2 -m posenc bench --preset quick --out runs/ddp
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..cli_args import device, existing_path, output_dir, positive_int
+from ..cli_args import device, existing_dir, existing_path, output_dir, positive_int
 from .tasks import TASK_NAMES
 
 
@@ -26,6 +27,10 @@ def _cmd(args: argparse.Namespace) -> int:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.model is not None:  # a Hugging Face checkpoint, evaluated without training
+        from ..hf.bench_model import run_from_args
+
+        return run_from_args(args)
     settings = settings_for(
         args.preset, encodings=args.encodings, tasks=args.tasks, seeds=args.seeds,
         data=None if args.data is None else str(args.data), steps=args.steps, bf16=args.bf16 or None,
@@ -60,10 +65,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=positive_int, help="number of seeds per (task, encoding) (default: the preset's)")
     p.add_argument("--data", type=existing_path, metavar="PATH", help="text file or folder for the lm task (default: the Python stdlib sources)")
     p.add_argument("--steps", type=positive_int, help="override the preset's number of training steps")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training (with --model: load the checkpoint in bfloat16)")
     p.add_argument("--device", type=device, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--threads", type=positive_int, metavar="N",
                    help="CPU threads for torch (default: torch's); 1 is fastest for these tiny models on a busy machine")
+    p.add_argument("--model", type=existing_dir, metavar="MODEL_DIR",
+                   help="evaluate this local Hugging Face checkpoint (passkey, lm) past its trained length, with every RoPE scaling; see docs/hf.md")
     p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (locked while a run writes it)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="continue the earlier run in --out")
