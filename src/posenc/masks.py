@@ -1,0 +1,205 @@
+"""Which keys each query may see, described once per forward (:class:`AttentionMask`).
+
+The description is built from the queries' and keys' :class:`~posenc.positions.SequenceInfo`
+and whether attention is causal; each attention backend takes the form it needs:
+
+* ``dense()``: a bool (B|1, 1, Tq, Tk) tensor, True where query i may see key j (the eager
+  reference and SDPA), or None when every key is visible;
+* ``plain_causal``: exactly causal with Tq == Tk (SDPA's ``is_causal``, no tensor at all);
+* ``mask_mod()`` / ``block_mask()``: FlexAttention's pointwise form and its block-sparse
+  ``BlockMask`` (blocks that no query of a block may see are skipped).
+
+Rules, the same in every form:
+
+* causality uses stream indices, not position ids: queries are the last Tq of the Tk keys in
+  stream order (a KV-cache step's new tokens follow the cached ones), so query i sees key j
+  when ``j <= i + (Tk - Tq)``. Packed documents and left padding are then right;
+* documents (``segment_ids``) never see each other; padding keys (``valid`` False) are never
+  seen;
+* a query row that sees no key at all (a padding query, whose own document holds no valid
+  key) sees every key instead of producing NaN; its output is meaningless and ignored.
+
+Shapes: positions, segment ids, valid (B, T); masks (B|1, 1, Tq, Tk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from .positions import SequenceInfo
+
+__all__ = ["AttentionMask", "build_mask"]
+
+# Query rows per step when finding rows that see no key: bounds the scratch to rows x Tk bools.
+_ROWS = 1024
+
+
+def build_mask(
+    q_seq: SequenceInfo,
+    k_seq: SequenceInfo,
+    q_index: Tensor,
+    k_index: Tensor,
+    causal: bool,
+) -> Tensor | None:
+    """Boolean mask (B or 1, 1, Tq, Tk), True where query i may attend to key j; None = all.
+
+    ``q_index``/``k_index`` are the tokens' indices in the stream (not their position ids).
+    See the module docstring for the rules (documents, padding, rows that see no key).
+    """
+    mask = _raw_mask(q_seq, k_seq, q_index, k_index, causal)
+    if mask is not None and (k_seq.valid is not None or q_seq.segment_ids is not None):
+        mask = mask | ~mask.any(-1, keepdim=True)
+    return mask
+
+
+def _raw_mask(q_seq: SequenceInfo, k_seq: SequenceInfo, q_index: Tensor, k_index: Tensor, causal: bool) -> Tensor | None:
+    """The visibility rules before the rows-that-see-nothing fix."""
+    mask: Tensor | None = None
+    if causal:
+        mask = (k_index[None, :] <= q_index[:, None])[None, None]  # (1, 1, Tq, Tk)
+    if k_seq.valid is not None:
+        m = k_seq.valid[:, None, None, :]  # (B, 1, 1, Tk)
+        mask = m if mask is None else mask & m
+    if q_seq.segment_ids is not None and k_seq.segment_ids is not None:
+        m = q_seq.segment_ids[:, None, :, None] == k_seq.segment_ids[:, None, None, :]
+        mask = m if mask is None else mask & m
+    return mask
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionMask:
+    """The mask of one forward: queries ``q_seq`` (B, Tq) attending to keys ``k_seq`` (B|1, Tk).
+
+    Build it with :meth:`build`. ``causal`` queries are aligned to the end of the keys (see the
+    module docstring). The forms are computed on request and not kept: the per-forward
+    context (:class:`posenc.attention.AttentionContext`) memoizes what layers share.
+    """
+
+    q_seq: SequenceInfo
+    k_seq: SequenceInfo
+    causal: bool
+
+    @classmethod
+    def build(cls, q_seq: SequenceInfo, k_seq: SequenceInfo | None = None, *, causal: bool) -> "AttentionMask":
+        """The mask for ``q_seq`` attending to ``k_seq`` (self-attention when None)."""
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+        k_seq = q_seq if k_seq is None else k_seq
+        bq, bk = q_seq.positions.shape[0], k_seq.positions.shape[0]
+        if bk not in (bq, 1):
+            raise ValueError(f"query batch {bq} and key batch {bk} differ (the key batch may be 1 or {bq})")
+        tq, tk = q_seq.positions.shape[1], k_seq.positions.shape[1]
+        if causal and tq > tk:
+            raise ValueError(f"causal attention needs at most as many queries as keys, got Tq={tq} > Tk={tk}")
+        return cls(q_seq, k_seq, causal)
+
+    # ---- facts ----------------------------------------------------------------------------------
+    @property
+    def tq(self) -> int:
+        return self.q_seq.positions.shape[1]
+
+    @property
+    def tk(self) -> int:
+        return self.k_seq.positions.shape[1]
+
+    @property
+    def _causal_needed(self) -> bool:
+        # One query aligned to the end of the keys sees them all.
+        return self.causal and self.tq > 1
+
+    @property
+    def _documents(self) -> bool:
+        return self.q_seq.segment_ids is not None and self.k_seq.segment_ids is not None
+
+    @property
+    def _may_empty_rows(self) -> bool:
+        # Same condition as build_mask: only padding or documents can leave a row empty.
+        return self.k_seq.valid is not None or self.q_seq.segment_ids is not None
+
+    @property
+    def is_full(self) -> bool:
+        """Every query sees every key (``dense()`` is None)."""
+        return not (self._causal_needed or self.k_seq.valid is not None or self._documents)
+
+    @property
+    def plain_causal(self) -> bool:
+        """Exactly causal with Tq == Tk, no padding, no documents: SDPA's ``is_causal``."""
+        return (
+            self.causal
+            and self.tq == self.tk
+            and self.k_seq.valid is None
+            and self.q_seq.segment_ids is None
+        )
+
+    # ---- forms ------------------------------------------------------------------------------------
+    def indices(self) -> tuple[Tensor, Tensor]:
+        """Stream indices (Tq,), (Tk,) of queries and keys: queries are the last Tq keys."""
+        device = self.q_seq.positions.device
+        return torch.arange(self.tk - self.tq, self.tk, device=device), torch.arange(self.tk, device=device)
+
+    def dense(self) -> Tensor | None:
+        """Bool (B|1, 1, Tq, Tk), True where query i may see key j; None when all may."""
+        q_index, k_index = self.indices()
+        return build_mask(self.q_seq, self.k_seq, q_index, k_index, self._causal_needed)
+
+    def _visible(self, b, q_idx, kv_idx):
+        """The rule before the empty-row fix, pointwise (tensors broadcast)."""
+        ok = torch.ones((), dtype=torch.bool, device=self.q_seq.positions.device)
+        if self._causal_needed:
+            ok = ok & (kv_idx <= q_idx + (self.tk - self.tq))
+        valid = self.k_seq.valid
+        if valid is not None:
+            ok = ok & valid[b if valid.shape[0] > 1 else 0, kv_idx]
+        if self._documents:
+            qs, ks = self.q_seq.segment_ids, self.k_seq.segment_ids
+            ok = ok & (qs[b if qs.shape[0] > 1 else 0, q_idx] == ks[b if ks.shape[0] > 1 else 0, kv_idx])
+        return ok
+
+    def empty_rows(self) -> Tensor | None:
+        """Bool (B, Tq), True for query rows that see no key (they will see all); None if none can.
+
+        Found ``_ROWS`` query rows at a time, so no (Tq, Tk) tensor is built at once.
+        """
+        if not self._may_empty_rows:
+            return None
+        q_index, k_index = self.indices()
+        parts = []
+        for a in range(0, self.tq, _ROWS):
+            z = min(a + _ROWS, self.tq)
+            q_rows = SequenceInfo._derived(*(None if t is None else t[:, a:z] for t in
+                                             (self.q_seq.positions, self.q_seq.segment_ids, self.q_seq.valid)))
+            m = _raw_mask(q_rows, self.k_seq, q_index[a:z], k_index, self._causal_needed)
+            parts.append((~m.any(-1)[:, 0]).expand(-1, z - a))  # (B|1, z - a): m may broadcast over rows
+        if not parts:
+            return torch.zeros(self.q_seq.positions.shape, dtype=torch.bool, device=self.q_seq.positions.device)
+        rows = torch.cat(parts, dim=-1)  # (B|1, Tq)
+        return rows.expand(self.q_seq.positions.shape[0], -1)
+
+    def mask_mod(self) -> Callable | None:
+        """FlexAttention ``mask_mod(b, h, q_idx, kv_idx) -> bool``; None when all keys are visible."""
+        if self.is_full:
+            return None
+        empty = self.empty_rows()
+
+        def mod(b, h, q_idx, kv_idx):
+            ok = self._visible(b, q_idx, kv_idx)
+            return ok if empty is None else ok | empty[b, q_idx]
+
+        return mod
+
+    def block_mask(self, block_size: int = 128):
+        """FlexAttention ``BlockMask`` from :meth:`mask_mod` (None when all keys are visible)."""
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        mod = self.mask_mod()
+        if mod is None:
+            return None
+        batched = any(t is not None and t.shape[0] > 1 for t in
+                      (self.k_seq.valid, self.q_seq.segment_ids, self.k_seq.segment_ids)) or self._may_empty_rows
+        B = self.q_seq.positions.shape[0] if batched else None
+        return create_block_mask(mod, B, None, self.tq, self.tk, device=self.q_seq.positions.device,
+                                 BLOCK_SIZE=block_size)
