@@ -1,0 +1,14 @@
+"""Hugging Face interop (the optional extra ``posenc[hf]``: transformers is imported only when a
+function here needs it, never by ``import posenc``).
+
+* :func:`patch_model` / :func:`unpatch_model` (:mod:`posenc.hf.patch`): a loaded transformers
+  causal LM rotates with posenc's RoPE, its scaling switchable at evaluation time.
+* :func:`relative_from_bert` / :func:`relative_from_deberta` (:mod:`posenc.hf.loaders`): BERT
+  relative_key(_query) and DeBERTa-v2 position weights loaded into posenc's encodings.
+
+See docs/hf.md.
+"""
+
+from .patch import SUPPORTED_MODEL_TYPES, PosencRotary, patch_model, patched_rope, unpatch_model
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "PosencRotary", "patch_model", "patched_rope", "unpatch_model"]
