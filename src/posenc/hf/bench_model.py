@@ -143,6 +143,7 @@ class TextPasskey(Task):
 
     def __init__(self, tokenizer: Any):
         self.tok = tokenizer
+        self.vocab_size = tokenizer.vocab_size  # Task.sample checks every token against it
         bos = [] if tokenizer.bos_token_id is None else [tokenizer.bos_token_id]
         self.head = bos + tokenizer.encode(_INTRO)
         self.unit = tokenizer.encode(_FILLER)

@@ -230,6 +230,7 @@ class _HFTokenizer:
     def __init__(self, tok: Any):
         self.tok = tok
         self.bos_token_id = tok.bos_token_id
+        self.vocab_size = len(tok)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from ..rotary import RotaryEmbedding, from_hf
-from .checkpoint import DTYPES, Checkpoint, load_model, load_tokenizer, open_checkpoint, trained_length
+from .checkpoint import DTYPES, check_fits, load_model, load_tokenizer, open_checkpoint, trained_length
 
 __all__ = [
     "PROBE_SCALINGS",
@@ -305,6 +305,8 @@ def probe(
     s = ProbeSettings() if settings is None else settings
     ckpt = open_checkpoint(model_dir)
     rope = from_hf(ckpt.config)  # before loading: a config posenc cannot read fails fast
+    if model is None:
+        check_fits(ckpt, DTYPES[s.dtype])  # before anything is written
     L = trained_length(ckpt.config)
     out_dir = prepare_out_dir(out)
     n_heads = rope.dims.num_heads

@@ -1,0 +1,166 @@
+"""``posenc bench --model``: a saved tiny Llama evaluated past its trained length.
+
+Cells are recomputed independently: perplexity from transformers' own loss (``labels=``) on
+the same window of the corpus, the linear-scaling cell from a model built with transformers'
+own ``linear`` rope dict, greedy passkey decoding from ``model.generate``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from posenc.bench.data import example_rng  # noqa: E402
+from posenc.bench.report import load_results  # noqa: E402
+from posenc.cli import main  # noqa: E402
+from posenc.hf.bench_model import HFCausalLM, TextPasskey  # noqa: E402
+from posenc.hf.checkpoint import ByteTokenizer  # noqa: E402
+
+L = 256  # trained length: a byte-level passkey prompt needs ~250 tokens
+
+
+def _config(**kw):
+    return transformers.LlamaConfig(
+        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=L, rope_theta=10000.0, **kw)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("tiny_llama_bench")
+    transformers.LlamaForCausalLM(_config()).save_pretrained(d)
+    # 40,000 bytes: the validation split (the last tenth, 4,000 bytes) is under the loader's
+    # cap, so the lm windows are data[36000:36000 + n] exactly
+    words = [b"alpha ", b"beta ", b"gamma\n", b"delta, ", b"epsilon. "]
+    text = b"".join(words[(i * 7) % 5] for i in range(10_000))[:40_000]
+    (d / "corpus.txt").write_bytes(text)
+    return d
+
+
+@pytest.fixture(scope="module")
+def model(ckpt):
+    return transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def run(ckpt, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_model") / "out"
+    argv = ["bench", "--model", str(ckpt), "--preset", "micro", "--data", str(ckpt / "corpus.txt"),
+            "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    return out, argv
+
+
+def _cell(results, task, variant, length, depth=None):
+    pts = [p for r in results["runs"] if r["task"] == task for p in r["points"]
+           if p["variant"] == variant and p["length"] == length and p["depth"] == depth]
+    assert len(pts) == 1, pts
+    return pts[0]["value"]
+
+
+def test_outputs_have_the_bench_format(run, ckpt):
+    out, _ = run
+    results = load_results(out)
+    assert results["settings"]["trained_length"] == L
+    assert (out / "results.csv").read_text().count("\n") == 1 + 2 * 2 + 2 + 2 + 1  # header, passkey, lm
+    pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert pngs == ["passkey_depth.png", "scaling_lm.png", "scaling_passkey.png", "task_lm.png", "task_passkey.png"]
+    name = ckpt.resolve().name
+    pts = {(r["task"], p["variant"], p["length"], p["depth"]) for r in results["runs"] for p in r["points"]}
+    # micro: passkey at 1x and 2x L, depths 0 and 1; lm at 1x and 2x; the scaling (linear) beyond L only
+    assert pts == {("passkey", v, n, d) for v, n in (("base", 256), ("base", 512), ("linear", 512)) for d in (0.0, 1.0)} | {
+        ("lm", "base", 256, None), ("lm", "base", 512, None), ("lm", "linear", 512, None)}
+    assert {r["encoding"] for r in results["runs"]} == {name}
+
+
+@torch.no_grad()
+def test_perplexity_cells_match_transformers_loss(run, ckpt, model):
+    """base at L and 2L: exp of transformers' own mean NLL on the same window; linear at 2L:
+    a model built with transformers' own linear rope dict (factor 2)."""
+    out, _ = run
+    results = load_results(out)
+    data = (ckpt / "corpus.txt").read_bytes()
+    val = torch.tensor(list(data[36_000:]))
+    for n in (L, 2 * L):
+        w = val[None, :n]
+        ref = math.exp(float(model(input_ids=w, labels=w).loss))
+        assert _cell(results, "lm", "base", n) == pytest.approx(ref, rel=1e-5)
+    linear = transformers.LlamaForCausalLM(_config(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                    "rope_theta": 10000.0})).eval()
+    linear.load_state_dict(model.state_dict())
+    w = val[None, : 2 * L]
+    ref = math.exp(float(linear(input_ids=w, labels=w).loss))
+    assert _cell(results, "lm", "linear", 2 * L) == pytest.approx(ref, rel=1e-5)
+    assert ref != pytest.approx(_cell(results, "lm", "base", 2 * L), rel=1e-6)  # the scaling changed something
+
+
+def test_passkey_prompts_and_greedy_decoding(model):
+    """Prompts are exactly n tokens with the key sentence at the depth; HFCausalLM.generate
+    gives transformers' greedy tokens; the accuracy cell is recomputed with model.generate."""
+    task = TextPasskey(ByteTokenizer(260))
+    for depth in (0.0, 0.5, 1.0):
+        ex = task.sample(2 * L, example_rng("eval", "passkey", 1234, 2 * L, depth), depth=depth)
+        text = bytes(ex.prompt).decode()
+        key = bytes(ex.target).decode().strip()
+        assert len(ex.prompt) == 2 * L and len(key) == 5 and key.isdigit()
+        assert text.startswith("There is a pass key hidden") and text.endswith("What is the pass key? The pass key is")
+        at = text.index(f"The pass key is {key}.") / len(text)
+        assert abs(at - depth) < 0.25, (depth, at)
+    lm = HFCausalLM(model)
+    prompts = torch.tensor([task.sample(L, example_rng("x", i), depth=0.5).prompt for i in range(3)])
+    ours = lm.generate(prompts, 5)
+    ref = model.generate(prompts, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert torch.equal(ours, ref)
+
+
+def test_passkey_cell_recomputed(run, model):
+    out, _ = run
+    results = load_results(out)
+    task = TextPasskey(ByteTokenizer(260))
+    rng = example_rng("eval", "passkey", 1234, L, 1.0)
+    examples = [task.sample(L, rng, depth=1.0) for _ in range(4)]  # micro: 4 examples
+    prompts = torch.tensor([e.prompt for e in examples])
+    gen = model.generate(prompts, max_new_tokens=task.target_len, do_sample=False, pad_token_id=0)[:, L:]
+    acc = sum(gen[i].tolist() == list(e.target) for i, e in enumerate(examples)) / 4
+    assert _cell(results, "passkey", "base", L, 1.0) == acc
+
+
+def test_resume_recomputes_only_what_is_missing(run, ckpt, monkeypatch):
+    out, argv = run
+    before = load_results(out)
+    lm_dir = out / "runs" / "lm" / ckpt.resolve().name / "seed0"
+    (lm_dir / "result.json").unlink()
+    (lm_dir / "variants" / "linear.json").unlink()
+    import posenc.hf.bench_model as bm
+
+    calls = []
+    real = bm._evaluate_variant
+    monkeypatch.setattr(bm, "_evaluate_variant", lambda lm, s, task, variant, *a: calls.append((task, variant))
+                        or real(lm, s, task, variant, *a))
+    assert main(argv + ["--resume"]) == 0
+    assert calls == [("lm", "linear")]
+    after = load_results(out)
+    assert json.dumps(after["runs"]) == json.dumps(before["runs"])
+
+
+def test_refuses_to_mix_runs_and_changed_checkpoints(run, ckpt, tmp_path, capsys):
+    out, argv = run
+    assert main(argv) == 2
+    assert "holds an earlier benchmark run; pass --resume" in capsys.readouterr().err
+    # the same checkpoint with another config: the fingerprint differs, --resume is refused
+    other = tmp_path / ckpt.name
+    other.mkdir()
+    for f in ckpt.iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["rms_norm_eps"] = 1e-5
+    (other / "config.json").write_text(json.dumps(cfg))
+    argv2 = [str(other) if a == str(ckpt) else a for a in argv]
+    assert main(argv2 + ["--resume"]) == 2
+    assert "settings differ from the earlier run" in capsys.readouterr().err

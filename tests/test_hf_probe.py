@@ -1,0 +1,200 @@
+"""``posenc probe``: real q and k of a saved tiny Llama, re-rotated at every distance.
+
+References are independent of posenc's RoPE: the frequencies come from transformers' own
+rotary module for the same config (plain, raised base, linear, YaRN), the rotation is an
+explicit (D, D) block matrix, and the mean over token pairs is taken over every pair (not
+through the means of q and k the probe uses).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from posenc.cli import main  # noqa: E402
+from posenc.hf.checkpoint import check_fits, estimate_bytes, open_checkpoint  # noqa: E402
+from posenc.hf.probe import ProbeSettings, capture_qk, frequency_halves, probe, score_curves, variant_ropes  # noqa: E402
+from posenc.rotary import from_hf  # noqa: E402
+
+L = 64  # the tiny model's trained length
+
+
+def _config(**kw):
+    return transformers.LlamaConfig(
+        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=L, rope_theta=10000.0, **kw)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(_config())
+    # random init gives q/k means near 0; a bias-like shift makes the curves non-trivial
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.add_(torch.randn_like(layer.self_attn.q_proj.weight) * 0.2)
+            layer.self_attn.k_proj.weight.add_(torch.randn_like(layer.self_attn.k_proj.weight) * 0.2)
+    d = tmp_path_factory.mktemp("tiny_llama")
+    model.save_pretrained(d)
+    (d / "text.txt").write_text("def f(x):\n    return x * 2  # a line of Python\n" * 4)
+    return d
+
+
+@pytest.fixture(scope="module")
+def model(ckpt):
+    return transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32,
+                                                             attn_implementation="eager").eval()
+
+
+def _ids(n=40):
+    return torch.tensor([list(b"def f(x):\n    return x * 2  # a line of Python\n" * 2)[:n]])
+
+
+def _rotation(inv_freq: torch.Tensor, d: int, head_dim: int, af: float = 1.0) -> torch.Tensor:
+    """(D, D) matrix rotating pair j (channels j, j + D/2: HF rotate_half) by d * theta_j, times af."""
+    R = torch.eye(head_dim, dtype=torch.float64)
+    h = head_dim // 2
+    for j, theta in enumerate(inv_freq.double().tolist()):
+        c, s = math.cos(d * theta), math.sin(d * theta)
+        R[j, j], R[j, j + h], R[j + h, j], R[j + h, j + h] = c, -s, s, c
+    return R * af
+
+
+def _slow_curve(q, k, inv_freq, distances, scale, pairs=None, af=1.0):
+    """scale * mean over every (query token i, key token j) of (R(d) q_i) . (af k_j), per head,
+    tokens 1..T-1; optionally only the channels of ``pairs``."""
+    H, Hkv, D = q.shape[0], k.shape[0], q.shape[-1]
+    mask = torch.ones(D, dtype=torch.float64)
+    if pairs is not None:
+        mask = torch.zeros(D, dtype=torch.float64)
+        mask[pairs] = 1
+        mask[pairs + D // 2] = 1
+    out = torch.zeros(H, len(distances), dtype=torch.float64)
+    for h in range(H):
+        Q, K = q[h, 1:].double(), k[h // (H // Hkv), 1:].double() * af
+        for n, d in enumerate(distances):
+            Qr = Q @ _rotation(inv_freq, int(d), D, af).T  # (T-1, D)
+            out[h, n] = scale * ((Qr * mask) @ K.T).mean()
+    return out
+
+
+def test_capture_reproduces_the_models_attention(model):
+    """Captured pre-rotation q/k, rotated by from_hf's RoPE at 0..T-1, give the model's own
+    attention probabilities (eager attention, output_attentions) in both layers."""
+    ids = _ids(24)
+    got = capture_qk(model, ids, [0, 1])
+    ref = model(input_ids=ids, output_attentions=True).attentions
+    rope = from_hf(model.config)
+    pos = torch.arange(ids.shape[1])[None]
+    for layer in (0, 1):
+        q, k = got[layer]
+        assert q.shape == (4, 24, 8) and k.shape == (2, 24, 8)
+        qr, kr = rope.rotate(q[None], k[None], pos, pos)
+        kr = kr.repeat_interleave(2, dim=1)
+        logits = qr @ kr.transpose(-1, -2) * 8**-0.5
+        logits = logits.masked_fill(torch.ones(24, 24, dtype=torch.bool).triu(1), float("-inf"))
+        torch.testing.assert_close(logits.softmax(-1), ref[layer], atol=1e-5, rtol=1e-5)
+
+
+def test_score_curve_equals_the_slow_explicit_loop(model):
+    """full, high and low curves against the explicit-matrix reference with transformers'
+    inv_freq; high + low + unrotated = full."""
+    q, k = capture_qk(model, _ids(), [0])[0]
+    rope = from_hf(model.config)
+    distances = torch.tensor([0, 1, 5, 31, 63, 64, 100, 255])
+    c = score_curves(q, k, rope, distances, 8**-0.5)
+    inv_freq = model.model.rotary_emb.inv_freq
+    torch.testing.assert_close(c["full"].double(), _slow_curve(q, k, inv_freq, distances, 8**-0.5), atol=1e-6, rtol=1e-5)
+    high, low = frequency_halves(rope)
+    assert high.tolist() == [0, 1] and low.tolist() == [2, 3]  # theta_j decreases with j
+    torch.testing.assert_close(c["high"].double(), _slow_curve(q, k, inv_freq, distances, 8**-0.5, high), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(c["low"].double(), _slow_curve(q, k, inv_freq, distances, 8**-0.5, low), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(c["high"] + c["low"] + c["unrotated"], c["full"], atol=1e-6, rtol=1e-5)
+    assert c["unrotated"].abs().max() == 0  # Llama rotates every channel
+    assert c["full"].abs().max() > 1e-3  # not a curve of zeros
+
+
+@pytest.mark.parametrize("name,hf_rope", [
+    ("base x16", {"rope_type": "default", "rope_theta": 160000.0}),
+    ("linear", {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}),
+    ("yarn", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": L, "rope_theta": 10000.0}),
+    ("llama3", {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": L, "rope_theta": 10000.0}),
+])
+def test_variant_curves_use_transformers_frequencies(model, name, hf_rope):
+    """Each variant's curve equals the slow reference with the inv_freq and attention factor
+    transformers itself computes for that rope dict."""
+    q, k = capture_qk(model, _ids(), [0])[0]
+    ropes = variant_ropes(from_hf(model.config), L, 4.0, 16.0, ("linear", "yarn", "llama3"))
+    distances = torch.tensor([0, 3, 63, 64, 200, 256])
+    c = score_curves(q, k, ropes[name], distances, 8**-0.5, frequency_halves(ropes["model"]))
+    hf = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(_config(rope_parameters=hf_rope))
+    ref = _slow_curve(q, k, hf.inv_freq, distances, 8**-0.5, af=hf.attention_scaling)
+    torch.testing.assert_close(c["full"].double(), ref, atol=1e-6, rtol=1e-5)
+
+
+def test_probe_cli_end_to_end(ckpt, model, tmp_path):
+    """`posenc probe` writes probe.json whose curves are the slow reference's (mean over heads)
+    and one PNG per layer."""
+    out = tmp_path / "probe"
+    code = main([
+        "probe", str(ckpt), "--out", str(out), "--layer", "0", "1", "--text", str(ckpt / "text.txt"),
+        "--tokens", "40", "--dtype", "float32", "--points", "50", "--scalings", "linear", "--no-progress",
+    ])
+    assert code == 0
+    data = json.loads((out / "probe.json").read_text())
+    assert (out / "probe_layer0.png").stat().st_size > 10_000 and (out / "probe_layer1.png").is_file()
+    assert data["trained_length"] == L and data["tokenizer"] == "bytes" and data["text_tokens"] == 40
+    d = torch.tensor(data["distances"])
+    assert d[0] == 0 and d[-1] == 4 * L and len(d) == 50  # 257 distances > 50 points: evenly spaced
+    assert set(data["layers"]["0"]["curves"]) == {"model", "base x16", "linear"}
+    ids = _ids(40)
+    for layer in (0, 1):
+        q, k = capture_qk(model, ids, [layer])[layer]
+        ref = _slow_curve(q, k, model.model.rotary_emb.inv_freq, d.tolist(), 8**-0.5).mean(0)
+        got = torch.tensor(data["layers"][str(layer)]["curves"]["model"]["full"], dtype=torch.float64)
+        torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-5)
+
+
+def test_probe_heads_are_averaged(ckpt, model, tmp_path):
+    """--heads 1 3: the curve is the mean of those heads' curves."""
+    s = ProbeSettings(heads=(1, 3), tokens=40, dtype="float32", points=16, scalings=())
+    r = probe(ckpt, tmp_path, s, text=ckpt / "text.txt", progress=False, model=model)
+    q, k = capture_qk(model, _ids(40), [0])[0]
+    per_head = score_curves(q, k, from_hf(model.config), torch.tensor(r.data["distances"]), 8**-0.5)["full"]
+    torch.testing.assert_close(torch.tensor(r.data["layers"]["0"]["curves"]["model"]["full"]), per_head[[1, 3]].mean(0))
+
+
+def test_memory_estimate_is_the_weights_size(ckpt):
+    """From the headers alone: the same bytes as the loaded tensors (float32 and bfloat16)."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(ckpt / "model.safetensors"))
+    numel = sum(t.numel() for t in tensors.values())
+    c = open_checkpoint(ckpt)
+    assert estimate_bytes(c, torch.float32) == 4 * numel
+    assert estimate_bytes(c, torch.bfloat16) == 2 * numel
+    with pytest.raises(ValueError, match=r"needs about .* GiB in bfloat16 .* only 0\.00 GiB of memory is available"):
+        check_fits(c, torch.bfloat16, available=1000)
+    assert check_fits(c, torch.float32, available=2**40) == 4 * numel
+
+
+def test_too_large_is_refused_before_loading(ckpt, monkeypatch, capsys, tmp_path):
+    """The CLI: one line, exit 2, and transformers never asked to load anything."""
+    import posenc.hf.checkpoint as cp
+
+    monkeypatch.setattr(cp, "available_memory", lambda: 1000)
+
+    def boom(*a, **k):
+        raise AssertionError("loaded despite the memory check")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
+    code = main(["probe", str(ckpt), "--out", str(tmp_path / "out"), "--tokens", "8", "--no-progress"])
+    assert code == 2
+    assert "of memory is available" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
