@@ -6,7 +6,9 @@ The page embeds every image as base64 and needs no server or network: open
 1. the property table of ``posenc check`` (cells coloured by pass/fail, the detail on hover)
    with each check's claim, papers and measurement;
 2. every figure of ``posenc plot`` (kinds whose family is missing are listed as skipped);
-3. with ``--bench BDIR``: the benchmark's ``results.json`` summary table and its PNGs.
+3. with ``--bench BDIR``: the benchmark's ``results.json`` summary table and its PNGs;
+4. with ``--model MODEL_DIR``: ``posenc probe`` run on that Hugging Face checkpoint (layer 0:
+   real q·k against distance, its frequency halves, raised base and scalings).
 
 A small inline script marks ``<body data-images-ok="true">`` once every image has decoded
 (``naturalWidth > 0``), so a headless browser can verify the page.
@@ -176,6 +178,7 @@ def build_report(
     kinds: list[str] | None = None,
     bench: str | Path | None = None,
     probe: Probe | None = None,
+    model: str | Path | None = None,
 ) -> Path:
     """Run the checks and plots, write ``out/report.html`` (figures also under ``out/figures``)."""
     out_dir = prepare_out_dir(out)
@@ -185,6 +188,10 @@ def build_report(
         if k not in PLOTS:
             raise ValueError(f"unknown plot kind {k!r}; valid kinds: {', '.join(PLOTS)}")
     bench_html = _bench_section(Path(bench)) if bench is not None else ""
+    if model is not None:  # a checkpoint's probe, written under out/probe
+        from ..hf.probe import report_section
+
+        bench_html += report_section(model, out_dir / "probe")
     results = run_checks(names, probe)
     figures, skipped = [], {}
     for k in kinds:
@@ -202,7 +209,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if k not in PLOTS:
             raise ValueError(f"--plots: unknown plot kind {k!r}; valid kinds: {', '.join(PLOTS)}")
     probe = Probe(train_len=args.train_len)
-    path = build_report(args.out, args.encodings, args.plots, args.bench, probe)
+    path = build_report(args.out, args.encodings, args.plots, args.bench, probe, model=args.model)
     print(f"wrote {path}")
     return 0
 
@@ -211,6 +218,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="write one self-contained HTML page: checks, figures, benchmark")
     p.add_argument("--out", type=output_dir, required=True, help="directory for report.html (and figures/)")
     p.add_argument("--bench", type=existing_dir, default=None, help="output directory of `posenc bench` to embed (results.json, PNGs)")
+    p.add_argument("--model", type=existing_dir, default=None, metavar="MODEL_DIR",
+                   help="a local Hugging Face checkpoint to probe (posenc probe: layer 0, q·k against distance)")
     p.add_argument("--encodings", nargs="+", default=None, metavar="NAME", help="encodings to check (default: all)")
     p.add_argument("--plots", nargs="+", default=None, metavar="KIND", help="plot kinds to include (default: all)")
     p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L of the checks (default 128)")
