@@ -198,3 +198,15 @@ def test_too_large_is_refused_before_loading(ckpt, monkeypatch, capsys, tmp_path
     assert code == 2
     assert "of memory is available" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_report_model_section(ckpt, tmp_path):
+    """`posenc report --model`: the probe's table and figure are in the page, the data under out/probe."""
+    out = tmp_path / "report"
+    assert main(["report", "--out", str(out), "--model", str(ckpt), "--encodings", "rope", "--plots", "rope-score"]) == 0
+    page = (out / "report.html").read_text()
+    assert "Checkpoint probe: " + ckpt.resolve().name in page and '<table id="probe">' in page
+    data = json.loads((out / "probe" / "probe.json").read_text())
+    assert page.count('alt="probe_layer0"') == 1
+    first = data["layers"]["0"]["curves"]["model"]["full"][0]
+    assert f"<td>model</td><td>{first:.4g}</td>" in page

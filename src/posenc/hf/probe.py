@@ -388,3 +388,36 @@ def _plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def report_section(model_dir: str | Path, out: str | Path, settings: ProbeSettings | None = None) -> str:
+    """The ``posenc report --model MODEL_DIR`` section: the probe run into ``out`` (default
+    settings: layer 0, all heads), a table of the curves at d = 0, L and the farthest
+    distance, and the figures, as HTML (images embedded as base64)."""
+    import base64
+    import html
+
+    r = probe(model_dir, out, settings, progress=False)
+    data = r.data
+    d = data["distances"]
+    L = data["trained_length"]
+    at = {"d = 0": 0, f"d = L = {L}": min(range(len(d)), key=lambda i: abs(d[i] - L)), f"d = {d[-1]}": len(d) - 1}
+    rows = []
+    for layer, entry in data["layers"].items():
+        for name, c in entry["curves"].items():
+            cells = "".join(f"<td>{c['full'][i]:.4g}</td>" for i in at.values())
+            rows.append(f"<tr><td>{html.escape(layer)}</td><td>{html.escape(name)}</td>{cells}</tr>")
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in at)
+    figs = "".join(
+        f'<figure><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode("ascii")}" '
+        f'alt="{html.escape(p.stem)}"><figcaption>{html.escape(p.name)}: mean over the chosen heads of '
+        f"scale · q̄·R(d)·k̄ (see docs/hf.md)</figcaption></figure>"
+        for p in r.figures
+    )
+    return (
+        f"<h2>Checkpoint probe: {html.escape(data['model'])}</h2>"
+        f"<p class='note'>model_type {html.escape(str(data['model_type']))}, trained length L = {L}, "
+        f"RoPE base {data['rope']['base']:g} ({html.escape(data['rope']['scaling'])}), q/k from "
+        f"{data['text_tokens']} tokens of {html.escape(data['text'])}; data in {html.escape(str(Path(out) / 'probe.json'))}.</p>"
+        f'<table id="probe"><tr><th>layer</th><th>RoPE</th>{head}</tr>{"".join(rows)}</table>{figs}'
+    )
