@@ -9,6 +9,16 @@ function here needs it, never by ``import posenc``).
 See docs/hf.md.
 """
 
+from .loaders import read_checkpoint, relative_from_bert, relative_from_deberta
 from .patch import SUPPORTED_MODEL_TYPES, PosencRotary, patch_model, patched_rope, unpatch_model
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "PosencRotary", "patch_model", "patched_rope", "unpatch_model"]
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "PosencRotary",
+    "patch_model",
+    "patched_rope",
+    "read_checkpoint",
+    "relative_from_bert",
+    "relative_from_deberta",
+    "unpatch_model",
+]
