@@ -83,7 +83,7 @@ def test_mask_matches_reference(causal):
         ctx = AttentionContext.build(seq, causal=causal)
         T = seq.positions.shape[1]
         ref = reference_mask(seq, seq, torch.arange(T), torch.arange(T), causal)
-        assert torch.equal(ctx.mask.expand_as(ref), ref)
+        assert torch.equal(ctx.mask.dense().expand_as(ref), ref)
 
 
 # ---- attention -----------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def test_attention_matches_reference_with_gqa(impl, causal):
     x = torch.randn(2, 7, 32, dtype=torch.float64)
     seq = SequenceInfo.from_padding_mask(torch.tensor([[1] * 7, [0, 0] + [1] * 5]))
     ctx = AttentionContext.build(seq, causal=causal)
-    torch.testing.assert_close(attn(x, ctx), reference_attention(attn, x, x, ctx.mask))
+    torch.testing.assert_close(attn(x, ctx), reference_attention(attn, x, x, ctx.mask.dense()))
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
@@ -142,7 +142,9 @@ def test_shared_specs_resolve_to_one_module():
     assert len(Transformer(cfg).encodings) == 3
     cfg = ModelConfig(d_model=32, n_head=4, n_layer=3, layer_encodings=("learned", None, "sinusoidal"))
     m = Transformer(cfg)
-    assert len(m.encodings) == 2 and m.blocks[1].attn.pe is None
+    assert len(m.encodings) == 2 and m.encoding_of(1) is None
+    assert m.encoding_of(0) is m.encodings[0] and m.encoding_of(2) is m.encodings[1]
+    assert all(b.attn.pe is None for b in m.blocks)  # the model owns the encodings, not the layers
 
 
 @pytest.mark.parametrize("before_last", [0, 1, 3])
@@ -161,7 +163,7 @@ def test_absolute_before_last_layers_is_where_positions_enter(before_last):
         for i, block in enumerate(m.blocks):
             if i == 3 - before_last:
                 x = x + pe
-            x = block(x, ctx, None, i)
+            x = block(x, ctx, ctx.prepare(None), None, i)
         if before_last == 0:
             x = x + pe
         ref = m.head(m.ln_f(x))
@@ -233,7 +235,7 @@ def test_shared_encoding_appears_once_in_state_dict():
     m = Transformer(cfg)
     keys = [k for k in m.state_dict() if "weight" in k and m.state_dict()[k].shape == (1024, 32)]
     assert keys == ["encodings.0.weight"]
-    assert all(b.attn.pe is m.encodings[0] for b in m.blocks)
+    assert all(m.encoding_of(i) is m.encodings[0] for i in range(3))
 
 
 def test_kv_cache_append_equals_concatenation_across_growth():

@@ -392,14 +392,18 @@ def test_batch_one_bias_only_when_rows_are_provably_equal(name):
 def test_shared_t5_bias_computed_once_per_forward(monkeypatch):
     model = Transformer(ModelConfig(vocab_size=32, d_model=16, n_layer=3, n_head=4, encoding="t5"))
     assert len(model.encodings) == 1
-    assert all(block.attn.pe is model.encodings[0] for block in model.blocks)  # one table
-    calls = []
-    original = model.encodings[0].score_bias
-    monkeypatch.setattr(model.encodings[0], "score_bias", lambda q, k: calls.append(1) or original(q, k))
+    assert all(model.encoding_of(i) is model.encodings[0] for i in range(3))  # one table
+    from posenc.terms import BiasTerm
+
+    terms, dense = [], []
+    original = model.encodings[0].logit_bias
+    monkeypatch.setattr(model.encodings[0], "logit_bias", lambda: terms.append(1) or original())
+    original_dense = BiasTerm.dense
+    monkeypatch.setattr(BiasTerm, "dense", lambda self, q, k: dense.append(1) or original_dense(self, q, k))
     model(torch.randint(0, 32, (2, 9)))
-    assert len(calls) == 1
+    assert (len(terms), len(dense)) == (1, 1)
     model(torch.randint(0, 32, (2, 9)))
-    assert len(calls) == 2
+    assert (len(terms), len(dense)) == (2, 2)
 
 
 def test_unshared_t5_has_a_table_per_layer():
@@ -493,19 +497,18 @@ def test_toeplitz_path_equals_all_pairs(name, tq, tk, s):
 
 
 def test_masked_bias_is_built_once_per_forward(monkeypatch):
-    """SDPA's float mask (bias with -inf where masked) is memoized in the context, not rebuilt per layer."""
-    from posenc.attention import AttentionContext
+    """SDPA's float mask (bias with -inf where masked) is memoized per forward, not rebuilt per layer."""
+    from posenc.backends import SharedBias
 
     model = tiny_model("alibi", n_layer=3)
     calls = []
-    orig = AttentionContext.masked_bias_for
+    orig = SharedBias.masked
 
-    def counting(self, pe, dtype):
-        hit = (pe, dtype) in self.masked
-        calls.append(hit)
-        return orig(self, pe, dtype)
+    def counting(self, dtype):
+        calls.append(dtype in self._masked)
+        return orig(self, dtype)
 
-    monkeypatch.setattr(AttentionContext, "masked_bias_for", counting)
+    monkeypatch.setattr(SharedBias, "masked", counting)
     with torch.no_grad():
         model(torch.randint(0, 64, (2, 7)))
     assert calls == [False, True, True]

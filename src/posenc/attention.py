@@ -1,88 +1,42 @@
-"""Multi-head attention that calls an encoding's hooks, with a KV cache.
+"""Multi-head attention that calls an encoding's hooks, with a KV cache, and the per-forward context.
 
 Shapes: x (B, T, C); q (B, H, Tq, D); k, v (B, Hkv, Tk, D); logits (B, H, Tq, Tk).
 
-Two paths compute the same thing: ``impl="eager"`` spells attention out (logits, mask,
-softmax, weighted sum) and ``impl="sdpa"`` hands it to
-``torch.nn.functional.scaled_dot_product_attention``. An encoding with an ``output`` hook
-(Shaw's value vectors) needs the probabilities and always takes the eager path.
+Who owns what:
 
-The mask and the content-independent biases depend only on positions, so the model builds
-them once per forward in an :class:`AttentionContext` and every layer reuses them.
+* :class:`AttentionContext` — one forward (one decoding step): the mask description
+  (:class:`~posenc.masks.AttentionMask`) and, through :meth:`AttentionContext.prepare`, each
+  encoding's :class:`EncodingState` (its ``prepare`` state and its content-independent bias
+  with the dense forms memoized). The model builds both once per forward and passes a
+  layer's ``EncodingState`` to that layer explicitly; nothing outlives the forward.
+* :class:`Attention` — projections, rotation, KV cache, then one call into the backend table
+  (:mod:`posenc.backends`: ``impl`` = eager / sdpa / flex / auto). It holds no encoding in a
+  model (the model owns them); a standalone ``Attention(..., pe=enc)`` owns ``enc`` as a
+  submodule.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .backends import IMPLS, Impl, LayerTerms, SharedBias, logit_dtype, run
+from .backends.sdpa import causal_sdpa_with_bias
 from .config import check_int
-from .encoding import PositionalEncoding
+from .encoding import PositionalEncoding, QKProjection, layer_terms
+from .masks import AttentionMask, build_mask
 from .positions import SequenceInfo
+from .terms import DenseTerm
 
-__all__ = ["Attention", "AttentionContext", "KVCache", "LayerCache", "build_mask", "causal_sdpa_with_bias"]
+__all__ = [
+    "Attention", "AttentionContext", "EncodingState", "KVCache", "LayerCache", "build_mask", "causal_sdpa_with_bias",
+]
 
-Impl = Literal["eager", "sdpa"]
-
-
-def build_mask(
-    q_seq: SequenceInfo,
-    k_seq: SequenceInfo,
-    q_index: Tensor,
-    k_index: Tensor,
-    causal: bool,
-) -> Tensor | None:
-    """Boolean mask (B or 1, 1, Tq, Tk), True where query i may attend to key j; None = all.
-
-    ``q_index``/``k_index`` are the tokens' indices in the stream (not their position ids),
-    so causality is right for packed and padded rows too. Documents never see each other;
-    padding keys are never seen. A query row with no visible key (a padding query) is let
-    see every key instead of producing NaN; its output is meaningless and ignored.
-    """
-    mask: Tensor | None = None
-    if causal:
-        mask = (k_index[None, :] <= q_index[:, None])[None, None]  # (1, 1, Tq, Tk)
-    if k_seq.valid is not None:
-        m = k_seq.valid[:, None, None, :]  # (B, 1, 1, Tk)
-        mask = m if mask is None else mask & m
-    if q_seq.segment_ids is not None and k_seq.segment_ids is not None:
-        m = q_seq.segment_ids[:, None, :, None] == k_seq.segment_ids[:, None, None, :]
-        mask = m if mask is None else mask & m
-    if mask is not None and (k_seq.valid is not None or q_seq.segment_ids is not None):
-        mask = mask | ~mask.any(-1, keepdim=True)
-    return mask
-
-
-def causal_sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, masked_bias: Tensor, scale: float, rows: int = 256) -> Tensor:
-    """Causal SDPA (Tq == Tk) whose float ``attn_mask`` (B|1, H, T, T) already holds -inf above the diagonal.
-
-    SDPA cannot combine a float mask with ``is_causal`` (the math backend rejects it), so with
-    the mask alone it computes every query-key block, twice the work of causal attention. Each
-    block of ``rows`` queries attends only to the keys up to its last query instead: the keys
-    left out are all -inf for those queries, so the result is the same, and about half the
-    blocks are skipped (at T = 2048 on CPU, 1.9x causal SDPA becomes about 1.25x).
-    """
-    T = q.shape[2]
-    if T <= rows:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=masked_bias, scale=scale)
-    outs = []
-    for a in range(0, T, rows):
-        z = min(a + rows, T)
-        m = masked_bias[:, :, a:z, :z]  # (B|1, H, z - a, z): a view, no copy
-        outs.append(F.scaled_dot_product_attention(q[:, :, a:z], k[:, :, :z], v[:, :, :z], attn_mask=m, scale=scale))
-    return torch.cat(outs, dim=2)  # (B, H, T, D)
-
-
-def _logit_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Logits and score terms are accumulated in float32 for half types (softmax of bf16
-    logits loses the small differences that carry position) and kept in float64 for float64
-    inputs (a float64 model is a reference: rounding it to float32 costs 1e-7 relative)."""
-    return torch.promote_types(dtype, torch.float32)
+_logit_dtype = logit_dtype  # older name, kept for callers
 
 
 class LayerCache:
@@ -261,23 +215,61 @@ class KVCache:
         return k, v
 
 
-@dataclass
-class AttentionContext:
-    """Everything attention needs that depends on positions only, built once per forward.
+@dataclass(eq=False)
+class EncodingState:
+    """One encoding module in one forward: its ``prepare`` state and its bias.
 
-    It lives for one forward (one decoding step) and holds, per encoding module used in that
-    forward: its ``prepare`` state (``states``), its ``score_bias`` (``biases``), and that bias
-    with the mask folded in (``masked``, SDPA's float ``attn_mask``). Layers that share an
-    encoding module share all three; nothing outlives the forward.
+    Made by :meth:`AttentionContext.prepare` once per forward per module; every layer that uses
+    the module gets the same object, so they share the state and the bias's dense forms.
+    ``pe=None`` is the state of "no encoding" (identity rotation, no terms).
     """
 
-    q_seq: SequenceInfo
-    k_seq: SequenceInfo
-    mask: Tensor | None
-    plain_causal: bool  # mask is exactly causal with Tq == Tk: SDPA can use is_causal
-    states: dict[PositionalEncoding, Any] = field(default_factory=dict)
-    biases: dict[PositionalEncoding, Tensor] = field(default_factory=dict)
-    masked: dict[tuple[PositionalEncoding, torch.dtype], Tensor] = field(default_factory=dict)
+    pe: PositionalEncoding | None
+    q_pos: Tensor
+    k_pos: Tensor
+    state: Any = None
+    bias: SharedBias | None = None
+
+    def scale(self, head_dim: int) -> float:
+        """Multiplier of q·kᵀ."""
+        return head_dim**-0.5 if self.pe is None else self.pe.attention_scale(head_dim)
+
+    def rotate(self, q: Tensor, k: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """``pe.rotate`` of the new q (B, H, Tq, D) and k (B, Hkv, t, D) at ``k_pos`` (B, t)."""
+        if self.pe is None or not self.pe.has_rotate:
+            return q, k
+        return self.pe.rotate(q, k, self.q_pos, k_pos, state=self.state)
+
+    def layer_terms(self, q: Tensor, k: Tensor, v: Tensor, proj: QKProjection) -> LayerTerms:
+        """The layer's terms: the shared bias plus ``pe.terms(q, k, state, proj)``."""
+        has_terms = self.pe is not None and (self.pe.has_terms or self.pe.has_value_terms)
+        terms = layer_terms(self.pe, q, k, v, self.q_pos, self.k_pos, self.state, proj) if has_terms else []
+        return LayerTerms.of(self.q_pos, self.k_pos, self.bias, terms)
+
+
+@dataclass(eq=False)
+class AttentionContext:
+    """Everything attention needs that depends on positions only, for one forward.
+
+    ``mask`` describes which keys each query sees (its dense form, ``plain_causal`` and
+    FlexAttention ``BlockMask`` are memoized in it); :meth:`prepare` makes an encoding's
+    :class:`EncodingState`. The model calls ``prepare`` once per encoding module and passes the
+    result to the layers; a standalone :class:`Attention` prepares its own.
+    """
+
+    mask: AttentionMask
+
+    @property
+    def q_seq(self) -> SequenceInfo:
+        return self.mask.q_seq
+
+    @property
+    def k_seq(self) -> SequenceInfo:
+        return self.mask.k_seq
+
+    @property
+    def plain_causal(self) -> bool:
+        return self.mask.plain_causal
 
     @classmethod
     def build(
@@ -297,46 +289,22 @@ class AttentionContext:
         if cache is not None:
             if k_seq is not None:
                 raise ValueError("k_seq must be None when a cache is given (keys come from the cache)")
-            k_seq, q_index, k_index = cache.keys_info(q_seq)
-        else:
-            k_seq = q_seq if k_seq is None else k_seq
-            tq, tk = q_seq.positions.shape[1], k_seq.positions.shape[1]
-            device = q_seq.positions.device
-            q_index = torch.arange(tk - tq, tk, device=device)
-            k_index = torch.arange(tk, device=device)
-        if k_seq.positions.shape[0] != q_seq.positions.shape[0] and k_seq.positions.shape[0] != 1:
-            raise ValueError(
-                f"query batch {q_seq.positions.shape[0]} and key batch {k_seq.positions.shape[0]} differ"
-            )
-        # One query aligned to the end of the keys sees them all: no causal mask needed.
-        mask = build_mask(q_seq, k_seq, q_index, k_index, causal and q_seq.positions.shape[1] > 1)
-        plain = (
-            causal
-            and q_seq.positions.shape[1] == k_seq.positions.shape[1]
-            and k_seq.valid is None
-            and q_seq.segment_ids is None
-        )
-        return cls(q_seq, k_seq, mask, plain)
+            k_seq, _, _ = cache.keys_info(q_seq)
+        return cls(AttentionMask.build(q_seq, k_seq, causal=causal))
 
-    def state_for(self, pe: PositionalEncoding) -> Any:
-        """``pe.prepare(q positions, k positions)``, computed on first use in this forward."""
-        if pe not in self.states:
-            self.states[pe] = pe.prepare(self.q_seq.positions, self.k_seq.positions)
-        return self.states[pe]
-
-    def bias_for(self, pe: PositionalEncoding) -> Tensor:
-        """``pe.score_bias(q positions, k positions)`` (B|1, H, Tq, Tk), once per forward."""
-        if pe not in self.biases:
-            self.biases[pe] = pe.score_bias(self.q_seq.positions, self.k_seq.positions)
-        return self.biases[pe]
-
-    def masked_bias_for(self, pe: PositionalEncoding, dtype: torch.dtype) -> Tensor:
-        """``bias_for(pe)`` in ``dtype`` with -inf where the mask hides a key, memoized."""
-        key = (pe, dtype)
-        if key not in self.masked:
-            bias = self.bias_for(pe).to(dtype)
-            self.masked[key] = bias if self.mask is None else bias.masked_fill(~self.mask, float("-inf"))
-        return self.masked[key]
+    def prepare(self, pe: PositionalEncoding | None) -> EncodingState:
+        """``pe``'s state for this forward: ``pe.prepare(q_pos, k_pos)`` and its bias."""
+        q_pos, k_pos = self.q_seq.positions, self.k_seq.positions
+        if pe is None:
+            return EncodingState(None, q_pos, k_pos)
+        if not isinstance(pe, PositionalEncoding):
+            raise TypeError(f"pe must be a PositionalEncoding or None, got {type(pe).__name__}")
+        bias = None
+        if pe._overrides("logit_bias"):
+            bias = SharedBias(pe.logit_bias(), self.mask)
+        elif pe.has_bias:  # an old-style score_bias override, taken as its dense tensor
+            bias = SharedBias(DenseTerm(pe.score_bias(q_pos, k_pos)), self.mask)
+        return EncodingState(pe, q_pos, k_pos, pe.prepare(q_pos, k_pos), bias)
 
 
 class Attention(nn.Module):
@@ -346,9 +314,12 @@ class Attention(nn.Module):
         d_model: model width C.
         num_heads: query heads H.
         num_kv_heads: key/value heads (grouped-query attention); defaults to H.
-        pe: the positional encoding whose rotate/score hooks this layer calls (or None).
+        pe: for standalone use, the encoding this layer owns (a submodule). In a
+            :class:`~posenc.model.Transformer` the model owns the encodings and passes each
+            layer's :class:`EncodingState` to ``forward`` instead.
         causal: causal (decoder) or bidirectional (encoder) self-attention.
-        impl: "sdpa" (fast) or "eager" (reference).
+        impl: the backend, one of "eager" (reference), "sdpa", "flex", "auto" (see
+            :mod:`posenc.backends`).
         head_dim: defaults to C // H.
     """
 
@@ -381,28 +352,24 @@ class Attention(nn.Module):
         head_dim = d_model // num_heads if head_dim is None else head_dim
         if head_dim < 1:
             raise ValueError(f"head_dim must be >= 1, got {head_dim}")
-        if impl not in ("eager", "sdpa"):
-            raise ValueError(f"impl must be 'eager' or 'sdpa', got {impl!r}")
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}")
+        if pe is not None and not isinstance(pe, PositionalEncoding):
+            raise TypeError(f"pe must be a PositionalEncoding or None, got {type(pe).__name__}")
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.d_model, self.causal, self.impl = d_model, causal, impl
         self.q_proj = nn.Linear(d_model, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * head_dim, d_model, bias=bias)
-        # The encoding is referenced, not registered as a submodule: its owner (the model)
-        # registers it once, so an encoding shared by several layers appears once in the
-        # state dict and in parameters(). Standalone users move/own it themselves.
-        self._pe = (pe,)
-
-    @property
-    def pe(self) -> PositionalEncoding | None:
-        return self._pe[0]
+        self.pe = pe  # a registered submodule (or None): standalone use only
 
     def forward(
         self,
         x: Tensor,
         ctx: AttentionContext | SequenceInfo,
         *,
+        encoding: EncodingState | None = None,
         context: Tensor | None = None,
         cache: KVCache | None = None,
         layer: int = 0,
@@ -410,8 +377,10 @@ class Attention(nn.Module):
         """x (B, Tq, C) -> (B, Tq, C).
 
         ``ctx`` is an :class:`AttentionContext` (as the model passes) or just the queries'
-        :class:`SequenceInfo` for standalone self-attention without cache. ``context``
-        (B, Tk, C) makes this cross-attention (give a context built with the keys' info).
+        :class:`SequenceInfo` for standalone self-attention. ``encoding`` is this layer's
+        :class:`EncodingState` from ``ctx.prepare(pe)`` (the model passes it); None prepares
+        ``self.pe``'s. ``context`` (B, Tk, C) makes this cross-attention (give a context built
+        with the keys' info).
         """
         for name, t in (("x", x), ("context", context)):
             if t is not None and (t.dim() != 3 or t.shape[-1] != self.d_model):
@@ -420,6 +389,12 @@ class Attention(nn.Module):
             ctx = AttentionContext.build(ctx, causal=self.causal, cache=cache)
         elif not isinstance(ctx, AttentionContext):
             raise TypeError(f"ctx must be an AttentionContext or a SequenceInfo, got {type(ctx).__name__}")
+        if encoding is None:
+            encoding = ctx.prepare(self.pe)
+        elif not isinstance(encoding, EncodingState):
+            raise TypeError(f"encoding must be an EncodingState (ctx.prepare(pe)) or None, got {type(encoding).__name__}")
+        elif self.pe is not None and encoding.pe is not self.pe:
+            raise ValueError("this Attention owns an encoding (pe=...); pass encoding=None or ctx.prepare(attn.pe)")
         B, Tq, _ = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         if ctx.q_seq.positions.shape[1] != Tq:
@@ -430,65 +405,15 @@ class Attention(nn.Module):
         k = self.k_proj(src).view(B, Tk, Hkv, D).transpose(1, 2)  # (B, Hkv, Tk, D)
         v = self.v_proj(src).view(B, Tk, Hkv, D).transpose(1, 2)  # (B, Hkv, Tk, D)
 
-        pe = self.pe
-        q_pos, k_pos = ctx.q_seq.positions, ctx.k_seq.positions
-        state = None if pe is None else ctx.state_for(pe)
-        if pe is not None and pe.has_rotate:
-            # In self-attention the new keys sit exactly at the query positions: passing the
-            # same tensor lets an encoding use its query tables for the keys too.
-            q, k = pe.rotate(q, k, q_pos, q_pos if context is None else k_pos[:, -Tk:], state=state)
+        # In self-attention the new keys sit exactly at the query positions: passing the same
+        # tensor lets an encoding use its query tables for the keys too.
+        q, k = encoding.rotate(q, k, encoding.q_pos if context is None else encoding.k_pos[:, -Tk:])
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, Tcache + Tk, D)
         if Hkv != H:
             k = k.repeat_interleave(H // Hkv, dim=1)  # (B, H, Tk, D)
             v = v.repeat_interleave(H // Hkv, dim=1)
-
-        scale = pe.attention_scale(D) if pe is not None else D**-0.5
-        add: Tensor | None = None  # additive logit terms, float32 or float64, (B|1, H, Tq, Tk)
-        if pe is not None and pe.has_score_bias:
-            add = ctx.bias_for(pe)
-        if pe is not None and pe.has_score:
-            s = pe.score(q, k, q_pos, k_pos, scale, layer=self, state=state).to(_logit_dtype(q.dtype))
-            add = s if add is None else add + s
-
-        if self.impl == "eager" or (pe is not None and pe.has_output):
-            out = self._eager(q, k, v, scale, add, ctx.mask)
-            if pe is not None and pe.has_output:
-                probs = out[1]
-                out = out[0] + pe.output(probs, v, q_pos, k_pos, state=state).to(v.dtype)
-            else:
-                out = out[0]
-        elif pe is not None and pe.has_score_bias and not pe.has_score:
-            # The bias alone depends on positions only: masked once per forward, shared by layers.
-            masked = ctx.masked_bias_for(pe, q.dtype)
-            if ctx.plain_causal:
-                out = causal_sdpa_with_bias(q, k, v, masked, scale)
-            else:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=masked, scale=scale)
-        else:
-            out = self._sdpa(q, k, v, scale, add, ctx)
+        terms = encoding.layer_terms(q, k, v, QKProjection.of(self))
+        out = run(self.impl, q, k, v, scale=encoding.scale(D), mask=ctx.mask, terms=terms)  # (B, H, Tq, D)
         out = out.transpose(1, 2).reshape(B, Tq, H * D)  # (B, Tq, H*D)
         return self.o_proj(out)
-
-    @staticmethod
-    def _eager(q, k, v, scale, add, mask) -> tuple[Tensor, Tensor]:
-        """The reference path: logits, additive terms, mask and softmax in at least float32."""
-        logits = torch.matmul(q, k.transpose(-2, -1)).to(_logit_dtype(q.dtype)) * scale  # (B, H, Tq, Tk)
-        if add is not None:
-            logits = logits + add
-        if mask is not None:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        probs = torch.softmax(logits, dim=-1).to(v.dtype)
-        return torch.matmul(probs, v), probs
-
-    @staticmethod
-    def _sdpa(q, k, v, scale, add, ctx: AttentionContext) -> Tensor:
-        if add is None and ctx.plain_causal:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-        attn_mask: Tensor | None = ctx.mask
-        if add is not None:
-            add = add.to(q.dtype)
-            attn_mask = add if ctx.mask is None else add.masked_fill(~ctx.mask, float("-inf"))
-            if ctx.plain_causal:
-                return causal_sdpa_with_bias(q, k, v, attn_mask, scale)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)

@@ -24,7 +24,7 @@ Shapes: positions, segment ids, valid (B, T); masks (B|1, 1, Tq, Tk).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -75,13 +75,15 @@ class AttentionMask:
     """The mask of one forward: queries ``q_seq`` (B, Tq) attending to keys ``k_seq`` (B|1, Tk).
 
     Build it with :meth:`build`. ``causal`` queries are aligned to the end of the keys (see the
-    module docstring). The forms are computed on request and not kept: the per-forward
-    context (:class:`posenc.attention.AttentionContext`) memoizes what layers share.
+    module docstring). It lives for one forward (the model's
+    :class:`~posenc.attention.AttentionContext` holds it); each form is computed on first use
+    and kept for the other layers of that forward.
     """
 
     q_seq: SequenceInfo
     k_seq: SequenceInfo
     causal: bool
+    _forms: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, q_seq: SequenceInfo, k_seq: SequenceInfo | None = None, *, causal: bool) -> "AttentionMask":
@@ -126,6 +128,11 @@ class AttentionMask:
         return not (self._causal_needed or self.k_seq.valid is not None or self._documents)
 
     @property
+    def causal_only(self) -> bool:
+        """Causal (query-aligned, Tq > 1) and nothing else: no padding, no documents."""
+        return self._causal_needed and self.k_seq.valid is None and not self._documents and not self._may_empty_rows
+
+    @property
     def plain_causal(self) -> bool:
         """Exactly causal with Tq == Tk, no padding, no documents: SDPA's ``is_causal``."""
         return (
@@ -143,8 +150,10 @@ class AttentionMask:
 
     def dense(self) -> Tensor | None:
         """Bool (B|1, 1, Tq, Tk), True where query i may see key j; None when all may."""
-        q_index, k_index = self.indices()
-        return build_mask(self.q_seq, self.k_seq, q_index, k_index, self._causal_needed)
+        if "dense" not in self._forms:
+            q_index, k_index = self.indices()
+            self._forms["dense"] = build_mask(self.q_seq, self.k_seq, q_index, k_index, self._causal_needed)
+        return self._forms["dense"]
 
     def _visible(self, b, q_idx, kv_idx):
         """The rule before the empty-row fix, pointwise (tensors broadcast)."""
@@ -195,11 +204,15 @@ class AttentionMask:
         """FlexAttention ``BlockMask`` from :meth:`mask_mod` (None when all keys are visible)."""
         from torch.nn.attention.flex_attention import create_block_mask
 
+        key = ("block_mask", block_size)
+        if key in self._forms:
+            return self._forms[key]
         mod = self.mask_mod()
         if mod is None:
             return None
         batched = any(t is not None and t.shape[0] > 1 for t in
                       (self.k_seq.valid, self.q_seq.segment_ids, self.k_seq.segment_ids)) or self._may_empty_rows
         B = self.q_seq.positions.shape[0] if batched else None
-        return create_block_mask(mod, B, None, self.tq, self.tk, device=self.q_seq.positions.device,
-                                 BLOCK_SIZE=block_size)
+        self._forms[key] = create_block_mask(mod, B, None, self.tq, self.tk, device=self.q_seq.positions.device,
+                                             BLOCK_SIZE=block_size)
+        return self._forms[key]

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Attention, AttentionContext, KVCache
+from .attention import Attention, AttentionContext, EncodingState, KVCache
+from .backends import IMPLS
 from .config import check_choice, check_fields, check_int, check_range
 from .encoding import PositionalEncoding
 from .positions import SequenceInfo
@@ -149,7 +150,7 @@ class ModelConfig:
     share_encoding: bool = True
     layer_encodings: tuple[EncodingSpec | str | dict | None, ...] | None = None
     absolute_before_last: int | None = None
-    attn_impl: str = "sdpa"
+    attn_impl: str = "sdpa"  # attention backend: eager | sdpa | flex | auto (posenc.backends)
     tie_weights: bool = True
 
     def __post_init__(self) -> None:
@@ -171,7 +172,7 @@ class ModelConfig:
         if self.d_ff is not None:
             check_int("d_ff", self.d_ff, minimum=1)
         check_range("dropout", self.dropout, 0.0, 1.0, high_inclusive=False)
-        check_choice("attn_impl", self.attn_impl, ("sdpa", "eager"))
+        check_choice("attn_impl", self.attn_impl, IMPLS)
         if self.absolute_before_last is not None:
             check_int("absolute_before_last", self.absolute_before_last, minimum=0)
             if self.absolute_before_last > self.n_layer:
@@ -239,16 +240,18 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, pe: PositionalEncoding | None) -> None:
+    """Pre-norm attention + MLP. Its encoding is the model's; the forward receives its state."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = Attention(cfg.d_model, cfg.n_head, cfg.n_kv_head, pe, causal=cfg.causal, impl=cfg.attn_impl)
+        self.attn = Attention(cfg.d_model, cfg.n_head, cfg.n_kv_head, causal=cfg.causal, impl=cfg.attn_impl)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg.d_model, cfg.d_ff or 4 * cfg.d_model, cfg.dropout)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, ctx: AttentionContext, cache: KVCache | None, layer: int) -> Tensor:
-        x = x + self.drop(self.attn(self.ln1(x), ctx, cache=cache, layer=layer))
+    def forward(self, x: Tensor, ctx: AttentionContext, encoding: EncodingState, cache: KVCache | None, layer: int) -> Tensor:
+        x = x + self.drop(self.attn(self.ln1(x), ctx, encoding=encoding, cache=cache, layer=layer))
         return x + self.mlp(self.ln2(x))
 
 
@@ -278,11 +281,11 @@ class Transformer(nn.Module):
             if spec.shared:
                 shared[spec] = len(encodings) - 1
             layer_enc.append(len(encodings) - 1)
+        # The model owns the encodings (once each, however many layers share one); layer i
+        # uses encodings[layer_enc[i]] (None: no encoding), passed to it in every forward.
         self.encodings = nn.ModuleList(encodings)
         self.layer_enc = layer_enc
-        self.blocks = nn.ModuleList(
-            Block(cfg, None if i is None else encodings[i]) for i in layer_enc
-        )
+        self.blocks = nn.ModuleList(Block(cfg) for _ in layer_enc)
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
@@ -300,6 +303,12 @@ class Transformer(nn.Module):
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding) and m.weight.shape[0] > 0:
             nn.init.normal_(m.weight, std=0.02)
+
+    def encoding_of(self, layer: int) -> PositionalEncoding | None:
+        """The encoding module layer ``layer`` uses (None: no encoding)."""
+        check_int("layer", layer, minimum=0, maximum=len(self.blocks) - 1)
+        i = self.layer_enc[layer]
+        return None if i is None else self.encodings[i]
 
     def _embed_layer(self) -> int:
         n = self.cfg.absolute_before_last
@@ -404,13 +413,18 @@ class Transformer(nn.Module):
         return_hidden: bool,
     ) -> Tensor:
         """The forward proper, on checked inputs."""
+        # The per-forward state: one mask description, one EncodingState per encoding module
+        # (prepare state, bias), handed to each layer explicitly.
         ctx = AttentionContext.build(seq, causal=self.cfg.causal, cache=cache)
+        states = [ctx.prepare(pe) for pe in self.encodings]
+        no_encoding = ctx.prepare(None)
         x = self.drop(self.tok_emb(tokens) if inputs_embeds is None else inputs_embeds)  # (B, T, C)
         embed_at = self._embed_layer()
         for i, block in enumerate(self.blocks):
             if i == embed_at:
                 x = self._apply_embed(x, seq, cache)
-            x = block(x, ctx, cache, i)
+            j = self.layer_enc[i]
+            x = block(x, ctx, no_encoding if j is None else states[j], cache, i)
         if embed_at == len(self.blocks):
             x = self._apply_embed(x, seq, cache)
         if cache is not None:

@@ -24,12 +24,46 @@ from torch import Tensor
 
 from .config import check_int
 
-__all__ = ["SequenceInfo", "relative_positions"]
+__all__ = ["SequenceInfo", "relative_positions", "contiguous_offset", "shared_rows"]
 
 
 def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """Distances ``i - j`` (query position minus key position): (B, Tq) x (B, Tk) -> (B, Tq, Tk)."""
     return q_pos[:, :, None] - k_pos[:, None, :]
+
+
+def contiguous_offset(q_pos: Tensor, k_pos: Tensor) -> int | None:
+    """``s`` when ``q_pos[b, i] - k_pos[b, j] == s + i - j`` for every row b, else None.
+
+    q_pos (B, Tq), k_pos (B|1, Tk). True for plain batches, KV-cache decoding with one offset
+    for the batch and contiguous cross-attention: a function of ``i - j`` then has only
+    Tq + Tk - 1 distinct values (a Toeplitz matrix). One host read; under ``torch.compile``
+    it returns None (the check needs the values) and callers take their general path.
+    """
+    if torch.compiler.is_compiling() or q_pos.shape[1] == 0 or k_pos.shape[1] == 0:
+        return None
+    ok = torch.ones((), dtype=torch.bool, device=q_pos.device)
+    for pos in (q_pos, k_pos):
+        if pos.shape[1] > 1:
+            ok = ok & (pos.diff(dim=1) == 1).all()
+    off = q_pos[:, 0] - k_pos[:, 0]  # (B,)
+    ok = ok & (off == off[0]).all()
+    return int(off[0]) if bool(ok) else None
+
+
+def shared_rows(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    """Reduce (B, T) positions to one row when every row is provably the same.
+
+    A bias that depends on positions only is then computed once, (1, H, Tq, Tk), and
+    broadcast over the batch. The test is exact and free: a batch of one row, or a row
+    expanded with stride 0 (``SequenceInfo.from_offset`` with an int offset, the model's
+    default). Rows that merely happen to be equal are left alone; comparing them would need
+    a device sync.
+    """
+    one_row = lambda pos: pos.shape[0] == 1 or pos.stride(0) == 0  # noqa: E731
+    if one_row(q_pos) and one_row(k_pos):
+        return q_pos[:1], k_pos[:1]
+    return q_pos, k_pos
 
 
 def _compiling() -> bool:

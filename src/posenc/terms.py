@@ -37,6 +37,8 @@ from typing import Callable, Literal
 import torch
 from torch import Tensor
 
+from .positions import contiguous_offset, shared_rows
+
 __all__ = ["BiasTerm", "DenseTerm", "TableTerm", "ValueTerm", "Term", "dense_logit_terms"]
 
 # fn(h, q_pos, k_pos) -> bias; the three arguments broadcast against each other.
@@ -47,11 +49,13 @@ BucketFn = Callable[[Tensor, Tensor], Tensor]
 
 @dataclass(frozen=True, eq=False)
 class BiasTerm:
-    """A content-independent logit bias ``fn(h, q_pos, k_pos)`` (float32, logit units).
+    """A content-independent logit bias ``fn(h, q_pos, k_pos)`` (float32 or wider, logit units).
 
     ``fn`` must be pointwise and written with broadcasting tensor ops, so one definition serves
     the dense table (h (H, 1, 1) against (B, 1, Tq, 1) and (B, 1, 1, Tk) positions) and a
-    FlexAttention ``score_mod`` (0-d tensors). ``toeplitz``: depends on ``q_pos - k_pos`` only.
+    FlexAttention ``score_mod`` (0-d tensors). ``toeplitz``: depends on ``q_pos - k_pos`` only,
+    so for contiguous positions the dense form evaluates ``fn`` on the Tq + Tk - 1 distinct
+    distances and lays them out as a Toeplitz matrix.
     """
 
     fn: BiasFn
@@ -59,9 +63,33 @@ class BiasTerm:
     toeplitz: bool = True
 
     def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """(B|1, H, Tq, Tk) from positions q_pos (B|1, Tq), k_pos (B|1, Tk)."""
+        """(B|1, H, Tq, Tk) from positions q_pos (B|1, Tq), k_pos (B|1, Tk).
+
+        One row (1, H, Tq, Tk) when every row's positions are provably the same (see
+        :func:`~posenc.positions.shared_rows`).
+        """
+        q_pos, k_pos = shared_rows(q_pos, k_pos)
+        s = None
+        if self.toeplitz and q_pos.shape[0] == 1 and k_pos.shape[0] == 1:
+            s = contiguous_offset(q_pos, k_pos)
+        if s is not None:
+            return self._toeplitz(s, q_pos.shape[1], k_pos.shape[1], q_pos.device)
+        return self.all_pairs(q_pos, k_pos)
+
+    def all_pairs(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """``fn`` on every (query, key) pair: (B|1, H, Tq, Tk) (the reference form)."""
         h = torch.arange(self.num_heads, device=q_pos.device)[:, None, None]  # (H, 1, 1)
         return self.fn(h, q_pos[:, None, :, None], k_pos[:, None, None, :])  # (B|1, H, Tq, Tk)
+
+    def _toeplitz(self, s: int, tq: int, tk: int, device: torch.device) -> Tensor:
+        # Distances q_pos_i - k_pos_j = s + i - j, evaluated once each as "query at d, key at 0".
+        d = s + torch.arange(tq - 1, -tk, -1, device=device)  # (Tq + Tk - 1,) descending
+        per_distance = self.all_pairs(d[None], d.new_zeros(1, 1))[..., 0]  # (1, H, Tq + Tk - 1)
+        # Window w holds distances s + Tq - 1 - w - j over keys j, i.e. query i = Tq - 1 - w;
+        # picking the windows in reverse is one contiguous copy (flip would keep the windows'
+        # overlapping strides).
+        windows = per_distance.unfold(-1, tk, 1)  # (1, H, Tq, Tk) view, rows in reverse order
+        return windows.index_select(-2, torch.arange(tq - 1, -1, -1, device=device))  # (1, H, Tq, Tk)
 
     def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
         """FlexAttention ``score_mod`` adding this bias: positions looked up per (b, q_idx, kv_idx)."""

@@ -1,6 +1,148 @@
 """Attention backends: eager (the readable reference), sdpa and flex.
 
-Each backend computes softmax(q·kᵀ·scale + logit terms + mask)·v (+ value terms) from the
-same inputs: the per-forward mask description and the encoding's logit terms
-(:mod:`posenc.terms`). The table of backends and the choice among them live here.
+Each backend computes ``softmax(q·kᵀ·scale + logit terms + mask)·v (+ value terms)`` from the
+same inputs: q (B, H, Tq, D), k and v (B, H, Tk, D) (grouped-query heads already repeated),
+the per-forward mask description (:class:`~posenc.masks.AttentionMask`) and the layer's terms
+(:class:`LayerTerms`, built from :mod:`posenc.terms`). A backend is a function with the
+signature of :data:`Backend`; :data:`BACKENDS` is the table, :func:`choose` the one place that
+picks among them:
+
+* ``eager`` — logits, terms, mask and softmax spelled out in float32 or wider; value terms
+  from the probabilities. The reference every other path is tested against.
+* ``sdpa`` — ``F.scaled_dot_product_attention``: plain causal -> ``is_causal``; a bias alone
+  -> the bias with the mask folded in (built once per forward, shared by layers); table, dense
+  and value terms -> :func:`posenc.backends.fused.fused_attention` (blockwise, no (T, T)
+  probabilities kept for backward).
+* ``flex`` — ``torch.nn.attention.flex_attention`` with a ``score_mod`` composed from the
+  terms and the mask's ``BlockMask``: no (Tq, Tk) tensor. It cannot take value terms (it does
+  not return the probabilities) and has no backward on CPU in this torch.
+* ``auto`` — ``flex`` on CUDA when there are logit terms (and no value terms), else ``sdpa``.
+  On CPU compiled flex was measured slower than SDPA with a dense bias
+  (docs/relative_bias.md), so CPU never picks it.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Protocol
+
+import torch
+from torch import Tensor
+
+from ..masks import AttentionMask
+from ..terms import BiasTerm, DenseTerm, TableTerm, Term, ValueTerm
+
+__all__ = ["IMPLS", "BACKENDS", "Backend", "Impl", "LayerTerms", "SharedBias", "choose", "logit_dtype", "run"]
+
+Impl = Literal["eager", "sdpa", "flex", "auto"]
+IMPLS: tuple[str, ...] = ("eager", "sdpa", "flex", "auto")
+
+
+def logit_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Logits and score terms are accumulated in float32 for half types (softmax of bf16
+    logits loses the small differences that carry position) and kept in float64 for float64
+    inputs (a float64 model is a reference: rounding it to float32 costs 1e-7 relative)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+class SharedBias:
+    """A :class:`~posenc.terms.BiasTerm` of one forward with its dense forms, computed on first
+    use and shared by every layer that uses the encoding (the model's context owns it).
+
+    ``dense()``: (B|1, H, Tq, Tk) float32 or wider; ``masked(dtype)``: that in ``dtype`` with
+    -inf where the mask hides a key (SDPA's float ``attn_mask``).
+    """
+
+    def __init__(self, term: BiasTerm, mask: AttentionMask) -> None:
+        self.term, self.mask = term, mask
+        self.q_pos, self.k_pos = mask.q_seq.positions, mask.k_seq.positions
+        self._dense: Tensor | None = None
+        self._masked: dict[torch.dtype, Tensor] = {}
+
+    def dense(self) -> Tensor:
+        if self._dense is None:
+            self._dense = self.term.dense(self.q_pos, self.k_pos)
+        return self._dense
+
+    def masked(self, dtype: torch.dtype) -> Tensor:
+        if dtype not in self._masked:
+            bias, m = self.dense().to(dtype), self.mask.dense()
+            self._masked[dtype] = bias if m is None else bias.masked_fill(~m, float("-inf"))
+        return self._masked[dtype]
+
+
+@dataclass(frozen=True, eq=False)
+class LayerTerms:
+    """What one layer adds to plain attention: a shared bias, logit terms, value terms."""
+
+    q_pos: Tensor  # (B|1, Tq)
+    k_pos: Tensor  # (B|1, Tk)
+    bias: SharedBias | None = None
+    logits: tuple[TableTerm | DenseTerm, ...] = ()
+    values: tuple[ValueTerm, ...] = ()
+
+    @classmethod
+    def of(cls, q_pos: Tensor, k_pos: Tensor, bias: SharedBias | None, terms: list[Term]) -> "LayerTerms":
+        """Sort an encoding's term list into logit and value terms (a BiasTerm is refused here:
+        content-independent biases come once per forward as ``bias``)."""
+        logits, values = [], []
+        for t in terms:
+            if isinstance(t, ValueTerm):
+                values.append(t)
+            elif isinstance(t, (TableTerm, DenseTerm)):
+                logits.append(t)
+            else:
+                raise TypeError(f"terms() must return TableTerm, DenseTerm or ValueTerm objects, got {type(t).__name__}")
+        return cls(q_pos, k_pos, bias, tuple(logits), tuple(values))
+
+    @property
+    def empty(self) -> bool:
+        return self.bias is None and not self.logits and not self.values
+
+    def dense_logits(self) -> Tensor | None:
+        """Bias plus logit terms, dense (B|1, H, Tq, Tk) float32 or wider; None without any."""
+        total = None if self.bias is None else self.bias.dense()
+        for t in self.logits:
+            d = t.dense(self.q_pos, self.k_pos)
+            total = d if total is None else total + d
+        return total
+
+    def tensors(self) -> list[Tensor]:
+        """Every tensor the terms read (to ask whether autograd needs a backward)."""
+        out = [t.table if isinstance(t, TableTerm) else t.logits for t in self.logits]
+        out += [t.values for t in self.values if isinstance(t.values, Tensor)]
+        return out
+
+
+class Backend(Protocol):
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor: ...
+
+
+def needs_grad(q: Tensor, k: Tensor, v: Tensor, terms: LayerTerms) -> bool:
+    """Autograd records this call: some input (or term tensor) requires grad."""
+    if not torch.is_grad_enabled():
+        return False
+    dense_bias = [] if terms.bias is None else [terms.bias.dense()]
+    return any(t.requires_grad for t in (q, k, v, *terms.tensors(), *dense_bias))
+
+
+def choose(impl: str, q: Tensor, terms: LayerTerms) -> str:
+    """The backend for ``impl`` on this call: ``auto`` resolved by device and terms."""
+    if impl != "auto":
+        return impl
+    if q.device.type == "cuda" and (terms.bias is not None or terms.logits) and not terms.values:
+        return "flex"
+    return "sdpa"
+
+
+def run(impl: str, q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
+    """Attention through the backend ``impl`` (one of :data:`IMPLS`): (B, H, Tq, Dv)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}")
+    return BACKENDS[choose(impl, q, terms)](q, k, v, scale=scale, mask=mask, terms=terms)
+
+
+# The submodules import the names above, so the table is filled last.
+from . import eager, flex, sdpa  # noqa: E402
+
+BACKENDS: dict[str, Backend] = {"eager": eager.attention, "sdpa": sdpa.attention, "flex": flex.attention}

@@ -24,9 +24,10 @@ from torch import Tensor
 
 from ..config import EncodingConfig, check_int
 from ..encoding import Dims, PositionalEncoding
+from ..limits import Float32Params
 from ..positions import relative_positions
 from ..registry import register
-from ._bias import toeplitz_bias
+from ..terms import BiasTerm
 
 __all__ = ["AlibiConfig", "ALiBi", "alibi_slopes", "alibi_bias"]
 
@@ -77,22 +78,26 @@ class AlibiConfig(EncodingConfig):
     summary="fixed per-head linear distance penalty -m_h |i - j| on the logits, geometric slopes",
     paper="Press et al. 2022, Train Short, Test Long: Attention with Linear Biases Enables Input Length Extrapolation",
 )
-class ALiBi(PositionalEncoding):
-    """Logit bias ``-m_h * |i - j|`` (or ``-m_h * (i - j)``), slopes from :func:`alibi_slopes`."""
+class ALiBi(Float32Params, PositionalEncoding):
+    """Logit bias ``-m_h * |i - j|`` (or ``-m_h * (i - j)``), slopes from :func:`alibi_slopes`.
+
+    ``slopes``: the H slopes as Python floats; ``slope_table``: the same as a non-persistent
+    float32 buffer (it moves with the model and stays float32 under ``.to(bfloat16)``).
+    """
 
     Config = AlibiConfig
+    float32_params = ("slope_table",)
 
     def __init__(self, config: AlibiConfig, dims: Dims) -> None:
         super().__init__(config, dims)
-        # Plain floats, not a buffer: model.to(bfloat16) must not round the slopes.
         self.slopes = tuple(alibi_slopes(dims.num_heads))
-        self._slope_cache: dict[torch.device, Tensor] = {}
+        self.register_buffer("slope_table", torch.tensor(self.slopes, dtype=torch.float32), persistent=False)
 
-    def _slopes_on(self, device: torch.device) -> Tensor:
-        if device not in self._slope_cache:
-            self._slope_cache[device] = torch.tensor(self.slopes, dtype=torch.float32, device=device)
-        return self._slope_cache[device]
+    def logit_bias(self) -> BiasTerm:
+        slopes, symmetric = self.slope_table, self.config.symmetric
 
-    def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        slopes = self._slopes_on(q_pos.device)
-        return toeplitz_bias(lambda qp, kp: alibi_bias(qp, kp, slopes, self.config.symmetric), q_pos, k_pos)
+        def fn(h: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+            dist = q_pos - k_pos  # exact int64
+            return -slopes[h] * (dist.abs() if symmetric else dist).to(slopes.dtype)
+
+        return BiasTerm(fn, self.dims.num_heads, toeplitz=True)

@@ -33,7 +33,8 @@ from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..positions import relative_positions
 from ..registry import register
-from ._bias import bias_dtype, shared_rows
+from ..terms import BiasTerm
+from ._bias import bias_dtype
 
 __all__ = ["FireConfig", "Fire", "fire_normalized_distance"]
 
@@ -127,17 +128,21 @@ class Fire(Float32Params, PositionalEncoding):
         active = active.to(dtype)
         return knots, (active * w1) @ w2.T, (active * b1) @ w2.T + b2
 
-    def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        q_pos, k_pos = shared_rows(q_pos, k_pos)
+    def logit_bias(self) -> BiasTerm:
         dtype = bias_dtype(*self.parameters())
         c = self.c.to(dtype).abs()
         L = (self.L_multiplier.to(dtype) * self.config.init_L).abs()
-        x = fire_normalized_distance(q_pos, k_pos, c, L, self.config.eps)  # (B, Tq, Tk)
-        # Evaluating the MLP on every pair would build a (B, Tq, Tk, W) hidden tensor (1 GiB
-        # at T = 2048); as a piecewise-linear function it is a lookup and a multiply-add per head.
+        eps = self.config.eps
+        # Evaluating the MLP on every pair would build a (B, Tq, Tk, W) hidden tensor (1 GiB at
+        # T = 2048), and a score_mod cannot reduce over W; as the piecewise-linear function it
+        # is, it is a bucketize, a lookup and a multiply-add per head, pointwise.
         knots, slopes, intercepts = self.mlp_pieces(dtype)
-        piece = torch.searchsorted(knots, x)  # (B, Tq, Tk) in [0, W]
-        table = torch.cat([slopes, intercepts], dim=1).T  # (2H, W+1): one gather for both
-        H = slopes.shape[1]  # named, not -1: with Tq or Tk = 0 the size could not be inferred
-        a, b = table.index_select(1, piece.flatten()).view(2, H, *piece.shape).unbind(0)  # (H, B, Tq, Tk) each
-        return torch.addcmul(b, a, x).transpose(0, 1).contiguous()  # (B, H, Tq, Tk)
+
+        def fn(h: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+            dist = (q_pos - k_pos).abs().to(dtype)
+            i = torch.maximum(q_pos.to(dtype), L)  # the threshold L stretches short prefixes
+            x = torch.log1p(c * dist) / (torch.log1p(c * i) + eps)  # in [0, 1] for keys at or before i
+            piece = torch.bucketize(x, knots)  # knots[piece - 1] < x <= knots[piece]
+            return slopes[piece, h] * x + intercepts[piece, h]
+
+        return BiasTerm(fn, self.dims.num_heads, toeplitz=False)

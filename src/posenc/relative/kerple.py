@@ -29,7 +29,8 @@ from ..encoding import Dims, PositionalEncoding
 from ..positions import relative_positions
 from ..limits import MAX_INIT_STD
 from ..registry import register
-from ._bias import bias_dtype, toeplitz_bias
+from ..terms import BiasTerm
+from ._bias import bias_dtype
 
 __all__ = ["KerpleConfig", "Kerple", "kerple_bias"]
 
@@ -49,7 +50,11 @@ def kerple_bias(q_pos: Tensor, k_pos: Tensor, r1: Tensor, r2: Tensor, variant: s
     """
     check_choice("variant", variant, VARIANTS)
     dist = relative_positions(q_pos, k_pos).abs()[:, None].to(r1.dtype)  # (B, 1, Tq, Tk)
-    r1, r2 = r1[None, :, None, None], r2[None, :, None, None]  # (1, H, 1, 1)
+    return _kernel(dist, r1[None, :, None, None], r2[None, :, None, None], variant)
+
+
+def _kernel(dist: Tensor, r1: Tensor, r2: Tensor, variant: str) -> Tensor:
+    """The kernel of |i - j| (float, broadcasting with r1, r2): pointwise."""
     if variant == "log":
         return -r1 * torch.log1p(r2 * dist)
     # d ** r2 at d = 0 is 0, but its gradient in r2 is 0 * log(0) = nan: take the power of 1
@@ -108,6 +113,11 @@ class Kerple(PositionalEncoding):
         r2 = _clamp_straight_through(self.r2.to(dtype), c.eps, 2.0 if c.variant == "power" else None)
         return r1, r2
 
-    def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def logit_bias(self) -> BiasTerm:
         r1, r2 = self.kernel_parameters()
-        return toeplitz_bias(lambda qp, kp: kerple_bias(qp, kp, r1, r2, self.config.variant), q_pos, k_pos)
+        variant = self.config.variant
+
+        def fn(h: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+            return _kernel((q_pos - k_pos).abs().to(r1.dtype), r1[h], r2[h], variant)
+
+        return BiasTerm(fn, self.dims.num_heads, toeplitz=True)

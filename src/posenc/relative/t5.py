@@ -27,7 +27,8 @@ from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..limits import MAX_DISTANCE, MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..registry import register
-from ._bias import bias_dtype, toeplitz_bias
+from ..terms import BiasTerm
+from ._bias import bias_dtype
 
 __all__ = ["T5Config", "T5RelativeBias", "t5_relative_position_bucket"]
 
@@ -124,14 +125,13 @@ class T5RelativeBias(PositionalEncoding):
         check_table_size("num_buckets", config.num_buckets, dims.num_heads, "num_heads")
         self.table = nn.Parameter(torch.randn(config.num_buckets, dims.num_heads) * config.init_std)
 
-    def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        return toeplitz_bias(self._bias, q_pos, k_pos)
-
-    def _bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def logit_bias(self) -> BiasTerm:
         c = self.config
-        rel = k_pos[:, None, :] - q_pos[:, :, None]  # (B, Tq, Tk): key minus query, T5's sign
-        buckets = t5_relative_position_bucket(rel, c.bidirectional, c.num_buckets, c.max_distance)
         table = self.table.to(bias_dtype(self.table)).t()  # (H, num_buckets)
-        # Gathering rows of the transposed table puts H first: (H, B, Tq, Tk). Swapping H and B
-        # is free for B = 1; fused kernels want a unit-stride last dim either way.
-        return table[:, buckets].transpose(0, 1).contiguous()  # (B, H, Tq, Tk)
+
+        def fn(h: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+            # Key minus query: T5's sign.
+            buckets = t5_relative_position_bucket(k_pos - q_pos, c.bidirectional, c.num_buckets, c.max_distance)
+            return table[h, buckets]
+
+        return BiasTerm(fn, self.dims.num_heads, toeplitz=True)

@@ -1,0 +1,75 @@
+"""FlexAttention (``torch.nn.attention.flex_attention``): terms as a ``score_mod``, the mask as
+a block-sparse ``BlockMask``. No (Tq, Tk) tensor is built: every term's ``score_mod`` reads
+small tensors (bias parameters, (B, H, T, R) tables) by (b, h, q_idx, kv_idx).
+
+Compiled with ``torch.compile`` (once per process, at module level; keyed on nothing the user
+owns) unless :data:`COMPILE` is False, which runs flex's unfused reference implementation
+(tests on CPU use it: compiling costs more than the tests). Refused, with a ``ValueError``
+naming ``impl``: value terms (flex returns no probabilities for Shaw's a^V) and a backward on
+CPU (flex_attention's CPU backward raises NotImplementedError in torch 2.13).
+
+Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..masks import AttentionMask
+from . import LayerTerms, needs_grad
+
+__all__ = ["attention", "COMPILE", "score_mod"]
+
+COMPILE = True  # False: flex's eager (unfused) implementation, for tests on CPU
+_compiled: Callable | None = None
+
+
+def _flex() -> Callable:
+    global _compiled
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not COMPILE:
+        return flex_attention
+    if _compiled is None:
+        _compiled = torch.compile(flex_attention)
+    return _compiled
+
+
+def score_mod(terms: LayerTerms) -> Callable | None:
+    """One ``score_mod`` adding the bias and every logit term; None without terms."""
+    mods = [t.score_mod(terms.q_pos, terms.k_pos) for t in terms.logits]
+    if terms.bias is not None:
+        mods.insert(0, terms.bias.term.score_mod(terms.q_pos, terms.k_pos))
+    if not mods:
+        return None
+
+    def mod(score, b, h, q_idx, kv_idx):
+        for m in mods:
+            score = m(score, b, h, q_idx, kv_idx)
+        return score
+
+    return mod
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
+    """(B, H, Tq, D) with flex_attention."""
+    if terms.values:
+        raise ValueError(
+            "impl='flex' cannot apply value terms (Shaw's use_value): flex_attention does not return "
+            "the attention probabilities they read; use impl='sdpa' (fused), 'eager' or 'auto'"
+        )
+    if q.device.type == "cpu" and needs_grad(q, k, v, terms):
+        raise ValueError(
+            f"impl='flex' has no backward on CPU (torch {torch.__version__}: flex_attention's CPU "
+            "backward raises NotImplementedError); train on CPU with impl='sdpa' or 'auto', or run "
+            "flex under torch.no_grad()"
+        )
+    fn = _flex()
+    with warnings.catch_warnings():
+        # The unfused-implementation warning is expected when COMPILE is False.
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return fn(q, k, v, score_mod=score_mod(terms), block_mask=mask.block_mask(), scale=scale)

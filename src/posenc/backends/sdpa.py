@@ -1,0 +1,81 @@
+"""``torch.nn.functional.scaled_dot_product_attention``, and the fused path for terms.
+
+* no terms: ``is_causal`` when the mask is plain causal, else the bool mask;
+* a content-independent bias alone: the bias with the mask folded in as SDPA's float
+  ``attn_mask`` — built once per forward and shared by every layer (:class:`SharedBias`);
+  plain causal runs in row blocks that skip the keys right of each block
+  (:func:`causal_sdpa_with_bias`);
+* content-dependent logit terms or value terms: :func:`posenc.backends.fused.fused_attention`,
+  which reads the (B, H, T, R) tables by bucket and never keeps (B, H, Tq, Tk) probabilities
+  for backward. Old-style encodings' value terms (no ``values`` tensor, see
+  :func:`posenc.encoding.layer_terms`) take the eager backend.
+
+Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..masks import AttentionMask
+from ..terms import DenseTerm, TableTerm
+from . import LayerTerms, eager
+from .fused import fused_attention
+
+__all__ = ["attention", "causal_sdpa_with_bias"]
+
+
+def causal_sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, masked_bias: Tensor, scale: float, rows: int = 256) -> Tensor:
+    """Causal SDPA (Tq == Tk) whose float ``attn_mask`` (B|1, H, T, T) already holds -inf above the diagonal.
+
+    SDPA cannot combine a float mask with ``is_causal`` (the math backend rejects it), so with
+    the mask alone it computes every query-key block, twice the work of causal attention. Each
+    block of ``rows`` queries attends only to the keys up to its last query instead: the keys
+    left out are all -inf for those queries, so the result is the same, and about half the
+    blocks are skipped.
+    """
+    T = q.shape[2]
+    if T <= rows:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=masked_bias, scale=scale)
+    outs = []
+    for a in range(0, T, rows):
+        z = min(a + rows, T)
+        m = masked_bias[:, :, a:z, :z]  # (B|1, H, z - a, z): a view, no copy
+        outs.append(F.scaled_dot_product_attention(q[:, :, a:z], k[:, :, :z], v[:, :, :z], attn_mask=m, scale=scale))
+    return torch.cat(outs, dim=2)  # (B, H, T, D)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
+    """(B, H, Tq, Dv) with SDPA, or the fused function when there are per-layer terms."""
+    if terms.empty:
+        if mask.plain_causal:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense(), scale=scale)
+    if not terms.logits and not terms.values:
+        masked = terms.bias.masked(q.dtype)  # (B|1, H, Tq, Tk), shared by the layers
+        if mask.plain_causal:
+            return causal_sdpa_with_bias(q, k, v, masked, scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=masked, scale=scale)
+    if any(not isinstance(t.values, Tensor) for t in terms.values):
+        return eager.attention(q, k, v, scale=scale, mask=mask, terms=terms)
+    return _fused(q, k, v, scale, mask, terms)
+
+
+def _fused(q: Tensor, k: Tensor, v: Tensor, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
+    bias = None if terms.bias is None else terms.bias.dense()
+    for t in terms.logits:
+        if isinstance(t, DenseTerm):
+            bias = t.logits if bias is None else bias + t.logits
+    tables = [t for t in terms.logits if isinstance(t, TableTerm)]
+    # Causality as a flag lets the fused function skip key blocks; padding and documents (and
+    # the rows-that-see-nothing rule) come as the dense bool mask.
+    only_causal = mask.causal_only
+    m = None if only_causal else mask.dense()
+    if m is not None:
+        m = m.expand(m.shape[0], 1, mask.tq, mask.tk)  # a padding mask broadcasts over queries
+    return fused_attention(
+        q, k, v, scale=scale, mask=m, causal=only_causal,
+        bias=bias, tables=tables, values=terms.values, q_pos=terms.q_pos, k_pos=terms.k_pos,
+    )
