@@ -101,6 +101,46 @@ def test_capture_reproduces_the_models_attention(model):
         torch.testing.assert_close(logits.softmax(-1), ref[layer], atol=1e-5, rtol=1e-5)
 
 
+_SMALL = dict(vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              max_position_embeddings=64)
+FAMILIES = {
+    "mistral": ("MistralConfig", dict(num_key_value_heads=2, sliding_window=None)),
+    "qwen2": ("Qwen2Config", dict(num_key_value_heads=2)),
+    "qwen3": ("Qwen3Config", dict(num_key_value_heads=2, head_dim=8)),  # q_norm / k_norm before RoPE
+    "gemma": ("GemmaConfig", dict(num_key_value_heads=1, head_dim=8)),
+    "phi3": ("Phi3Config", dict(num_key_value_heads=2, pad_token_id=0)),  # fused qkv_proj
+    "gpt_neox": ("GPTNeoXConfig", dict(rotary_pct=0.5)),  # per-head [q | k | v], partial rotary
+    "gptj": ("GPTJConfig", dict(n_embd=32, n_head=4, n_layer=2, n_positions=64, rotary_dim=4)),  # interleaved
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_capture_in_every_family(family):
+    """Each family's taps, rotated by from_hf's RoPE and scaled by the tap's scale, give the
+    model's own attention probabilities (eager attention)."""
+    from posenc.hf.probe import layer_taps
+
+    cls, extra = FAMILIES[family]
+    kw = dict(_SMALL) if family != "gptj" else dict(vocab_size=260)
+    cfg = getattr(transformers, cls)(**(kw | extra))
+    torch.manual_seed(0)
+    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    ids = _ids(16)
+    got = capture_qk(m, ids, [0, 1])
+    with torch.no_grad():
+        ref = m(input_ids=ids, output_attentions=True).attentions
+    rope = from_hf(m.config)
+    pos = torch.arange(16)[None]
+    taps = layer_taps(m)
+    for layer in (0, 1):
+        q, k = got[layer]
+        qr, kr = rope.rotate(q[None], k[None], pos, pos)
+        kr = kr.repeat_interleave(q.shape[0] // k.shape[0], dim=1)
+        logits = qr @ kr.transpose(-1, -2) * taps[layer].scale
+        logits = logits.masked_fill(torch.ones(16, 16, dtype=torch.bool).triu(1), float("-inf"))
+        torch.testing.assert_close(logits.softmax(-1), ref[layer].float(), atol=1e-5, rtol=1e-4)
+
+
 def test_score_curve_equals_the_slow_explicit_loop(model):
     """full, high and low curves against the explicit-matrix reference with transformers'
     inv_freq; high + low + unrotated = full."""

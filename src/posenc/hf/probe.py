@@ -10,7 +10,8 @@ logit against d. Here:
    ``q_proj``/``k_proj``, or of ``q_norm``/``k_norm`` where the family normalises per head,
    Qwen 3 / Gemma 3). Pre-rotation, so posenc's RoPE from :func:`posenc.rotary.from_hf` can
    place them at any distance, with any base or scaling, without running the model again;
-   the forward stops after the last chosen layer.
+   the forward stops after the last chosen layer (:func:`layer_taps`: Llama, Mistral, Qwen 2/3,
+   Gemma, Phi-3, GPT-NeoX, GPT-J).
 2. Notation: q_t (H, D), k_t (Hkv, D) at tokens t = 1..T-1 (token 0, often BOS, an
    attention sink with outsized keys, is left out); R(d) rotates each pair j by d * theta_j
    (and scales by the scaling's attention factor). The curve of head h is
@@ -47,7 +48,8 @@ from .checkpoint import DTYPES, check_fits, load_model, load_tokenizer, open_che
 __all__ = [
     "PROBE_SCALINGS",
     "ProbeSettings",
-    "attention_modules",
+    "QKTaps",
+    "layer_taps",
     "capture_qk",
     "probe",
     "probe_text_ids",
@@ -135,17 +137,79 @@ def probe_text_ids(tokenizer: Any, text: str | Path | None, tokens: int) -> list
 # --------------------------------------------------------------------------- capture
 
 
-def attention_modules(model: Any) -> list[Any]:
-    """The self-attention module of every decoder layer of a Llama-style transformers model
-    (``model.model.layers[i].self_attn`` with ``q_proj`` and ``k_proj``)."""
+@dataclass(frozen=True)
+class QKTaps:
+    """Where one decoder layer's pre-rotation q and k can be read.
+
+    ``taps``: (module, split) pairs; a forward hook on ``module`` passes its output to
+    ``split``, which returns ``{"q": (H, T, D)}``, ``{"k": (Hkv, T, D)}`` or both.
+    ``scale``: the layer's logit scale (1/sqrt(D), Gemma's query_pre_attn_scalar^-1/2, ...).
+    """
+
+    taps: tuple[tuple[Any, Any], ...]
+    scale: float
+
+
+def _heads(x: Tensor, n: int, d: int) -> Tensor:
+    """(1, T, n*d) or (1, T, n, d) -> (n, T, d), float32."""
+    return x.float().reshape(x.shape[0], x.shape[1], n, d)[0].transpose(0, 1).contiguous()
+
+
+def layer_taps(model: Any) -> list[QKTaps]:
+    """One :class:`QKTaps` per decoder layer of a transformers causal LM:
+
+    * Llama, Mistral, Qwen 2/3, Gemma (``model.layers[i].self_attn``): ``q_proj``/``k_proj``,
+      or ``q_norm``/``k_norm`` where RoPE follows a per-head norm (Qwen 3);
+    * Phi-3: the fused ``qkv_proj`` (q, then k, then v);
+    * GPT-NeoX: ``query_key_value``, per head [q | k | v];
+    * GPT-J (``transformer.h[i].attn``): ``q_proj``/``k_proj``, logits divided by sqrt(D).
+    """
+    cfg = model.config
+    H = cfg.num_attention_heads
+    Hkv = getattr(cfg, "num_key_value_heads", None) or H
+    out = []
     body = getattr(model, "model", None)
-    layers = getattr(body, "layers", None)
-    if layers is None or not all(hasattr(getattr(layer, "self_attn", None), "q_proj") for layer in layers):
-        raise ValueError(
-            f"{type(model).__name__} is not a Llama-style decoder (model.layers[i].self_attn.q_proj/k_proj); "
-            "the probe reads Llama, Mistral, Qwen2/3, Gemma and Phi-3-style checkpoints with separate q/k projections"
-        )
-    return [layer.self_attn for layer in layers]
+    if body is not None and hasattr(body, "layers") and all(hasattr(x, "self_attn") for x in body.layers):
+        for layer in body.layers:
+            a = layer.self_attn
+            d = a.head_dim
+            scale = float(getattr(a, "scaling", d**-0.5))
+            if hasattr(a, "qkv_proj"):  # Phi-3
+                split = lambda o, d=d: {"q": _heads(o[..., : H * d], H, d), "k": _heads(o[..., H * d : (H + Hkv) * d], Hkv, d)}
+                out.append(QKTaps(((a.qkv_proj, split),), scale))
+            elif hasattr(a, "q_proj") and hasattr(a, "k_proj"):
+                qm = getattr(a, "q_norm", None) or a.q_proj
+                km = getattr(a, "k_norm", None) or a.k_proj
+                out.append(QKTaps(((qm, lambda o, d=d: {"q": _heads(o, H, d)}), (km, lambda o, d=d: {"k": _heads(o, Hkv, d)})),
+                                  scale))
+            else:
+                break
+        else:
+            return out
+    neox = getattr(model, "gpt_neox", None)
+    if neox is not None:
+        for layer in neox.layers:
+            a = layer.attention
+            d = a.head_size
+
+            def split(o, d=d):
+                q, k, _ = o.reshape(o.shape[0], o.shape[1], H, 3 * d).chunk(3, dim=-1)  # per head [q | k | v]
+                return {"q": _heads(q, H, d), "k": _heads(k, H, d)}
+
+            out.append(QKTaps(((a.query_key_value, split),), float(getattr(a, "scaling", d**-0.5))))
+        return out
+    gptj = getattr(model, "transformer", None)
+    if gptj is not None and hasattr(gptj, "h") and all(hasattr(b.attn, "q_proj") for b in gptj.h):
+        for block in gptj.h:
+            a = block.attn
+            d = a.head_dim
+            out.append(QKTaps(((a.q_proj, lambda o, d=d: {"q": _heads(o, H, d)}),
+                               (a.k_proj, lambda o, d=d: {"k": _heads(o, H, d)})), float(1.0 / a.scale_attn)))
+        return out
+    raise ValueError(
+        f"{type(model).__name__} ({getattr(cfg, 'model_type', None)!r}) has no q/k projections the probe knows; "
+        "it reads Llama, Mistral, Qwen2/3, Gemma, Phi-3, GPT-NeoX and GPT-J-style checkpoints"
+    )
 
 
 class _Stop(Exception):
@@ -154,34 +218,28 @@ class _Stop(Exception):
 
 @torch.no_grad()
 def capture_qk(model: Any, input_ids: Tensor, layers: Sequence[int]) -> dict[int, tuple[Tensor, Tensor]]:
-    """Pre-rotation q (H, T, D) and k (Hkv, T, D), float32, of ``layers`` on ``input_ids`` (1, T).
-
-    Hooks sit on ``q_norm``/``k_norm`` where the attention has them (applied per head before
-    RoPE), else on ``q_proj``/``k_proj``. The forward stops after the last layer's k.
-    """
-    attns = attention_modules(model)
+    """Pre-rotation q (H, T, D) and k (Hkv, T, D), float32, of ``layers`` on ``input_ids`` (1, T)
+    (see :func:`layer_taps` for where they are read). The forward stops once the last one is in."""
+    taps = layer_taps(model)
     for layer in layers:
-        if not 0 <= layer < len(attns):
-            raise ValueError(f"--layer must be in [0, {len(attns) - 1}] (the model has {len(attns)} layers), got {layer}")
-    last = max(layers)
+        if not 0 <= layer < len(taps):
+            raise ValueError(f"--layer must be in [0, {len(taps) - 1}] (the model has {len(taps)} layers), got {layer}")
+    want = {(layer, w) for layer in layers for w in ("q", "k")}
     found: dict[tuple[int, str], Tensor] = {}
     handles = []
 
-    def hook(layer: int, which: str, head_dim: int):
-        def fn(module, args, out):
-            x = out.float()  # (1, T, H*D) from a projection or (1, T, H, D) from a norm
-            found[(layer, which)] = x.reshape(x.shape[0], x.shape[1], -1, head_dim)[0].transpose(0, 1).contiguous()
-            if layer == last and which == "k":
+    def hook(layer: int, split):
+        def fn(module, args, output):
+            for which, x in split(output).items():
+                found[(layer, which)] = x
+            if want <= found.keys():
                 raise _Stop
         return fn
 
     try:
         for layer in set(layers):
-            a = attns[layer]
-            d = a.head_dim
-            for which in ("q", "k"):
-                m = getattr(a, f"{which}_norm", None) or getattr(a, f"{which}_proj")
-                handles.append(m.register_forward_hook(hook(layer, which, d)))
+            for module, split in taps[layer].taps:
+                handles.append(module.register_forward_hook(hook(layer, split)))
         try:
             model(input_ids=input_ids, use_cache=False)
         except _Stop:
@@ -322,7 +380,7 @@ def probe(
     ids = probe_text_ids(tokenizer, text, s.tokens)
     if model is None:
         model = load_model(ckpt, DTYPES[s.dtype])
-    attns = attention_modules(model)
+    taps = layer_taps(model)
     captured = capture_qk(model, torch.tensor([ids]), s.layers)
 
     max_d = math.ceil(s.extend * L)
@@ -341,8 +399,7 @@ def probe(
     bar = tqdm(total=len(s.layers) * len(ropes), desc="probe", unit="curve", disable=not progress, leave=False)
     for layer in s.layers:
         q, k = captured[layer]
-        scale = getattr(attns[layer], "scaling", None)
-        scale = float(scale) if isinstance(scale, (int, float)) else q.shape[-1] ** -0.5
+        scale = taps[layer].scale
         curves = {}
         for name, vr in ropes.items():
             c = score_curves(q, k, vr, distances, scale, halves)
