@@ -138,6 +138,7 @@ def posenc_probs(model, encs, hidden, i):
     att = model.encoder.layer[i].attention.self
     layer = torch.nn.Module()  # share_att_key: the table is projected by the layer's own q/k
     layer.q_proj, layer.k_proj = att.query_proj, att.key_proj
+    layer.num_heads, layer.num_kv_heads, layer.head_dim = H, H, D  # as posenc's Attention names them
     B, T, _ = hidden.shape
     q = att.query_proj(hidden).view(B, T, H, D).transpose(1, 2)
     k = att.key_proj(hidden).view(B, T, H, D).transpose(1, 2)

@@ -10,7 +10,7 @@ encoding module per attention layer, in layer order, holding that layer's weight
   ``"relative_key_query"`` (Huang et al. 2020). Each layer's ``distance_embedding.weight``
   ((2P - 1, D), P = ``max_position_embeddings``, row d + P - 1 for the query-minus-key
   distance d) becomes the ``weight`` of a posenc :class:`~posenc.relative.RelativeKey` /
-  ``RelativeKeyQuery`` with ``max_distance = P - 1``: the same rows in the same order.
+  ``RelativeKeyQuery`` with ``clip = P - 1``: the same rows in the same order.
   transformers 5 dropped these types from ``BertModel`` (a v5 model ignores the weights), so
   the checkpoints are read as files or state dicts; a transformers-4 model works too.
 * :func:`relative_from_deberta`: DeBERTa-v2/v3 (``model_type`` ``"deberta-v2"``) with
@@ -164,7 +164,7 @@ def relative_from_bert(source: Any, *, config: Any = None) -> list[PositionalEnc
     out = []
     for index in sorted(layers):
         key, weight = layers[index]
-        enc = build(_BERT_TYPES[kind], d_model=hidden, num_heads=heads, max_distance=P - 1)
+        enc = build(_BERT_TYPES[kind], d_model=hidden, num_heads=heads, clip=P - 1)
         _load(enc, "weight", weight, key)
         out.append(enc)
     if sorted(layers) != list(range(len(layers))):

@@ -1,0 +1,128 @@
+"""``posenc.hf.patch_model`` / ``unpatch_model`` and the BERT / DeBERTa loaders on bad models,
+arguments and checkpoints (issue 13). The models are tiny random-init transformers models
+(transformers is the optional extra ``posenc[hf]``, imported only when a case runs)."""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+
+from . import Case
+
+A = "hf patch"
+
+
+def _llama():
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+        max_position_embeddings=16)).eval()
+
+
+def _patch(*args, **kw):
+    from posenc.hf import patch_model
+
+    return patch_model(*args, **kw)
+
+
+def _gpt2():
+    import transformers
+
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2))
+
+
+def _phi():
+    import transformers
+
+    return transformers.PhiForCausalLM(transformers.PhiConfig(
+        vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
+
+
+def _interleaved_rope():
+    from posenc.encoding import Dims
+    from posenc.rotary import RotaryConfig, RotaryEmbedding
+
+    return RotaryEmbedding(RotaryConfig(layout="interleaved"), Dims(d_model=16, num_heads=2, head_dim=8))
+
+
+def _unpatch_unpatched() -> str:
+    from posenc.hf import unpatch_model
+
+    return f"unpatch_model on a model never patched returns {unpatch_model(_llama())}"
+
+
+def _repatch() -> str:
+    from posenc.hf import patch_model, patched_rope
+
+    model = _llama()
+    patch_model(model, scaling="yarn", factor=4.0)
+    rope = patch_model(model, base=500000.0)
+    return (f"patch_model twice: the second replaces the first (scaling={rope.config.scaling!r}, "
+            f"base={rope.config.base:g}, in use: {patched_rope(model) is rope})")
+
+
+def _deberta_cfg(**over):
+    cfg = dict(model_type="deberta-v2", hidden_size=16, num_attention_heads=2, num_hidden_layers=1,
+               relative_attention=True, pos_att_type=["c2p", "p2c"], position_buckets=4, max_relative_positions=8)
+    return cfg | over
+
+
+def _loader(name: str, *args, **kw):
+    from posenc import hf
+
+    return getattr(hf, name)(*args, **kw)
+
+
+def _empty_folder():
+    with tempfile.TemporaryDirectory() as d:
+        return _loader("relative_from_bert", d)
+
+
+_BERT = dict(position_embedding_type="relative_key", hidden_size=16, num_attention_heads=2,
+             max_position_embeddings=8)
+
+CASES = [
+    Case(A, "patch_model on something that is not a transformers model",
+         r"model must be a transformers PreTrainedModel .*got Linear",
+         run=lambda: _patch(torch.nn.Linear(2, 2)), error=TypeError),
+    Case(A, "patch_model on a model without RoPE (GPT-2)",
+         r"model_type 'gpt2' has no rotary embeddings .*supports: llama, mistral, qwen2, qwen3, gemma, phi3, "
+         r"gpt_neox, gptj", run=lambda: _patch(_gpt2())),
+    Case(A, "patch_model on a RoPE model type it does not support (phi)",
+         r"model_type must be one of llama, .*, gptj for patch_model; got 'phi'", run=lambda: _patch(_phi())),
+    Case(A, "patch_model scaling='linear', factor=0.5", r"factor must be in \[1.0, inf\), got 0.5",
+         run=lambda: _patch(_llama(), scaling="linear", factor=0.5)),
+    Case(A, "patch_model with a misspelled scaling parameter", r"unknown parameter\(s\) 'fctor'",
+         run=lambda: _patch(_llama(), scaling="linear", fctor=2.0), error=TypeError),
+    Case(A, "patch_model scaling='nope'", r"nope", run=lambda: _patch(_llama(), scaling="nope")),
+    Case(A, "patch_model with a rope of another layout than the checkpoint's",
+         r"rope.layout must be 'half', the checkpoint's \(model_type 'llama'\); got 'interleaved'",
+         run=lambda: _patch(_llama(), _interleaved_rope())),
+    Case(A, "patch_model with rope='yarn' (a string, not a module)", r"rope must be a posenc RotaryEmbedding .*got str",
+         run=lambda: _patch(_llama(), "yarn"), error=TypeError),
+    Case(A, "unpatch_model on a model that was never patched", r"returns False", run=_unpatch_unpatched, error=None),
+    Case(A, "patch_model called again on a patched model", r"second replaces the first \(scaling='default', "
+         r"base=500000, in use: True\)", run=_repatch, error=None),
+    Case(A, "relative_from_bert on a checkpoint with absolute positions",
+         r"position_embedding_type must be one of 'relative_key', 'relative_key_query' for relative_from_bert; "
+         r"got 'absolute'", run=lambda: _loader("relative_from_bert", {}, config=_BERT | {
+             "position_embedding_type": "absolute"})),
+    Case(A, "relative_from_bert with a distance table of the wrong size",
+         r"distance_embedding.weight must have shape \(15, 8\) for this config, got \(9, 8\)",
+         run=lambda: _loader("relative_from_bert", {"encoder.layer.0.attention.self.distance_embedding.weight":
+                                                    torch.zeros(9, 8)}, config=_BERT)),
+    Case(A, "relative_from_bert on a folder without config.json", r"has no config.json", run=_empty_folder),
+    Case(A, "relative_from_bert on a state dict without config", r"config is needed with a state dict",
+         run=lambda: _loader("relative_from_bert", {})),
+    Case(A, "relative_from_deberta without relative_attention", r"config\['relative_attention'\] must be true",
+         run=lambda: _loader("relative_from_deberta", {}, config=_deberta_cfg(relative_attention=False))),
+    Case(A, "relative_from_deberta with pos_att_type ['c2c']",
+         r"pos_att_type'\] entries must be 'c2p' or 'p2c'; got \['c2c'\]",
+         run=lambda: _loader("relative_from_deberta", {}, config=_deberta_cfg(pos_att_type=["c2c"]))),
+    Case(A, "relative_from_deberta on a state dict without rel_embeddings",
+         r"expected one encoder.rel_embeddings.weight in the source, found 0",
+         run=lambda: _loader("relative_from_deberta", {}, config=_deberta_cfg())),
+]
