@@ -9,6 +9,8 @@ static NTK as a plain base).
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -307,3 +309,15 @@ def test_posenc_rotary_is_a_drop_in_for_transformers_module():
         assert a.shape == b.shape and a.dtype == b.dtype
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     assert math.isclose(ours.rope.attention_factor, hf_rotary.attention_scaling)
+
+
+def test_docs_hf_example_runs(saved):
+    """docs/hf.md's first example, on a tiny saved checkpoint in place of its placeholder path."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "hf.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks and "path/to/checkpoint" in blocks[0]
+    namespace: dict = {}
+    exec(compile(blocks[0].replace("path/to/checkpoint", str(saved / "llama")), "docs/hf.md", "exec"), namespace)
+    model = namespace["model"]
+    assert type(model.base_model.rotary_emb).__name__ == "LlamaRotaryEmbedding"  # unpatched at the end
+    assert patched_rope(model) is None
