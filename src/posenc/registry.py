@@ -32,8 +32,11 @@ class EncodingInfo:
 
     @property
     def config_keys(self) -> tuple[str, ...]:
-        """The parameters the encoding's config takes, in declaration order."""
-        return tuple(field_types(self.config_cls))
+        """The parameters the encoding's config takes, in declaration order: its dataclass
+        fields, or what its ``config_keys()`` classmethod lists when it has one (RoPE: its
+        fields and every registered scaling's parameters)."""
+        own = getattr(self.config_cls, "config_keys", None)
+        return tuple(own()) if callable(own) else tuple(field_types(self.config_cls))
 
     def make_config(self, config: Mapping[str, Any]) -> EncodingConfig:
         """The encoding's typed config from a mapping of parameters.
@@ -49,6 +52,11 @@ class EncodingInfo:
         for k in config:
             if not isinstance(k, str):
                 raise TypeError(f"config keys of encoding {self.name!r} must be str, got {type(k).__name__} {k!r}")
+        renamed = getattr(self.config_cls, "RENAMED", {})  # a config's old field names -> new
+        for k in config:
+            if k in renamed:
+                raise TypeError(f"config key {k!r} of encoding {self.name!r} was renamed to {renamed[k]!r}: "
+                                f"pass {renamed[k]}={config[k]!r}")
         unknown = [k for k in config if k not in keys]
         if unknown:
             valid = ", ".join(keys) if keys else "none (it takes no parameters)"

@@ -39,7 +39,7 @@ CASES = [
          run=lambda: _build("shaw", use_key="no"), error=TypeError),
     Case(A, "deberta c2p='no'", r"^c2p must be a bool, got str 'no'$",
          run=lambda: _build("deberta", c2p="no"), error=TypeError),
-    Case(A, "rope yarn truncate=1 (an int for a bool)", r"^truncate must be a bool or None, got int 1$",
+    Case(A, "rope yarn truncate=1 (an int for a bool)", r"^truncate must be a bool, got int 1$",
          run=lambda: _build("rope", scaling="yarn", factor=2.0, original_max_position_embeddings=64, truncate=1),
          error=TypeError),
     # int and float fields
@@ -73,7 +73,7 @@ CASES = [
          run=lambda: preset("tiny", foo=1), error=TypeError),
     # unknown keys
     Case(A, "build('rope', ..., foo=1) (an unknown config key)",
-         r"^unknown config key 'foo' for encoding 'rope'; valid keys: base, rotary_dim, .*kernel$",
+         r"^unknown config key 'foo' for encoding 'rope'; valid keys: base, rotary_dim, .*kernel, factor, .*long_factor$",
          run=lambda: _build("rope", foo=1), error=TypeError),
     Case(A, "ModelConfig(encoding='rope', encoding_config={'foo': 1})",
          r"^encoding_config: unknown config key 'foo' for encoding 'rope'; valid keys: base, ",

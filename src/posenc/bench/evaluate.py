@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import math
 import sys
+from collections.abc import Mapping
 from typing import Iterator
 
 import torch
@@ -33,13 +34,30 @@ from .tasks import Task
 
 __all__ = ["exact_match", "perplexity", "scaled_copies", "SCALINGS", "has_rope_scaling"]
 
-# rope_type -> the parameters it takes (factor = evaluation length / training length).
-SCALINGS: dict[str, tuple[str, ...]] = {
-    "linear": ("factor",),
-    "ntk": ("factor",),
-    "dynamic": ("factor", "original_max_position_embeddings"),
-    "yarn": ("factor", "original_max_position_embeddings"),
-}
+
+class _TrainingFree(Mapping):
+    """rope type -> ``fn(factor, original) -> parameters``: the training-free RoPE scalings, read
+    live from each scaling's ``extension`` rule in :data:`posenc.rotary.SCALINGS` (one entry
+    per scaling: a newly registered one with an extension rule is evaluated too)."""
+
+    def __getitem__(self, name: str):
+        from ..rotary.scaling import SCALINGS as _ALL
+
+        entry = _ALL[name]
+        if entry.extension is None:
+            raise KeyError(name)
+        return entry.extension
+
+    def __iter__(self):
+        from ..rotary.scaling import list_scalings
+
+        return iter(list_scalings(training_free=True))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+SCALINGS: Mapping = _TrainingFree()
 
 
 @torch.no_grad()
@@ -111,11 +129,9 @@ def scaled_copies(
     if not has_rope_scaling(model):
         return
     for rope_type in types:
-        # dynamic NTK rescales by the current length n itself (s' = s * n / L - (s - 1)), so
-        # s = 1 gives exactly n / L at every length; the static types take s = E / L.
-        s = 1.0 if rope_type == "dynamic" else float(factor)
-        params = {"factor": s, "original_max_position_embeddings": int(original_length)}
-        params = {k: params[k] for k in SCALINGS[rope_type]}
+        # Each scaling's own rule (posenc.rotary.scaling): e.g. dynamic NTK takes s = 1, as it
+        # rescales by the running length itself; the static types s = E / L.
+        params = SCALINGS[rope_type](float(factor), int(original_length))
         scaled = copy.deepcopy(model)
         try:
             for m in scaled.modules():

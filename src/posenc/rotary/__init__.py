@@ -1,18 +1,25 @@
 """The rotary family: RoPE and xPos (the ``rotate`` hook). Importing it registers both.
 
-* :mod:`.scaling` — ``ROPE_SCALINGS``, the registry of frequency scalings (pure functions);
+* :mod:`.scaling` — ``SCALINGS``, one :class:`Scaling` entry per frequency scaling (typed
+  config, pure function, transformers spelling); ``ROPE_SCALINGS`` / ``SCALING_CONFIGS`` are views;
 * :mod:`.functional` — kernels, cos/sin tables, layout conversion;
 * :mod:`.rope` — :class:`RotaryEmbedding` (``rope``); :mod:`.xpos` — :class:`XPos` (``xpos``);
-* :mod:`.hf` — :func:`from_hf`, a RoPE module from a Hugging Face config dict.
+* :mod:`.hf` — :func:`from_hf`, a RoPE module from a Hugging Face config; :func:`to_hf`, back.
 """
 
 from . import rope, xpos  # noqa: F401  (registers the encodings)
 from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary, apply_rotary_qk, convert_qk_layout
-from .hf import from_hf
+from .hf import from_hf, to_hf
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling import (
     ROPE_SCALINGS,
     SCALING_CONFIGS,
+    SCALINGS,
+    HFSpec,
+    Scaling,
+    ScalingConfig,
+    list_scalings,
+    register_scaling,
     DefaultScaling,
     DynamicNTKScaling,
     LinearScaling,
@@ -31,6 +38,13 @@ __all__ = [
     "LAYOUTS",
     "ROPE_SCALINGS",
     "SCALING_CONFIGS",
+    "SCALINGS",
+    "HFSpec",
+    "Scaling",
+    "ScalingConfig",
+    "list_scalings",
+    "register_scaling",
+    "to_hf",
     "DefaultScaling",
     "DynamicNTKScaling",
     "LinearScaling",

@@ -51,34 +51,31 @@ not of RoPE. DeepSeek's interleaved rotation in transformers returns the pairs d
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..config import check_even, check_int, check_positive, check_range
+from ..config import check_even, check_int, check_positive, check_range, check_value, field_types
 from ..encoding import Dims
 from .rope import RotaryConfig, RotaryEmbedding
+from .scaling import SCALINGS, Scaling
 
-__all__ = ["from_hf", "HF_ROPE_KEYS", "HF_READINGS", "HFReading"]
+__all__ = ["from_hf", "to_hf", "HF_READINGS", "HFReading", "hf_rope_keys"]
 
-_COMMON = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
-#: the keys each supported rope type may have in ``rope_scaling`` / ``rope_parameters``.
-HF_ROPE_KEYS: dict[str, set[str]] = {
-    "default": _COMMON,
-    "linear": _COMMON | {"factor"},
-    "dynamic": _COMMON | {"factor"},
-    "yarn": _COMMON
-    | {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
-       "mscale_all_dim", "truncate"},
-    "longrope": _COMMON | {"short_factor", "long_factor", "original_max_position_embeddings", "factor", "attention_factor"},
-    "llama3": _COMMON | {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"},
-}
-_REQUIRED = {
-    "linear": ("factor",),
-    "dynamic": ("factor",),
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
-    "longrope": ("short_factor", "long_factor"),
-}
-_USES_ORIGINAL = ("llama3", "yarn", "longrope")  # types that read the trained length L
+_COMMON = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+_ORIGINAL = "original_max_position_embeddings"
+
+
+def _hf_entries() -> dict[str, Scaling]:
+    """transformers' rope_type -> the posenc scaling that reads it (every entry with an HFSpec)."""
+    return {e.hf.rope_type: e for e in SCALINGS.values() if e.hf is not None}
+
+
+def hf_rope_keys(rope_type: str) -> set[str]:
+    """The keys a rope dict of transformers' ``rope_type`` may hold, from the scaling's entry:
+    the common ones and the HF key of each parameter not read from the config's top level."""
+    entry = _hf_entries()[rope_type]
+    return set(_COMMON) | {entry.hf.key(p) for p in entry.params if p not in entry.hf.top_level}
 
 
 @dataclass(frozen=True)
@@ -93,18 +90,29 @@ class HFReading:
         base_key: the top-level key of the base; None: fixed at 10000 (GPT-J).
         layout: ``"half"``, ``"interleaved"``, or ``"rope_interleave"`` (read that bool key,
             default true: interleaved).
-        rope_types: the rope types the family supports; ("default",): no rope dict at all.
+        rope_types: transformers' rope types the family supports; None: every registered
+            scaling with an HF spelling; ("default",): no rope dict at all.
         aliases: legacy rope type names -> rope type.
         keys: other top-level rope keys the family reads.
+        per_layer: ``(layer type, top-level theta key, default theta)`` for families whose
+            Hub config.json gives one theta per layer type at the top level (Gemma 3, ModernBERT);
+            transformers 5 nests them as ``rope_parameters[layer_type]``.
+        scaled_layers: the layer types a flat ``rope_scaling`` applies to (per_layer families).
     """
 
     width_key: str | None = None
     width_default: float = 1.0
     base_key: str | None = "rope_theta"
     layout: str = "half"
-    rope_types: tuple[str, ...] = tuple(HF_ROPE_KEYS)
+    rope_types: tuple[str, ...] | None = None
     aliases: Mapping[str, str] = field(default_factory=dict)
     keys: frozenset[str] = frozenset()
+    per_layer: tuple[tuple[str, str, float], ...] = ()
+    scaled_layers: tuple[str, ...] = ()
+
+    def types(self) -> tuple[str, ...]:
+        """transformers' rope types this family reads."""
+        return tuple(_hf_entries()) if self.rope_types is None else self.rope_types
 
     def understood(self) -> set[str]:
         """The top-level rope keys this reading uses."""
@@ -113,7 +121,7 @@ class HFReading:
         out |= {"rope_interleave"} if self.layout == "rope_interleave" else set()
         if self.rope_types != ("default",):
             out |= {"rope_scaling", "rope_parameters"}
-        return out | set(self.keys)
+        return out | set(self.keys) | {key for _, key, _ in self.per_layer}
 
 
 _FULL = HFReading()  # Llama-like: the whole head, rope_theta, half layout, every scaling
@@ -126,7 +134,14 @@ HF_READINGS: dict[str | None, HFReading] = {
     "qwen3": _FULL,
     "gemma": _FULL,
     "gemma2": _FULL,
-    "gemma3_text": HFReading(keys=frozenset({"rope_local_base_freq"})),
+    # Gemma3TextConfig.default_theta; on the Hub rope_scaling applies to the global layers only.
+    "gemma3_text": HFReading(per_layer=(("full_attention", "rope_theta", 1_000_000.0),
+                                        ("sliding_attention", "rope_local_base_freq", 10_000.0)),
+                             scaled_layers=("full_attention",)),
+    # ModernBertConfig.default_theta and convert_rope_params_to_dict: rope_scaling applies to both.
+    "modernbert": HFReading(per_layer=(("full_attention", "global_rope_theta", 160_000.0),
+                                       ("sliding_attention", "local_rope_theta", 10_000.0)),
+                            scaled_layers=("full_attention", "sliding_attention")),
     "phi": HFReading(width_key="partial_rotary_factor", width_default=0.5),
     "stablelm": HFReading(width_key="partial_rotary_factor", width_default=0.25),
     "phi3": HFReading(width_key="partial_rotary_factor", rope_types=("default", "longrope"),
@@ -138,8 +153,7 @@ HF_READINGS: dict[str | None, HFReading] = {
 }
 # Top-level keys some family reads for its RoPE: in a family that does not read them they
 # are an error, like any key whose name mentions rope or rotary.
-_ROPE_KEYS = {"original_max_position_embeddings"} | set().union(*(r.understood() for r in HF_READINGS.values()))
-_GEMMA3_THETA = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}  # Gemma3TextConfig.default_theta
+_ROPE_KEYS = {_ORIGINAL} | set().union(*(r.understood() for r in HF_READINGS.values()))
 _ABSENT = object()
 
 
@@ -185,8 +199,9 @@ def _rope_dict(config: dict, model_type: str | None, layer_type: str | None) -> 
     params = scaling or parameters or {}
     if not isinstance(params, dict):
         raise TypeError(f"{where} must be a dict, got {type(params).__name__} {params!r}")
-    if model_type == "gemma3_text":
-        params, where = _gemma3_nested(config, params, where)
+    reading = HF_READINGS[model_type]
+    if reading.per_layer:
+        params, where = _nest_per_layer(config, params, where, reading)
     if any(isinstance(v, dict) for v in params.values()):  # keyed by layer type (None: a layer without RoPE)
         nested = sorted(params)
         plain = [k for k, v in params.items() if not isinstance(v, dict) and v is not None]
@@ -211,28 +226,34 @@ def _rope_dict(config: dict, model_type: str | None, layer_type: str | None) -> 
     return params, where
 
 
-def _gemma3_nested(config: dict, params: dict, where: str) -> tuple[dict, str]:
-    """Gemma 3's rope dict per layer type. On the Hub: ``rope_theta`` and ``rope_scaling`` for the
-    global layers, ``rope_local_base_freq`` for the sliding ones
-    (``Gemma3TextConfig.convert_rope_params_to_dict``); transformers 5 writes the nested form."""
+def _nest_per_layer(config: dict, params: dict, where: str, reading: HFReading) -> tuple[dict, str]:
+    """The rope dict per layer type of a family with one theta per layer type (Gemma 3, ModernBERT).
+
+    On the Hub their config.json has top-level thetas (``rope_theta`` / ``rope_local_base_freq``,
+    ``global_rope_theta`` / ``local_rope_theta``) and a flat ``rope_scaling``; transformers 5
+    writes the nested form (``convert_rope_params_to_dict`` of each config class). Top-level
+    thetas are consumed here; beside a nested dict they must agree with it."""
     if any(isinstance(v, dict) for v in params.values()):  # already nested
-        for key, layer in (("rope_theta", "full_attention"), ("rope_local_base_freq", "sliding_attention")):
+        for layer, key, _ in reading.per_layer:
             if key in config and isinstance(params.get(layer), dict):
                 _pick(config, key, params[layer], "rope_theta", f"{where}[{layer!r}]")  # must agree
                 config.pop(key)
         return params, where
-    full = dict(params)
-    theta, _ = _pick(config, "rope_theta", full, "rope_theta", where, _GEMMA3_THETA["full_attention"])
-    full["rope_theta"] = theta
-    local = config.pop("rope_local_base_freq", _GEMMA3_THETA["sliding_attention"])
-    config.pop("rope_theta", None)  # consumed: now inside the per-layer-type dicts
-    return {"full_attention": full, "sliding_attention": {"rope_type": "default", "rope_theta": local}}, where
+    nested = {}
+    for layer, key, default in reading.per_layer:
+        layer_params = dict(params) if layer in reading.scaled_layers else {"rope_type": "default"}
+        theta, _ = _pick(config, key, layer_params, "rope_theta", where, default)
+        nested[layer] = layer_params | {"rope_theta": theta}
+    for _, key, _ in reading.per_layer:
+        config.pop(key, None)  # consumed: now inside the per-layer-type dicts
+    return nested, where
 
 
-def _check_top_level_keys(config: dict, reading: HFReading, model_type: str | None, rope_type: str) -> None:
-    understood = reading.understood()
-    if rope_type in _USES_ORIGINAL:
-        understood = understood | {"original_max_position_embeddings"}
+def _check_top_level_keys(config: dict, reading: HFReading, model_type: str | None, entry: Scaling) -> None:
+    understood = reading.understood() | set(entry.hf.top_level.values())
+    if any(entry.hf.key(p) == _ORIGINAL for p in entry.params if p not in entry.hf.top_level):
+        understood = understood | {_ORIGINAL}  # the trained length may sit at the top level (Phi-3)
+    rope_type = entry.hf.rope_type
     # null, false and {} are "off", not a setting: Hub configs write "rope_scaling": null, and
     # Qwen2-based ones "use_mrope": false. (Identity checks: 0 == False would hide a 0.)
     unused = sorted(
@@ -247,7 +268,8 @@ def _check_top_level_keys(config: dict, reading: HFReading, model_type: str | No
         )
 
 
-def _rope_type(params: dict, where: str, reading: HFReading, model_type: str | None) -> str:
+def _rope_type(params: dict, where: str, reading: HFReading, model_type: str | None) -> Scaling:
+    """The scaling entry of the rope dict's type (checked against the family and its keys)."""
     names = {k: params[k] for k in ("rope_type", "type") if k in params}
     for k, v in names.items():
         if not isinstance(v, str):
@@ -258,22 +280,24 @@ def _rope_type(params: dict, where: str, reading: HFReading, model_type: str | N
             f"{where}['rope_type']={names['rope_type']!r} and legacy {where}['type']={names['type']!r} disagree"
         )
     rope_type = types.pop() if types else "default"
-    if rope_type not in reading.rope_types:
+    supported = [t for t in reading.types() if t in _hf_entries()]
+    if rope_type not in supported:
         family = f"model_type {model_type!r}" if model_type else "generic"
         raise ValueError(
-            f"{where}['rope_type'] must be one of {', '.join(map(repr, reading.rope_types))} for {family}; "
-            f"got {rope_type!r}"
+            f"{where}['rope_type'] must be one of {', '.join(map(repr, supported))} for {family}; got {rope_type!r}"
         )
-    unknown = sorted(set(params) - HF_ROPE_KEYS[rope_type])
+    entry = _hf_entries()[rope_type]
+    allowed = hf_rope_keys(rope_type)
+    unknown = sorted(set(params) - allowed)
     if unknown:
         raise ValueError(
             f"unknown key(s) {', '.join(map(repr, unknown))} in {where} for rope type {rope_type!r}; "
-            f"allowed: {', '.join(sorted(HF_ROPE_KEYS[rope_type]))}"
+            f"allowed: {', '.join(sorted(allowed))}"
         )
-    missing = [k for k in _REQUIRED.get(rope_type, ()) if k not in params]
+    missing = [entry.hf.key(p) for p in entry.hf.required if entry.hf.key(p) not in params]
     if missing:
         raise ValueError(f"rope type {rope_type!r} needs {', '.join(f'{where}[{k!r}]' for k in missing)}")
-    return rope_type
+    return entry
 
 
 def _dims(config: dict, reading: HFReading) -> tuple[int, int, int]:
@@ -354,78 +378,53 @@ def _layout(config: dict, reading: HFReading) -> str:
     return "interleaved" if value else "half"
 
 
-def _scaling(config: dict, params: dict, where: str, rope_type: str, rotary_dim: int) -> dict[str, Any]:
-    """The RotaryConfig scaling parameters, each checked under its HF name."""
+def _scaling(config: dict, params: dict, where: str, entry: Scaling) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the scaling's parameters, the HF name each was read under), generically from its entry:
+    a parameter is read from the rope dict under its HF key, or from the top level
+    (``HFSpec.top_level``); the values are checked by the scaling's own typed config later."""
+    spec = entry.hf
     out: dict[str, Any] = {}
-
-    def number(key: str, *, low: float = 0.0, inclusive: bool = False, optional: bool = False) -> None:
-        if key not in params or (optional and params[key] is None):
-            return
-        value = params[key]
-        check_range(f"{where}[{key!r}]", value, low, None, low_inclusive=inclusive)
-        out[key] = float(value)
-
-    def trained_length() -> int:
-        # Phi-3 keeps the trained length at the top level; transformers prefers it there.
-        value, name = _pick(config, "original_max_position_embeddings", params, "original_max_position_embeddings",
-                            where, None)
-        if value is None:
-            value, name = config.get("max_position_embeddings"), "max_position_embeddings"
+    names: dict[str, str] = {}
+    for name in entry.params:
+        key = spec.key(name)
+        if name in spec.top_level:
+            out[name], names[name] = config.get(key), key
+        elif key == _ORIGINAL:
+            # The trained length L: transformers prefers the top level (Phi-3), then the rope
+            # dict, then max_position_embeddings (standardize_rope_params).
+            value, names[name] = _pick(config, _ORIGINAL, params, _ORIGINAL, where, None)
             if value is None:
-                raise ValueError(f"rope type {rope_type!r} needs original_max_position_embeddings "
-                                 f"(or max_position_embeddings): the trained length")
-        check_int(name, value, minimum=1)
-        return value
+                value, names[name] = config.get("max_position_embeddings"), "max_position_embeddings"
+            out[name] = value
+        elif key in params:
+            out[name], names[name] = params[key], f"{where}[{key!r}]"
+    # Types first, under the HF names: RotaryConfig reads a None parameter as "the default",
+    # but transformers reads e.g. a null truncate as false, so a None must be one the type takes.
+    types = field_types(entry.config)
+    for name, value in out.items():
+        check_value(names[name], value, types[name])
+    if spec.implied_factor and out.get("factor") is None:  # the extended length over the trained one
+        mpe, L = config.get("max_position_embeddings"), out.get("original_max_position_embeddings")
+        check_int("max_position_embeddings", mpe, minimum=1)
+        check_int(names.get("original_max_position_embeddings", _ORIGINAL), L, minimum=1)
+        if mpe / L < 1:
+            raise ValueError(
+                f"{where}['factor'] is absent, so it is max_position_embeddings / original_max_position_embeddings "
+                f"= {mpe} / {L} = {mpe / L:g}, which must be >= 1"
+            )
+        out["factor"] = mpe / L
+    return out, names
 
-    if rope_type in ("linear", "dynamic", "llama3"):
-        number("factor", low=1.0, inclusive=True)
-    if rope_type == "llama3":
-        number("low_freq_factor")
-        number("high_freq_factor")
-        if out["high_freq_factor"] <= out["low_freq_factor"]:
-            raise ValueError(f"{where}['high_freq_factor'] must be > low_freq_factor ({out['low_freq_factor']}), "
-                             f"got {out['high_freq_factor']}")
-    if rope_type == "dynamic":
-        check_int("max_position_embeddings", config.get("max_position_embeddings"), minimum=1)
-        out["original_max_position_embeddings"] = config["max_position_embeddings"]  # transformers' L for dynamic
-    if rope_type in _USES_ORIGINAL:
-        out["original_max_position_embeddings"] = L = trained_length()
-    if rope_type in ("yarn", "longrope"):
-        if params.get("factor") is None:  # implied: the extended length over the trained one
-            check_int("max_position_embeddings", config.get("max_position_embeddings"), minimum=1)
-            implied = config["max_position_embeddings"] / L
-            if implied < 1:
-                raise ValueError(
-                    f"{where}['factor'] is absent, so it is max_position_embeddings / original_max_position_embeddings "
-                    f"= {config['max_position_embeddings']} / {L} = {implied:g}, which must be >= 1"
-                )
-            out["factor"] = implied
-        else:
-            number("factor", low=1.0, inclusive=True)
-        number("attention_factor", optional=True)
-    if rope_type == "yarn":
-        for key in ("beta_fast", "beta_slow"):
-            number(key, optional=True)  # transformers: None -> the default (32, 1)
-        for key in ("mscale", "mscale_all_dim"):
-            number(key, inclusive=True, optional=True)
-        if "truncate" in params:
-            # transformers reads a None truncate as false but an absent one as true: refuse None.
-            if not isinstance(params["truncate"], bool):
-                raise TypeError(f"{where}['truncate'] must be true or false, got {params['truncate']!r}")
-            out["truncate"] = params["truncate"]
-    if rope_type == "longrope":
-        for key in ("short_factor", "long_factor"):
-            value, name = params[key], f"{where}[{key!r}]"
-            if not isinstance(value, (list, tuple)):
-                raise TypeError(f"{name} must be a list of rotary_dim/2 = {rotary_dim // 2} numbers, "
-                                f"got {type(value).__name__} {value!r}")
-            if len(value) != rotary_dim // 2:
-                raise ValueError(f"{name} must have rotary_dim/2 = {rotary_dim // 2} entries "
-                                 f"(one per rotated pair), got {len(value)}")
-            for i, v in enumerate(value):
-                check_positive(f"{name}[{i}]", v)
-            out[key] = tuple(float(v) for v in value)
-    return out
+
+def _renamed(e: Exception, names: Mapping[str, str]) -> Exception:
+    """``e`` with a leading parameter name replaced by the HF key it was read under, so that
+    ``factor must be in [1.0, inf), got 0.5`` reads ``rope_scaling['factor'] must be ...``.
+    The checks themselves are the scaling config's own (one set of bounds for posenc and HF)."""
+    msg = str(e)
+    for name in sorted(names, key=len, reverse=True):
+        if msg.startswith(name) and msg[len(name):len(name) + 1] in (" ", "["):
+            return type(e)(names[name] + msg[len(name):])
+    return e
 
 
 def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
@@ -454,24 +453,83 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
         hint = " (a multimodal config: pass its config['text_config'])" if "text_config" in config else ""
         raise ValueError(f"model_type must be one of {known} or absent (generic); got {model_type!r}{hint}")
     reading = HF_READINGS[model_type]
-    if reading.rope_types == ("default",):  # GPT-J: no rope dict (one given is refused as unread)
+    if reading.types() == ("default",):  # GPT-J: no rope dict (one given is refused as unread)
         if layer_type is not None:
             raise ValueError(f"layer_type must be None for model_type {model_type!r} (one RoPE for every layer); "
                              f"got {layer_type!r}")
         params, where = {}, "rope_parameters"
     else:
         params, where = _rope_dict(config, model_type, layer_type)
-    rope_type = _rope_type(params, where, reading, model_type)
-    _check_top_level_keys(config, reading, model_type, rope_type)
+    entry = _rope_type(params, where, reading, model_type)
+    _check_top_level_keys(config, reading, model_type, entry)
 
     d_model, heads, head_dim = _dims(config, reading)
     rotary_dim = _rotary_dim(config, params, where, reading, head_dim, model_type)
-    cfg = RotaryConfig(
-        base=_base(config, params, where, reading),
-        rotary_dim=rotary_dim,
-        layout=_layout(config, reading),
-        scaling=rope_type,
-        **_scaling(config, params, where, rope_type, rotary_dim),
-    )
-    return RotaryEmbedding(cfg, Dims(d_model=d_model, num_heads=heads, head_dim=head_dim))
+    base, layout = _base(config, params, where, reading), _layout(config, reading)
+    scaling, names = _scaling(config, params, where, entry)
+    try:
+        cfg = RotaryConfig(base=base, rotary_dim=rotary_dim, layout=layout, scaling=entry.name, **scaling)
+        return RotaryEmbedding(cfg, Dims(d_model=d_model, num_heads=heads, head_dim=head_dim))
+    except (TypeError, ValueError) as e:
+        raise _renamed(e, names) from None
 
+
+
+def _json_value(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value  # config.json has lists
+
+
+def to_hf(rope: RotaryEmbedding) -> dict[str, Any]:
+    """The Hugging Face config entries of a posenc RoPE: ``{"rope_parameters": {...}, ...}``.
+
+    ``rope_parameters`` is spelled as transformers 5 writes it: ``rope_type``, ``rope_theta``,
+    ``partial_rotary_factor`` (only when r < head_dim) and the scaling's parameters under their
+    HF keys (``factor``, ``original_max_position_embeddings``, ``beta_fast``/``beta_slow``,
+    ``low_freq_factor``/``high_freq_factor``, ``short_factor``/``long_factor`` as lists,
+    ``attention_factor``, ...; every parameter that is set, defaults included, since transformers
+    requires some that posenc defaults). Beside it, the top-level keys the reading needs:
+    ``head_dim`` and, for ``dynamic``, ``max_position_embeddings`` (transformers' trained length
+    for that type). Merge it into a config dict, or pass it to a config class::
+
+        LlamaConfig(hidden_size=..., num_attention_heads=..., **to_hf(rope))
+
+    ``from_hf(to_hf(rope))`` rebuilds the same frequencies and attention factor. Static ``ntk``
+    has no transformers type: it is written as ``"default"`` with base * s^(d/(d-2)), the same
+    frequencies to float64 rounding (read back as ``default``). Refused with a ``ValueError``:
+    ``layout="interleaved"`` (Llama-style configs have no key for it: convert the q/k weights
+    with :func:`~posenc.rotary.convert_qk_layout` and use ``"half"``), xPos, and a scaling
+    registered without an HF spelling.
+    """
+    if type(rope) is not RotaryEmbedding:
+        raise TypeError(f"rope must be a RotaryEmbedding ('rope'; transformers has no xPos), got {type(rope).__name__}")
+    cfg = rope.config
+    if cfg.layout != "half":
+        raise ValueError(
+            f"layout must be 'half' to write transformers rope_parameters (its Llama-style configs rotate halves); "
+            f"got {cfg.layout!r}. Permute the q/k weights with convert_qk_layout(..., to='half') and use layout='half'"
+        )
+    entry = SCALINGS[cfg.scaling]
+    scfg = rope._scaling_cfg
+    head_dim, r = rope.dims.head_dim, rope.rotary_dim
+    top: dict[str, Any] = {"head_dim": head_dim}
+    if entry.hf is None and entry.hf_default_base is not None:
+        params = {"rope_type": "default", "rope_theta": float(entry.hf_default_base(scfg, cfg.base, r))}
+    elif entry.hf is None:
+        raise ValueError(f"rope type {cfg.scaling!r} has no transformers spelling (its Scaling entry has hf=None)")
+    else:
+        params = {"rope_type": entry.hf.rope_type, "rope_theta": float(cfg.base)}
+        for name in entry.params:
+            value = getattr(scfg, name)
+            if value is None:
+                continue
+            if name in entry.hf.top_level:
+                top[entry.hf.top_level[name]] = _json_value(value)
+            else:
+                params[entry.hf.key(name)] = _json_value(value)
+    if r != head_dim:
+        # transformers takes int(head_dim * fraction) channels: the fraction must give r back.
+        frac = r / head_dim
+        if int(head_dim * frac) != r:
+            frac = math.nextafter(frac, 1.0)
+        params["partial_rotary_factor"] = frac
+    return {"rope_parameters": params} | top

@@ -6,7 +6,7 @@ Shapes: q (B, H, Tq, D), k (B, Hkv, Tk, D), positions (B, T); r = rotary_dim <= 
 Each rotated pair j of q at position m turns by m * theta_j, theta_j = base^(-2j/r), and so
 does k at position n; then q_m . k_n depends on m - n only. Channels r.. pass through
 unchanged (partial rotary, GPT-NeoX). The frequencies may be rescaled for longer contexts by
-a rope type from :data:`posenc.rotary.ROPE_SCALINGS` (linear, NTK, dynamic NTK, YaRN, Llama 3,
+a rope type from :data:`posenc.rotary.SCALINGS` (linear, NTK, dynamic NTK, YaRN, Llama 3,
 LongRoPE), chosen in the config or swapped later with :meth:`RotaryEmbedding.set_scaling`.
 
 Numerics: the frequencies are float64 Python-side tensors, not module buffers, so
@@ -30,29 +30,13 @@ from typing import Any, Hashable
 import torch
 from torch import Tensor
 
-from ..config import EncodingConfig, check_choice, check_even, check_positive
+from ..config import EncodingConfig, check_choice, check_even, check_positive, field_types
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register
 from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary_qk
-from .scaling import ROPE_SCALINGS, SCALING_CONFIGS, ScalingConfig, base_inv_freq, make_scaling_config
+from .scaling import SCALINGS, ScalingConfig, all_scaling_params, base_inv_freq, make_scaling_config
 
-__all__ = ["RotaryConfig", "RotaryEmbedding", "RotaryState", "SCALING_PARAMS"]
-
-#: every scaling parameter a RotaryConfig may carry (each belongs to some rope types).
-SCALING_PARAMS = (
-    "factor",
-    "original_max_position_embeddings",
-    "beta_fast",
-    "beta_slow",
-    "mscale",
-    "mscale_all_dim",
-    "attention_factor",
-    "truncate",
-    "low_freq_factor",
-    "high_freq_factor",
-    "short_factor",
-    "long_factor",
-)
+__all__ = ["RotaryConfig", "RotaryEmbedding", "RotaryState"]
 
 # Cos/sin tables are built for positions [0, 2^k); past this many positions angles are
 # computed per token instead (a 2^18 x 32 table pair is 64 MiB).
@@ -70,7 +54,7 @@ class RotaryState:
     sin: Tensor
 
 
-@dataclass
+@dataclass(init=False, eq=False)
 class RotaryConfig(EncodingConfig):
     """Config of :class:`RotaryEmbedding`.
 
@@ -78,35 +62,47 @@ class RotaryConfig(EncodingConfig):
         base: theta_j = base^(-2j/r); > 0 and != 1. 10000 (RoFormer), 500000 (Llama 3).
         rotary_dim: r, the rotated channels per head (even, <= head_dim); None = head_dim.
         layout: "half" (GPT-NeoX / HF rotate_half) or "interleaved" (GPT-J / Meta / RoFormer).
-        scaling: rope type, a key of ``ROPE_SCALINGS``; its parameters are the fields below
-            (None = the type's default; a parameter the type does not take is an error).
+        scaling: rope type, a key of :data:`~posenc.rotary.SCALINGS`.
         kernel: "auto" (compiled for large inputs when torch.compile works, else eager),
             "eager" or "compiled"; see :mod:`posenc.rotary.functional`.
+
+    The scaling's parameters are keywords beside these fields, exactly the fields of that
+    type's config (``SCALINGS[scaling].params``; a parameter of another type is an error
+    listing the ones it takes)::
+
+        RotaryConfig(scaling="yarn", factor=4.0, original_max_position_embeddings=2048)
+
+    They are checked by the type's config and held, typed, in :attr:`scaling_config`; each
+    reads back as an attribute (``config.factor``; None for a parameter the type does not
+    take). A new scaling type adds its parameters here by being registered, with no edit to
+    this class. (``dataclasses.replace`` sees only the fields above: use :meth:`with_scaling`
+    or :meth:`replace`.)
     """
 
     base: float = 10000.0
     rotary_dim: int | None = None
     layout: str = "half"
     scaling: str = "default"
-    factor: float | None = None
-    original_max_position_embeddings: int | None = None
-    beta_fast: float | None = None
-    beta_slow: float | None = None
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    attention_factor: float | None = None
-    truncate: bool | None = None
-    low_freq_factor: float | None = None
-    high_freq_factor: float | None = None
-    short_factor: tuple[float, ...] | None = None
-    long_factor: tuple[float, ...] | None = None
     kernel: str = "auto"
 
-    def __post_init__(self) -> None:
-        for name in ("short_factor", "long_factor"):  # JSON gives lists; keep the config hashable
-            if isinstance(getattr(self, name), list):
-                setattr(self, name, tuple(getattr(self, name)))
-        super().__post_init__()
+    def __init__(self, **params: Any) -> None:
+        for f in dataclasses.fields(self):
+            if f.init:
+                setattr(self, f.name, params.pop(f.name, f.default))
+        known = set(all_scaling_params())
+        unknown = [k for k in params if k not in known]
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unknown parameter(s) {', '.join(map(repr, unknown))}; valid: "
+                f"{', '.join(self.config_keys())}"
+            )
+        self._scaling_params = params  # checked (and typed) by validate()
+        self.__post_init__()
+
+    @classmethod
+    def config_keys(cls) -> tuple[str, ...]:
+        """Every keyword the config takes: its fields, then every registered scaling parameter."""
+        return tuple(field_types(cls)) + all_scaling_params()
 
     def validate(self) -> None:
         check_positive("base", self.base)
@@ -114,26 +110,48 @@ class RotaryConfig(EncodingConfig):
             raise ValueError("base must be != 1 (every pair would rotate at the same rate), got 1.0")
         if self.rotary_dim is not None:
             check_even("rotary_dim", self.rotary_dim)
+        if self.layout == "halves":  # sinusoidal's old spelling
+            raise ValueError("layout must be one of 'half', 'interleaved'; got 'halves' (spelled 'half' now)")
         check_choice("layout", self.layout, LAYOUTS)
         check_choice("kernel", self.kernel, KERNELS)
-        self.scaling_config()  # validates the scaling parameters
+        given = {k: v for k, v in self._scaling_params.items() if v is not None}  # None: the type's default
+        self.scaling_config: ScalingConfig = make_scaling_config(self.scaling, **given)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: a scaling parameter reads from scaling_config.
+        cfg = self.__dict__.get("scaling_config")
+        if cfg is not None and not name.startswith("_") and name in all_scaling_params():
+            return getattr(cfg, name, None)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
 
     def scaling_params(self) -> dict[str, Any]:
-        """The scaling parameters that are set (not None)."""
-        return {k: getattr(self, k) for k in SCALING_PARAMS if getattr(self, k) is not None}
+        """The scaling parameters that were given (not None), as the scaling config stores them."""
+        return {k: getattr(self.scaling_config, k) for k, v in self._scaling_params.items() if v is not None}
 
-    def scaling_config(self) -> ScalingConfig:
-        """The typed config of ``scaling`` built from the set parameters."""
-        check_choice("scaling", self.scaling, ROPE_SCALINGS)
-        params = self.scaling_params()
-        allowed = {f.name for f in dataclasses.fields(SCALING_CONFIGS[self.scaling])}
-        extra = sorted(set(params) - allowed)
-        if extra:
-            raise ValueError(
-                f"{', '.join(extra)} not a parameter of rope type {self.scaling!r} "
-                f"(it takes: {', '.join(sorted(allowed)) or 'nothing'})"
-            )
-        return make_scaling_config(self.scaling, **params)
+    def with_scaling(self, rope_type: str, **params: Any) -> "RotaryConfig":
+        """A copy with another scaling and its parameters (the old parameters are dropped)."""
+        return type(self)(**(self._fields() | {"scaling": rope_type} | params))
+
+    def replace(self, **changes: Any) -> "RotaryConfig":
+        """A copy with ``changes`` applied to the fields and scaling parameters (kept unless changed)."""
+        return type(self)(**(self._fields() | self.scaling_params() | changes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields and the given scaling parameters: ``RotaryConfig(**d)`` rebuilds it."""
+        return self._fields() | self.scaling_params()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # mutable, like every dataclass config with eq
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
 
 @register(
@@ -143,7 +161,8 @@ class RotaryConfig(EncodingConfig):
     paper="Su et al. 2021, RoFormer: Enhanced Transformer with Rotary Position Embedding",
 )
 class RotaryEmbedding(PositionalEncoding):
-    """RoPE as a ``rotate`` hook. See the module docstring; build with ``posenc.build("rope", ...)``.
+    """RoPE as a ``rotate`` hook. See the module docstring; build with ``posenc.build("rope", ...)``,
+    or from a Hugging Face config with :func:`posenc.rotary.from_hf`; :meth:`to_hf` writes it back.
 
     >>> rope = posenc.build("rope", d_model=512, num_heads=8, scaling="yarn", factor=4.0,
     ...                     original_max_position_embeddings=2048)
@@ -161,12 +180,12 @@ class RotaryEmbedding(PositionalEncoding):
         self.rotary_dim = r
         self._base_inv_freq = base_inv_freq(r, config.base)  # (r/2,) float64, CPU: not a buffer
         self._cache: OrderedDict[Hashable, tuple[Tensor, Tensor]] = OrderedDict()
-        self._set_scaling_config(config.scaling_config())
+        self._set_scaling_config(config.scaling_config)
 
     # ---- frequencies -------------------------------------------------------------------
     def _set_scaling_config(self, scfg: ScalingConfig) -> None:
         self._scaling_cfg = scfg
-        self._scaling_fn = ROPE_SCALINGS[self.config.scaling]
+        self._scaling_fn = SCALINGS[self.config.scaling].fn
         self.frequencies()  # fail now on a parameter that only the rotary dim can check
         self._cache.clear()
 
@@ -178,11 +197,14 @@ class RotaryEmbedding(PositionalEncoding):
 
         Parameters not given take the type's defaults (the old ones are dropped).
         """
-        new = dataclasses.replace(
-            self.config, scaling=rope_type, **{k: None for k in SCALING_PARAMS} | params
-        )  # validates
+        new = self.config.with_scaling(rope_type, **params)  # validates
+        old = (self.config, self._scaling_cfg, self._scaling_fn)
         self.config = new
-        self._set_scaling_config(new.scaling_config())
+        try:
+            self._set_scaling_config(new.scaling_config)
+        except Exception:  # a parameter only the rotary dim can check: keep the old scaling
+            self.config, self._scaling_cfg, self._scaling_fn = old
+            raise
 
     def frequencies(self, seq_len: int | None = None) -> tuple[Tensor, float]:
         """(inv_freq (r/2,) float64, attention_factor) for sequences of length ``seq_len``."""
@@ -291,3 +313,10 @@ class RotaryEmbedding(PositionalEncoding):
         parts = [f"rotary_dim={self.rotary_dim}", f"base={c.base}", f"layout={c.layout!r}", f"scaling={c.scaling!r}"]
         parts += [f"{k}={v!r}" for k, v in c.scaling_params().items()]
         return ", ".join(parts)
+
+    def to_hf(self) -> dict[str, Any]:
+        """The Hugging Face config entries of this RoPE (``rope_parameters`` and the top-level
+        keys it needs); see :func:`posenc.rotary.to_hf`."""
+        from .hf import to_hf  # hf imports this module
+
+        return to_hf(self)

@@ -4,8 +4,13 @@ Notation: d = rotary_dim (even), i = 0 .. d/2 - 1 indexes the rotated pairs,
 theta_i = base^(-2i/d) the base inverse frequencies (radians per position), L the trained
 context length (``original_max_position_embeddings``), s = ``factor``.
 
-Every entry of :data:`ROPE_SCALINGS` is ``fn(inv_freq_base, cfg, *, base, seq_len=None)``
-returning ``(inv_freq, attention_factor)``:
+Each scaling is one :class:`Scaling` entry of :data:`SCALINGS` (added with
+:func:`register_scaling`): its typed config dataclass (the parameters, their defaults and
+bounds), its pure function, its transformers spelling (:class:`HFSpec`) and, for the bench,
+how to set it for a longer evaluation length. Everything else is derived from the entries:
+the parameters ``RotaryConfig`` accepts, ``from_hf`` / ``to_hf``, the bench's list,
+:data:`ROPE_SCALINGS` and :data:`SCALING_CONFIGS` (read-only views). Every function is
+``fn(inv_freq_base, cfg, *, base, seq_len=None)`` returning ``(inv_freq, attention_factor)``:
 
 * ``inv_freq_base``: the float64 theta_i (length d/2);
 * ``cfg``: the type's own typed config dataclass below (it validates itself on construction);
@@ -26,17 +31,26 @@ frequencies, a static ``ntk`` type, and a ``dynamic`` type with no hidden state.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor
 
-from ..config import EncodingConfig, check_choice, check_even, check_int, check_positive, check_range
+from ..config import EncodingConfig, check_choice, check_even, check_int, check_positive, check_range, field_types
 
 __all__ = [
     "ROPE_SCALINGS",
     "SCALING_CONFIGS",
+    "SCALINGS",
+    "HFSpec",
+    "Scaling",
+    "ScalingConfig",
+    "all_scaling_params",
+    "get_scaling",
+    "list_scalings",
+    "register_scaling",
     "DefaultScaling",
     "LinearScaling",
     "NTKScaling",
@@ -138,8 +152,8 @@ class YarnScaling(ScalingConfig):
 
     factor: float | None = None
     original_max_position_embeddings: int | None = None
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
+    beta_fast: float | None = None  # None: 32 (the paper's; transformers reads null as 32 too)
+    beta_slow: float | None = None  # None: 1
     mscale: float | None = None
     mscale_all_dim: float | None = None
     attention_factor: float | None = None
@@ -148,10 +162,11 @@ class YarnScaling(ScalingConfig):
     def validate(self) -> None:
         _check_factor(self.factor)
         _check_original(self.original_max_position_embeddings)
-        check_positive("beta_slow", self.beta_slow)
-        check_positive("beta_fast", self.beta_fast)
-        if self.beta_fast <= self.beta_slow:
-            raise ValueError(f"beta_fast must be > beta_slow ({self.beta_slow}), got {self.beta_fast}")
+        for name in ("beta_fast", "beta_slow"):
+            if getattr(self, name) is not None:
+                check_positive(name, getattr(self, name))
+        if self.fast <= self.slow:
+            raise ValueError(f"beta_fast must be > beta_slow ({self.slow}), got {self.fast}")
         for name in ("mscale", "mscale_all_dim"):
             if getattr(self, name) is not None:
                 check_range(name, getattr(self, name), 0.0, None)
@@ -159,6 +174,16 @@ class YarnScaling(ScalingConfig):
             check_positive("attention_factor", self.attention_factor)
         if not isinstance(self.truncate, bool):
             raise TypeError(f"truncate must be a bool, got {self.truncate!r}")
+
+    @property
+    def fast(self) -> float:
+        """beta_fast, or its default 32."""
+        return 32.0 if self.beta_fast is None else self.beta_fast
+
+    @property
+    def slow(self) -> float:
+        """beta_slow, or its default 1."""
+        return 1.0 if self.beta_slow is None else self.beta_slow
 
 
 @dataclass
@@ -196,18 +221,13 @@ class LongRopeScaling(ScalingConfig):
     attention_factor: float | None = None
     length_dependent: ClassVar[bool] = True
 
-    def __post_init__(self) -> None:
-        # Accept lists (as in JSON configs) but store tuples of floats.
-        for name in ("short_factor", "long_factor"):
-            value = getattr(self, name)
-            if not isinstance(value, (list, tuple)) or not value:
-                raise ValueError(f"{name} must be a non-empty list of numbers (one per rotated pair), got {value!r}")
-            for v in value:
-                check_positive(name, v)
-            setattr(self, name, tuple(float(v) for v in value))
-        super().__post_init__()
-
     def validate(self) -> None:
+        for name in ("short_factor", "long_factor"):  # tuples of floats by now (check_fields)
+            value = getattr(self, name)
+            if not value:
+                raise ValueError(f"{name} must be a non-empty list of numbers (one per rotated pair), got {value!r}")
+            for i, v in enumerate(value):
+                check_positive(f"{name}[{i}]", v)
         _check_original(self.original_max_position_embeddings)
         _check_factor(self.factor)
         if self.attention_factor is not None:
@@ -264,7 +284,7 @@ def _yarn(inv_freq: Tensor, cfg: YarnScaling, *, base: float, seq_len: int | Non
         # L * base^(-2i/d) = 2 pi r  =>  i = d ln(L / (2 pi r)) / (2 ln base).
         return d * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low, high = pair_index(cfg.beta_fast), pair_index(cfg.beta_slow)
+    low, high = pair_index(cfg.fast), pair_index(cfg.slow)
     if cfg.truncate:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, d - 1)
@@ -321,37 +341,199 @@ def _longrope(inv_freq: Tensor, cfg: LongRopeScaling, *, base: float, seq_len: i
 
 ScalingFn = Callable[..., tuple[Tensor, float]]
 
-#: rope type -> pure function ``fn(inv_freq_base, cfg, *, base, seq_len=None) -> (inv_freq, attention_factor)``.
-ROPE_SCALINGS: dict[str, ScalingFn] = {
-    "default": _default,
-    "linear": _linear,
-    "ntk": _ntk,
-    "dynamic": _dynamic,
-    "yarn": _yarn,
-    "llama3": _llama3,
-    "longrope": _longrope,
-}
 
+# ---- the schema: one entry per scaling -------------------------------------------------------
+@dataclass(frozen=True)
+class HFSpec:
+    """How transformers (5.x ``rope_parameters``, legacy ``rope_scaling``) spells a scaling.
+
+    Attributes:
+        rope_type: transformers' ``rope_type``.
+        keys: config field -> its key in the rope dict, where the two names differ (default: the
+            field's own name, as for every scaling today).
+        top_level: config field -> a key at the config's top level instead of the rope dict
+            (``dynamic``: the trained length is ``max_position_embeddings``).
+        required: fields the rope dict must give (transformers reads them without a default).
+        implied_factor: an absent or null ``factor`` means ``max_position_embeddings /
+            original_max_position_embeddings`` (transformers' yarn and longrope).
+    """
+
+    rope_type: str
+    keys: Mapping[str, str] = field(default_factory=dict)
+    top_level: Mapping[str, str] = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+    implied_factor: bool = False
+
+    def key(self, name: str) -> str:
+        """The HF key of config field ``name`` (in the rope dict or at the top level)."""
+        return self.top_level.get(name) or self.keys.get(name, name)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """One RoPE scaling type: everything posenc derives from it lives here.
+
+    Attributes:
+        name: the rope type (``RotaryConfig.scaling``, ``set_scaling``, ``rope_frequencies``).
+        config: its typed config dataclass (fields, defaults, bounds in ``validate``); its fields
+            are the parameters ``RotaryConfig`` / ``posenc.build("rope", ...)`` accept for it.
+        fn: the pure function ``fn(inv_freq_base, cfg, *, base, seq_len=None) -> (inv_freq,
+            attention_factor)``.
+        summary: one line for listings and docs; ``source``: the paper or origin.
+        hf: its transformers spelling (:class:`HFSpec`); None: transformers has no such type.
+        hf_default_base: for a type transformers lacks but that is plain RoPE with another base
+            (static NTK), ``fn(cfg, base, rotary_dim) -> rope_theta``: ``to_hf`` writes it as
+            ``rope_type="default"`` with that theta.
+        extension: ``fn(factor, original) -> parameters`` that evaluate a model trained on
+            ``original`` tokens at ``factor`` times that length without training (the bench's
+            training-free scalings); None: not offered there.
+    """
+
+    name: str
+    config: type[ScalingConfig]
+    fn: ScalingFn
+    summary: str
+    source: str
+    hf: HFSpec | None = None
+    hf_default_base: Callable[[ScalingConfig, float, int], float] | None = None
+    extension: Callable[[float, int], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"scaling name must be an identifier str, got {self.name!r}")
+        if not (isinstance(self.config, type) and issubclass(self.config, ScalingConfig)):
+            raise TypeError(f"config of scaling {self.name!r} must be a ScalingConfig subclass, got {self.config!r}")
+        if not callable(self.fn):
+            raise TypeError(f"fn of scaling {self.name!r} must be callable, got {self.fn!r}")
+        names = set(self.params)
+        if self.hf is not None:
+            unknown = sorted((set(self.hf.keys) | set(self.hf.top_level) | set(self.hf.required)) - names)
+            if unknown:
+                raise ValueError(f"hf of scaling {self.name!r} names {', '.join(unknown)}, not fields of "
+                                 f"{self.config.__name__} (its fields: {', '.join(sorted(names)) or 'none'})")
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The parameter names this type takes (its config's fields), in declaration order."""
+        return tuple(field_types(self.config))
+
+
+#: rope type -> its :class:`Scaling` entry. Add one with :func:`register_scaling`.
+SCALINGS: dict[str, Scaling] = {}
+
+
+def register_scaling(entry: Scaling) -> Scaling:
+    """Add a scaling type: ``RotaryConfig``, ``set_scaling``, ``rope_frequencies``, ``from_hf`` /
+    ``to_hf`` (when ``entry.hf`` is set) and the bench (when ``entry.extension`` is set) take it
+    from here; nothing else needs editing. A name already registered is an error."""
+    if not isinstance(entry, Scaling):
+        raise TypeError(f"entry must be a Scaling, got {type(entry).__name__}")
+    if entry.name in SCALINGS:
+        raise ValueError(f"rope type {entry.name!r} is already registered")
+    if entry.hf is not None:
+        taken = {e.hf.rope_type: n for n, e in SCALINGS.items() if e.hf is not None}
+        if entry.hf.rope_type in taken:
+            raise ValueError(f"HF rope_type {entry.hf.rope_type!r} already reads as {taken[entry.hf.rope_type]!r}")
+    SCALINGS[entry.name] = entry
+    return entry
+
+
+class _View(Mapping):
+    """A read-only, always current view of one attribute of every entry of SCALINGS."""
+
+    def __init__(self, attr: str, doc: str) -> None:
+        self._attr, self.__doc__ = attr, doc
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(SCALINGS[name], self._attr)
+
+    def __iter__(self):
+        return iter(SCALINGS)
+
+    def __len__(self) -> int:
+        return len(SCALINGS)
+
+    def __repr__(self) -> str:
+        return f"{{{', '.join(f'{k!r}: {v!r}' for k, v in self.items())}}}"
+
+
+#: rope type -> pure function ``fn(inv_freq_base, cfg, *, base, seq_len=None) -> (inv_freq, attention_factor)``.
+ROPE_SCALINGS: Mapping[str, ScalingFn] = _View("fn", "rope type -> its pure frequency function")
 #: rope type -> its typed config class.
-SCALING_CONFIGS: dict[str, type[ScalingConfig]] = {
-    "default": DefaultScaling,
-    "linear": LinearScaling,
-    "ntk": NTKScaling,
-    "dynamic": DynamicNTKScaling,
-    "yarn": YarnScaling,
-    "llama3": Llama3Scaling,
-    "longrope": LongRopeScaling,
-}
+SCALING_CONFIGS: Mapping[str, type[ScalingConfig]] = _View("config", "rope type -> its typed config class")
+
+
+def list_scalings(*, training_free: bool = False) -> list[str]:
+    """The registered rope types; ``training_free=True``: those with an ``extension`` rule (the
+    scalings ``posenc bench`` evaluates beyond the training length)."""
+    return [n for n, e in SCALINGS.items() if not training_free or e.extension is not None]
+
+
+def all_scaling_params() -> tuple[str, ...]:
+    """Every parameter some registered rope type takes (for listings and error messages)."""
+    seen: dict[str, None] = {}
+    for e in SCALINGS.values():
+        seen.update(dict.fromkeys(e.params))
+    return tuple(seen)
+
+
+def get_scaling(rope_type: Any) -> Scaling:
+    """The entry of ``rope_type``; an unknown one lists the registered types."""
+    if not isinstance(rope_type, str):
+        raise TypeError(f"scaling must be a str (one of {', '.join(map(repr, SCALINGS))}), "
+                        f"got {type(rope_type).__name__} {rope_type!r}")
+    check_choice("scaling", rope_type, SCALINGS)
+    return SCALINGS[rope_type]
+
+
+def _ntk_base(cfg: NTKScaling, base: float, rotary_dim: int) -> float:
+    return base * cfg.factor ** (rotary_dim / (rotary_dim - 2))  # bloc97's base' (see NTKScaling)
+
+
+_FACTOR = lambda s, L: {"factor": s}  # noqa: E731
+_FACTOR_AND_L = lambda s, L: {"factor": s, "original_max_position_embeddings": L}  # noqa: E731
+
+for _entry in (
+    Scaling("default", DefaultScaling, _default, "theta_i = base^(-2i/d), as trained", "Su et al. 2021, RoFormer",
+            hf=HFSpec("default")),
+    Scaling("linear", LinearScaling, _linear, "theta_i / s: positions divided by s",
+            "Chen et al. 2023, Position Interpolation", hf=HFSpec("linear", required=("factor",)), extension=_FACTOR),
+    Scaling("ntk", NTKScaling, _ntk, "base' = base * s^(d/(d-2)): theta_0 kept, theta_(d/2-1) / s",
+            "bloc97 2023, NTK-aware scaled RoPE", hf_default_base=_ntk_base, extension=_FACTOR),
+    # dynamic NTK rescales by the current length n itself (s' = s n / L - (s - 1)), so s = 1
+    # gives exactly n / L at every length; transformers' L is max_position_embeddings.
+    Scaling("dynamic", DynamicNTKScaling, _dynamic, "ntk with s' = s n / L - (s - 1) for n > L (n: current length)",
+            "emozilla 2023, dynamic NTK",
+            hf=HFSpec("dynamic", top_level={"original_max_position_embeddings": "max_position_embeddings"},
+                      required=("factor",)),
+            extension=lambda s, L: {"factor": 1.0, "original_max_position_embeddings": L}),
+    Scaling("yarn", YarnScaling, _yarn, "theta_i kept above beta_fast turns over L, / s below beta_slow, ramp "
+            "between; attention factor 0.1 ln s + 1", "Peng et al. 2023, YaRN",
+            hf=HFSpec("yarn", implied_factor=True), extension=_FACTOR_AND_L),
+    Scaling("llama3", Llama3Scaling, _llama3, "wavelengths < L/high_freq_factor kept, > L/low_freq_factor / s, "
+            "smooth between", "Meta 2024, Llama 3.1",
+            hf=HFSpec("llama3", required=("factor", "low_freq_factor", "high_freq_factor"))),
+    Scaling("longrope", LongRopeScaling, _longrope, "theta_i / lambda_i, short_factor for n <= L, long_factor "
+            "beyond; attention factor sqrt(1 + ln s / ln L)", "Ding et al. 2024, LongRoPE; Phi-3",
+            hf=HFSpec("longrope", required=("short_factor", "long_factor"), implied_factor=True)),
+):
+    register_scaling(_entry)
+del _entry
 
 
 def make_scaling_config(rope_type: str, **params: Any) -> ScalingConfig:
-    """The typed config of ``rope_type`` from keyword parameters (unknown keys: TypeError)."""
-    check_choice("rope_type", rope_type, ROPE_SCALINGS)
-    cls = SCALING_CONFIGS[rope_type]
-    try:
-        return cls(**params)
-    except TypeError as e:
-        raise TypeError(f"rope type {rope_type!r}: {e}") from None
+    """The typed config of ``rope_type`` from keyword parameters.
+
+    A parameter the type does not take is a ``ValueError`` listing the ones it does.
+    """
+    entry = get_scaling(rope_type)
+    extra = [k for k in params if k not in entry.params]
+    if extra:
+        raise ValueError(
+            f"{', '.join(map(str, extra))} not a parameter of rope type {rope_type!r} "
+            f"(it takes: {', '.join(entry.params) or 'nothing'})"
+        )
+    return entry.config(**params)
 
 
 def rope_frequencies(
@@ -363,4 +545,4 @@ def rope_frequencies(
     """
     cfg = make_scaling_config(rope_type, **params)
     inv_freq = base_inv_freq(rotary_dim, base)
-    return ROPE_SCALINGS[rope_type](inv_freq, cfg, base=float(base), seq_len=seq_len)
+    return SCALINGS[rope_type].fn(inv_freq, cfg, base=float(base), seq_len=seq_len)

@@ -47,7 +47,7 @@ from .rope import RotaryConfig, RotaryEmbedding
 __all__ = ["XPosConfig", "XPos", "xpos_max_position", "xpos_scale"]
 
 
-@dataclass
+@dataclass(init=False, eq=False, repr=False)  # RotaryConfig's __init__ takes the scaling parameters too
 class XPosConfig(RotaryConfig):
     """RoPE's config plus ``scale_base`` (the paper's 512) and ``gamma`` (0.4)."""
 
