@@ -70,6 +70,24 @@ class MiniALiBi(PositionalEncoding):
 
 
 @dataclass
+class LogBiasConfig(EncodingConfig):
+    r: float = 0.01
+
+
+class MiniLogBias(PositionalEncoding):
+    """KERPLE's logarithmic kernel (Chi et al. 2022) with a tiny weight: -r log(1 + |i - j|).
+
+    Unbounded however small r is: every doubling of the distance adds r log 2.
+    """
+
+    Config = LogBiasConfig
+
+    def score_bias(self, q_pos, k_pos):
+        dist = (q_pos[:, :, None] - k_pos[:, None, :]).abs().double()  # (B, Tq, Tk)
+        return (-self.config.r * torch.log1p(dist))[:, None].expand(-1, self.dims.num_heads, -1, -1)
+
+
+@dataclass
 class TableConfig(EncodingConfig):
     max_len: int = 64
 

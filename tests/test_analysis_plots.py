@@ -121,6 +121,10 @@ def test_rope_scaling(tmp_path):
     base = torch.tensor(theta(32, 10000.0), dtype=torch.float64)
     torch.testing.assert_close(d["inv_freq"]["default"], base)
     torch.testing.assert_close(d["inv_freq"]["linear"], base / 4.0)
+    # Every type at 4x the trained length, each scaled for it: dynamic NTK at n = 4L is NTK
+    # with alpha = 4 (not the 13x that factor 4 at 4L would give).
+    assert d["seq_len"] == 4 * 4096
+    torch.testing.assert_close(d["inv_freq"]["dynamic"], d["inv_freq"]["ntk"])
 
 
 def t5_bucket(rel, bidirectional, num_buckets=32, max_distance=128):
@@ -164,6 +168,9 @@ def test_deberta_buckets(tmp_path):
         want = mid + math.ceil(math.log(r / mid) / math.log(511 / mid) * (mid - 1))
         assert b[rel.index(r)] == want and b[rel.index(-r)] == -want
     assert b[rel.index(511)] == 255  # max_position - 1 lands on the last bucket
+    c = d["clamped"].tolist()  # what DeBERTa reads: its table has rows for [-256, 255]
+    assert max(c) == 255 and min(c) == -256 and c[rel.index(600)] == 255 and c[rel.index(-600)] == -256
+    assert b[rel.index(600)] > 255  # the raw bucket keeps growing; the figure shows all of it
 
 
 def test_unknown_kind_lists_kinds(tmp_path, capsys):

@@ -27,6 +27,7 @@ Notation: B batch, T length, H heads, D head dim, C model width.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -40,6 +41,7 @@ from ..cli_args import int_at_least, positive_int
 from ..config import check_int
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
+from .claims import expected_for, verdict
 
 __all__ = [
     "CHECKS",
@@ -54,7 +56,8 @@ __all__ = [
     "max_position",
 ]
 
-PASS, FAIL, NA, ERROR = "pass", "fail", "n/a", "error"
+HAS, LACKS, NA, ERROR = "yes", "no", "n/a", "error"
+MEASURED = ""  # a measurement with no yes/no answer (the cost)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class Probe:
     far_len: int = 2048
     max_probe_position: int = 2**14
     seed: int = 0
+    accepted: int | None = None  # max_position of the encoding under test, set by check_encoding
 
     def __post_init__(self) -> None:
         check_int("d_model", self.d_model, minimum=2)
@@ -93,15 +97,32 @@ class Probe:
 
 @dataclass
 class CheckResult:
-    """One cell: ``status`` (pass/fail/n/a/error), the measured ``value`` and a ``detail``."""
+    """One cell: what was measured, and what the literature expects.
+
+    ``status``: "yes" (the encoding has the property), "no", "n/a" (the property does not
+    apply to the hooks it overrides), "error", or "" for a plain measurement (the cost); ``value`` the measured number; ``detail`` what
+    the number is. ``expected`` ("yes", "no", "untrained" or "" for no claim), ``source`` (the
+    citation) and ``verdict`` ("agrees", "differs", "untrained", "no claim", or the status when
+    nothing was measured) are filled from :mod:`posenc.analysis.claims` by
+    :func:`check_encoding` for a registered encoding.
+    """
 
     status: str
     value: str
     detail: str = ""
     data: dict = field(default_factory=dict)
+    expected: str = ""
+    source: str = ""
+    verdict: str = ""
 
     def cell(self) -> str:
-        return f"{self.status} {self.value}".strip()
+        """``yes 9.6e-08 [agrees]``; ``no 0.38 [expected yes]`` when it differs."""
+        text = f"{self.status} {self.value}".strip()
+        if self.verdict == "differs":
+            return f"{text} [expected {self.expected}]"
+        if self.verdict in ("agrees", "untrained", "no claim"):
+            return f"{text} [{self.verdict}]"
+        return text
 
 
 # ---------------------------------------------------------------------------------------
@@ -150,17 +171,20 @@ def position_codes(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> 
 
 
 def position_logits(
-    enc: PositionalEncoding, q_pos: Tensor, k_pos: Tensor, probe: Probe, content: str = "random"
+    enc: PositionalEncoding, q_pos: Tensor, k_pos: Tensor, probe: Probe, content: str = "random",
+    terms_only: bool = False,
 ) -> Tensor:
     """Logits (H, Tq, Tk) float64 between queries at ``q_pos`` and keys at ``k_pos``.
 
     Content is the same at every position (random or all ones per head), so every change
     across the matrix comes from the encoding. Built as :class:`posenc.Attention` does.
+    ``terms_only``: just the additive terms (``score_bias`` and ``score``), without the
+    embed codes' product and q·k.
     """
     H, D, C = enc.dims.num_heads, enc.dims.head_dim, enc.dims.d_model
     Tq, Tk = q_pos.numel(), k_pos.numel()
     logits = torch.zeros(H, Tq, Tk, dtype=torch.float64)
-    if enc.has_embed:
+    if enc.has_embed and not terms_only:
         eq, ek = _embed_code(enc, q_pos, probe), _embed_code(enc, k_pos, probe)
         logits += (eq @ ek.T / math.sqrt(C))[None]  # PE(i)·PE(j), identity projections
     qc, kc = _content(enc, probe, content)
@@ -170,7 +194,8 @@ def position_logits(
     if enc.has_rotate:
         q, k = enc.rotate(q, k, qp, kp)
     scale = enc.attention_scale(D)
-    logits += (q.double() @ k.double().transpose(-2, -1))[0] * scale
+    if not terms_only:
+        logits += (q.double() @ k.double().transpose(-2, -1))[0] * scale
     if enc.has_score_bias:
         logits += enc.score_bias(qp, kp)[0].double()  # (1 or H, Tq, Tk) broadcasts
     if enc.has_score:
@@ -192,24 +217,15 @@ def _accepts(enc: PositionalEncoding, p: int, probe: Probe) -> bool:
         return False
 
 
-_MAX_POSITION: dict[int, tuple[PositionalEncoding, Probe, int]] = {}
-
-
 def max_position(enc: PositionalEncoding, probe: Probe) -> int:
     """Largest position the hooks accept, up to ``probe.max_probe_position`` (doubling, then bisection).
 
-    Memoized per (encoding instance, probe): several checks ask, and a stateful encoding
-    (an ODE, a recurrence) pays for every far position it is asked about.
+    Several checks ask; :func:`check_encoding` computes it once per encoding and hands it to
+    them in ``probe.accepted`` (a stateful encoding, an ODE or a recurrence, pays for every far
+    position it is asked about).
     """
-    hit = _MAX_POSITION.get(id(enc))
-    if hit is not None and hit[0] is enc and hit[1] == probe:
-        return hit[2]
-    value = _max_position(enc, probe)
-    _MAX_POSITION[id(enc)] = (enc, probe, value)
-    return value
-
-
-def _max_position(enc: PositionalEncoding, probe: Probe) -> int:
+    if probe.accepted is not None:
+        return probe.accepted
     cap = probe.max_probe_position
     if _accepts(enc, cap, probe):  # the common case, in one call
         return cap
@@ -290,23 +306,23 @@ def check_absolute(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     if codes is not None:
         norm = float(codes.norm(dim=-1).mean())
         if norm == 0:
-            return CheckResult(FAIL, "0", "every position gets the same (zero) code")
+            return CheckResult(LACKS, "0", "every position gets the same (zero) code")
         dist = torch.cdist(codes, codes)  # (N, N)
         dist.fill_diagonal_(math.inf)
         rel = float(dist.min()) / norm
         ok = rel > 1e-3
         return CheckResult(
-            PASS if ok else FAIL, _fmt(rel), f"min relative distance between codes of positions < {n}", {"n": n}
+            HAS if ok else LACKS, _fmt(rel), f"min relative distance between codes of positions < {n}", {"n": n}
         )
     t = probe.train_len // 2
     base = position_logits(enc, torch.arange(t), torch.arange(t), probe)
     if _no_signal(base):
-        return CheckResult(FAIL, "0", "no hook depends on position")
+        return CheckResult(LACKS, "0", "no hook depends on position")
     shifted = position_logits(enc, torch.arange(t) + probe.train_len, torch.arange(t) + probe.train_len, probe)
     rel = float((shifted - base).abs().max()) / _spread(base)
     ok = rel > 1e-3
     why = "scores change under a shift" if ok else "scores are shift-invariant: only i - j is seen"
-    return CheckResult(PASS if ok else FAIL, _fmt(rel), why)
+    return CheckResult(HAS if ok else LACKS, _fmt(rel), why)
 
 
 def check_relative(enc: PositionalEncoding, probe: Probe) -> CheckResult:
@@ -335,7 +351,7 @@ def check_relative(enc: PositionalEncoding, probe: Probe) -> CheckResult:
         shifted = position_logits(enc, pos + probe.train_len, pos + probe.train_len, probe)
         resid = max(resid, float((shifted - s).abs().max()) / rng)
     ok = resid < 1e-4
-    return CheckResult(PASS if ok else FAIL, _fmt(resid), "max deviation from Toeplitz / logit range")
+    return CheckResult(HAS if ok else LACKS, _fmt(resid), "max deviation from Toeplitz / logit range")
 
 
 def check_linear_map(enc: PositionalEncoding, probe: Probe) -> CheckResult:
@@ -345,29 +361,72 @@ def check_linear_map(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     linear function of PE_pos" (a block rotation); RoPE's rotated q, k share it.
 
     Measured: T(k) fitted by least squares on positions p < N (N > 4 F for F-dim codes, so a
-    fit is not trivial), k in {1, 8, 32}; the worst relative residual ||X T - Y|| / ||Y||.
+    fit is not trivial), k in {1, 8, 32}; the worst relative residual ||X T - Y|| / ||Y||. Wide
+    codes are fitted part by part, each part at most 512 features: the embed code's first and
+    middle 256 columns (whole sin/cos pairs in both layouts), and the rotated q and k of the
+    first heads (a rotary map acts head by head). A fit over F features costs N F^2, and a
+    Llama-sized model's full code (F = 8192) would take hours.
     """
     if not (enc.has_embed or enc.has_rotate):
         return CheckResult(NA, "", "no per-token code: positions enter only through the scores")
-    width = position_codes(enc, torch.arange(1), probe).shape[-1]
+    parts = _code_parts(enc, torch.arange(1), probe)
+    width = max(p.shape[-1] for p in parts)
     n = min(4 * width + 32, max_position(enc, probe) + 1)
     if n - 32 <= width:
         return CheckResult(NA, "", f"only {n} positions accepted; a {width}-dim map needs more")
-    codes = position_codes(enc, torch.arange(n), probe)
-    if float(codes.norm()) == 0:
+    parts = _code_parts(enc, torch.arange(n), probe)
+    if all(float(p.norm()) == 0 for p in parts):
         return CheckResult(NA, "", "all codes are zero")
     worst = 0.0
-    for k in (1, 8, 32):
-        x, y = codes[: n - k], codes[k:]
-        t = torch.linalg.lstsq(x, y).solution  # (F, F)
-        worst = max(worst, float((x @ t - y).norm() / y.norm()))
+    for codes in parts:
+        if float(codes.norm()) == 0:
+            continue
+        for k in (1, 8, 32):
+            x, y = codes[: n - k], codes[k:]
+            t = torch.linalg.lstsq(x, y).solution  # (F, F)
+            worst = max(worst, float((x @ t - y).norm() / y.norm()))
     ok = worst < 1e-4
-    return CheckResult(PASS if ok else FAIL, _fmt(worst), f"worst least-squares residual over k in (1, 8, 32), p < {n}")
+    return CheckResult(HAS if ok else LACKS, _fmt(worst), f"worst least-squares residual over k in (1, 8, 32), p < {n}")
+
+
+_MAX_FIT = 512  # features per least-squares fit in the linear-map check
+
+
+def _code_parts(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> list[Tensor]:
+    """The per-token code (see :func:`position_codes`) in parts of at most ``_MAX_FIT`` features.
+
+    A narrow code is one part. A wide embed code keeps columns [0, 256) and [C/2, C/2 + 256):
+    interleaved sin/cos pairs are adjacent and half-layout pairs are C/2 apart, so both layouts
+    keep whole pairs. Rotated q and k keep their first heads, up to 256 features each.
+    """
+    code = position_codes(enc, positions, probe)
+    if code.shape[-1] <= _MAX_FIT:
+        return [code]
+    parts, at = [], 0
+    if enc.has_embed:
+        C = enc.dims.d_model
+        emb = code[:, :C]
+        if C > _MAX_FIT:
+            half, w = C // 2, _MAX_FIT // 2
+            emb = torch.cat([emb[:, :w], emb[:, half : half + w]], dim=-1)
+        parts.append(emb)
+        at = C
+    if enc.has_rotate:
+        H, D = enc.dims.num_heads, enc.dims.head_dim
+        keep = max(1, (_MAX_FIT // 2) // D) * D  # whole heads
+        q, k = code[:, at : at + H * D], code[:, at + H * D :]
+        qk = torch.cat([q[:, :keep], k[:, :keep]], dim=-1)
+        parts.extend([qk] if qk.shape[-1] <= _MAX_FIT else [q[:, :keep], k[:, :keep]])
+    return parts
 
 
 def _values_at(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> Tensor:
-    """Largest magnitude of everything position-dependent at each position: codes and logits vs key 0."""
-    out = position_logits(enc, positions, torch.tensor([0]), probe)[:, :, 0].abs().amax(0)  # (N,)
+    """Largest magnitude of everything position-dependent at each position p: the code, and the
+    additive logit terms (``score_bias``, ``score``) of a query at p and a key at 0 on their own
+    (the content part q·k is the same at every position and would hide a small growing bias)."""
+    out = torch.zeros(positions.numel(), dtype=torch.float64)
+    if enc.has_score_bias or enc.has_score:
+        out = position_logits(enc, positions, torch.tensor([0]), probe, terms_only=True)[:, :, 0].abs().amax(0)  # (N,)
     codes = position_codes(enc, positions, probe)
     if codes is not None:
         out = torch.maximum(out, codes.abs().amax(-1))
@@ -381,19 +440,36 @@ def check_bounded(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     Press et al. 2022 (ALiBi) and Sun et al. 2023 (xPos) grow by design: the ALiBi bias is
     -m (i - j), xPos scales keys by zeta^(-n).
 
-    Measured: max |value| at positions up to the far length (or the largest accepted) divided
-    by max |value| at positions < L; bounded below 1.25x.
+    Measured: max |value| (codes; the additive logit terms of a query at p and a key at 0,
+    without the content's q·k) at positions up to the far length (or the largest accepted) divided by max |value|
+    at positions < L (the reported ratio), and the maximum per octave
+    [L 2^j, L 2^(j+1)). Unbounded when the octave maxima rise in each of the last three octaves
+    by steps that do not shrink (the last at least half the first): a logarithmic bias,
+    r log(1 + d), adds the same step every octave however small r is, a linear one doubles it;
+    a bounded curve oscillates or levels off (FIRE's bias is constant beyond its threshold,
+    though its maximum there exceeds the one within L).
     """
     limit = min(probe.far_len, max_position(enc, probe))
-    near = _values_at(enc, torch.arange(probe.train_len), probe)
-    far_pos = torch.unique(torch.logspace(math.log10(probe.train_len), math.log10(max(limit, probe.train_len)), 32).long())
-    far = _values_at(enc, far_pos, probe)
+    L = probe.train_len
+    near = _values_at(enc, torch.arange(L), probe)
     ref = float(near.max())
     if ref == 0:
         return CheckResult(NA, "", "no position-dependent values")
-    growth = float(far.max()) / ref
-    ok = growth < 1.25  # KERPLE's log(1 + r d) grows 1.6x from 128 to 2048: that is growth
-    return CheckResult(PASS if ok else FAIL, f"x{_fmt(growth)}", f"max |value| up to position {limit} / up to {probe.train_len}")
+    octaves = []  # max |value| per octave [L 2^j, L 2^(j+1)), 16 log-spaced samples each
+    lo = L
+    while lo < limit:
+        hi = min(2 * lo, limit)
+        pos = torch.unique(torch.logspace(math.log10(lo), math.log10(hi), 16).round().long())
+        octaves.append(float(_values_at(enc, pos, probe).max()))
+        lo = hi
+    growth = max(octaves, default=ref) / ref
+    steps = [b - a for a, b in zip(octaves[-4:], octaves[-3:])]
+    tol = 1e-7 * max(octaves + [ref])
+    rising = len(steps) == 3 and all(d > tol for d in steps) and steps[-1] >= 0.5 * steps[0]
+    ok = not rising
+    why = f"max |value| up to position {limit} / up to {L}"
+    why += f"; rises by a steady step each octave (last {_fmt(steps[-1])})" if rising else "; levels off or oscillates"
+    return CheckResult(HAS if ok else LACKS, f"x{_fmt(growth)}", why, {"octave_max": octaves, "near_max": ref})
 
 
 def check_decay(enc: PositionalEncoding, probe: Probe) -> CheckResult:
@@ -415,9 +491,9 @@ def check_decay(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     ok = prof["drop"] > 0.2
     stop = prof["edges"][prof["stop_bin"]]
     if not ok:
-        return CheckResult(FAIL, f"drop {_fmt(prof['drop'])}", "no systematic decay of the score envelope", prof)
+        return CheckResult(LACKS, f"drop {_fmt(prof['drop'])}", "no systematic decay of the score envelope", prof)
     where = f"still at {dmax}" if prof["stop_bin"] == len(prof["upper"]) - 1 else f"stops ~{stop}"
-    return CheckResult(PASS, f"drop {_fmt(prof['drop'])}, {where}", "envelope drop / range; where it stops decaying", prof)
+    return CheckResult(HAS, f"drop {_fmt(prof['drop'])}, {where}", "envelope drop / range; where it stops decaying", prof)
 
 
 def check_extrapolation(enc: PositionalEncoding, probe: Probe) -> CheckResult:
@@ -426,14 +502,13 @@ def check_extrapolation(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     Press et al. 2022 ("Train Short, Test Long"): learned tables stop at their length; fixed
     and relative schemes run on, with different behaviour of the score beyond L.
 
-    Measured: the largest position the hooks accept (up to the probe cap); then s(d) (see the
-    decay check) on [L, 8L] against [1, L): "keeps decaying", "flat" (range < 5% of the
-    in-range one), "grows" (max |s| > 1.5 x in-range) or "stays in range".
+    Measured: the largest position the hooks accept (up to the probe cap); then s(d) (see the decay check) on [L, 8L] against [1, L): "keeps decaying",
+    "flat" (range < 5% of the in-range one), "grows" (max |s| > 1.5 x in-range) or "stays in range".
     """
     cap = max_position(enc, probe)
     dmax = min(8 * probe.train_len, cap)
     if cap < 2 * probe.train_len:
-        return CheckResult(FAIL, f"max pos {cap}", "rejects positions beyond twice the training length")
+        return CheckResult(LACKS, f"max pos {cap}", "rejects positions beyond twice the training length")
     s = _expected_score_curve(enc, probe, dmax)
     L = probe.train_len
     inside, out = s[1:L], s[L:]
@@ -451,7 +526,7 @@ def check_extrapolation(enc: PositionalEncoding, probe: Probe) -> CheckResult:
         shape = "stays in range"
     ok = cap >= probe.max_probe_position
     pos = f">={cap}" if ok else f"max pos {cap}"
-    return CheckResult(PASS if ok else FAIL, f"{pos}; beyond {L}: {shape}", "largest accepted position; score curve beyond L", {"max_position": cap, "shape": shape})
+    return CheckResult(HAS if ok else LACKS, f"{pos}; beyond {L}: {shape}", "largest accepted position; score curve beyond L", {"max_position": cap, "shape": shape})
 
 
 def _cost_model(enc: PositionalEncoding | None, dims: Dims) -> Callable[[Tensor, SequenceInfo], Tensor]:
@@ -468,10 +543,9 @@ def _cost_model(enc: PositionalEncoding | None, dims: Dims) -> Callable[[Tensor,
     return forward
 
 
-def _time_per_token(enc: PositionalEncoding | None, dims: Dims, t: int = 256) -> float:
+def _time_per_token(fwd: Callable[[Tensor, SequenceInfo], Tensor], dims: Dims, t: int = 256) -> float:
     from ..speed.timing import time_fn
 
-    fwd = _cost_model(enc, dims)
     x = torch.randn(1, t, dims.d_model)
     seq = SequenceInfo.from_offset(1, t)
     # One thread: at these sizes intra-op threads only add synchronisation, and on a busy
@@ -493,17 +567,20 @@ def check_cost(enc: PositionalEncoding, probe: Probe) -> CheckResult:
 
     Measured: parameters at the probe size; time per token of one eager attention forward
     (T = 256 or the table length, embed hook included, one thread) over the same with no
-    encoding, the fastest of 5 alternating rounds each. Indicative only on a shared machine; pass below 2x.
+    encoding, the fastest of 5 alternating rounds each. Indicative only on a shared machine; a
+    measurement, not a yes/no property.
     """
     params = sum(p.numel() for p in enc.parameters())
     # Baseline and encoding timed in alternation, the fastest of five rounds each: the ratio
-    # is what matters, and on a shared machine noise only ever adds time.
-    t = min(256, max_position(enc, probe) + 1)  # a table shorter than 256 sets the length
-    runs = [(_time_per_token(enc, enc.dims, t), _time_per_token(None, enc.dims, t)) for _ in range(5)]
+    # is what matters, and on a shared machine noise only ever adds time. A wide model keeps
+    # about the same work per round (T * C^2 in the projections), so a Llama-sized probe still
+    # finishes in seconds.
+    t = min(256, max(16, 2**16 // enc.dims.d_model), max_position(enc, probe) + 1)
+    with_pe, without = _cost_model(enc, enc.dims), _cost_model(None, enc.dims)  # built once: a wide layer is slow to init
+    runs = [(_time_per_token(with_pe, enc.dims, t), _time_per_token(without, enc.dims, t)) for _ in range(5)]
     ratio = min(r[0] for r in runs) / min(r[1] for r in runs)
-    ok = ratio < 2.0
     return CheckResult(
-        PASS if ok else FAIL, f"{params} params, x{ratio:.2f}", "parameters; time per token / no encoding",
+        MEASURED, f"{params} params, x{ratio:.2f}", "parameters; time per token / no encoding",
         {"params": params, "time_ratio": ratio},
     )
 
@@ -554,7 +631,7 @@ def check_linear_attention(enc: PositionalEncoding, probe: Probe) -> CheckResult
     why = "linear form matches the quadratic one"
     if not ok:
         why = "a (Tq, Tk) logit term that per-token feature maps cannot carry"
-    return CheckResult(PASS if ok else FAIL, _fmt(err), why)
+    return CheckResult(HAS if ok else LACKS, _fmt(err), why)
 
 
 # name -> (column title, check function). Order is the column order of the table.
@@ -585,10 +662,13 @@ def _perturb_zero_params(enc: PositionalEncoding, seed: int) -> None:
 
 def build_probe_encoding(name: str, probe: Probe) -> PositionalEncoding:
     """Build registered encoding ``name`` at the probe size, default config, eval mode."""
-    from ..registry import build
+    from ..registry import build, get_info
 
     torch.manual_seed(probe.seed)
-    enc = build(name, d_model=probe.d_model, num_heads=probe.num_heads).eval()
+    # Eager kernels: the checks call each hook a few times on new shapes, where compiling a
+    # fused kernel (RoPE's "auto" on large inputs) would take longer than the whole check.
+    extra = {"kernel": "eager"} if "kernel" in {f.name for f in dataclasses.fields(get_info(name).config_cls)} else {}
+    enc = build(name, d_model=probe.d_model, num_heads=probe.num_heads, **extra).eval()
     _perturb_zero_params(enc, probe.seed)
     return enc
 
@@ -598,6 +678,10 @@ def check_encoding(enc: PositionalEncoding, probe: Probe | None = None, only: li
     """Run every check (or those in ``only``) on an encoding instance; errors become ``error`` cells."""
     probe = Probe() if probe is None else probe
     out = {}
+    try:
+        probe = dataclasses.replace(probe, accepted=max_position(enc, dataclasses.replace(probe, accepted=None)))
+    except Exception:  # noqa: BLE001 - each check then reports the failure itself
+        probe = dataclasses.replace(probe, accepted=None)
     for key, (_, fn) in CHECKS.items():
         if only is not None and key not in only:
             continue
@@ -607,7 +691,11 @@ def check_encoding(enc: PositionalEncoding, probe: Probe | None = None, only: li
             out[key] = CheckResult(NA, "", f"hook not implemented: {e}")
         except Exception as e:  # noqa: BLE001 - a failing probe is reported, not hidden
             out[key] = CheckResult(ERROR, type(e).__name__, str(e))
-    _MAX_POSITION.pop(id(enc), None)
+        expected, source = expected_for(enc.name, key)
+        r = out[key]
+        r.expected = {True: HAS, False: LACKS, None: ""}.get(expected, str(expected))
+        r.source = source
+        r.verdict = verdict(r.status, expected)
     return out
 
 
@@ -620,6 +708,14 @@ def run_checks(names: list[str] | None = None, probe: Probe | None = None) -> di
     for n in names:
         get_info(n)  # an unknown name lists the valid ones
     return {n: check_encoding(build_probe_encoding(n, probe), probe) for n in names}
+
+
+LEGEND = (
+    "Each cell: the measurement (yes / no: has the property; n/a: it does not apply) and, in\n"
+    "brackets, how it compares with what the literature claims for that encoding: [agrees],\n"
+    "[expected yes|no] where it differs, [untrained] where the property depends on learned\n"
+    "weights the probe has at random init, [no claim] where no paper makes one."
+)
 
 
 def format_table(results: dict[str, dict[str, CheckResult]]) -> str:
@@ -659,6 +755,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(finite_or_none(results_to_json(results)), indent=2, allow_nan=False))
     else:
         print(format_table(results))
+        print()
+        print(LEGEND)
+        differ = [(n, k, r) for n, rs in results.items() for k, r in rs.items() if r.verdict == "differs"]
+        print(f"{sum(r.verdict == 'agrees' for rs in results.values() for r in rs.values())} cells agree with "
+              f"the literature, {len(differ)} differ" + (":" if differ else "."))
+        for n, k, r in differ:
+            print(f"  {n} / {CHECKS[k][0]}: measured {r.status} {r.value}, expected {r.expected} ({r.source})")
         print()
         for _, title, claim, papers, measured in claims():
             print(f"{title}: {claim}\n    {papers}\n    measured: {measured}")

@@ -281,7 +281,10 @@ def scaling_params(rope_type: str, rotary_dim: int, factor: float, original: int
     names = {f.name for f in fields(cls)}
     params: dict[str, Any] = {}
     if "factor" in names:
-        params["factor"] = factor
+        # Dynamic NTK rescales the base by alpha = f * n / L - (f - 1) at length n; every other
+        # type is drawn at n = factor * L, where alpha = factor needs f = 1 (with f = factor
+        # it would be factor^2 - factor + 1: 57x at factor 8, not the 8x of the others).
+        params["factor"] = 1.0 if rope_type == "dynamic" else factor
     if "original_max_position_embeddings" in names:
         params["original_max_position_embeddings"] = original
     if "short_factor" in names:  # LongRoPE's factors are searched per model; a ramp stands in
@@ -294,16 +297,18 @@ def scaling_params(rope_type: str, rotary_dim: int, factor: float, original: int
 def plot_rope_scaling(
     out_dir: Path, dim: int = 128, base: float = 10000.0, factor: float = 8.0, original: int = 4096
 ) -> PlotResult:
-    """Frequencies per pair for every registered RoPE scaling type, at 4x the trained length
-    (linear: Chen et al. 2023; NTK: bloc97 2023; YaRN: Peng et al. 2023; Llama 3: Meta 2024;
-    LongRoPE: Ding et al. 2024)."""
+    """Frequencies per pair for every registered RoPE scaling type at ``factor`` times the
+    trained length, each scaled to that length (linear: Chen et al. 2023; NTK: bloc97 2023;
+    YaRN: Peng et al. 2023; Llama 3: Meta 2024; LongRoPE: Ding et al. 2024). Dynamic NTK is
+    drawn at its effective scale there (see :func:`scaling_params`)."""
     scalings = library_function("ROPE_SCALINGS", ("posenc.rotary", "posenc.rotary.scaling"))
     rope_frequencies = library_function("rope_frequencies", ("posenc.rotary", "posenc.rotary.scaling"))
     plt, fig, (ax,) = _figure()
     freqs, factors, skipped = {}, {}, {}
+    seq_len = round(factor * original)
     for t in scalings:
         try:
-            f, af = rope_frequencies(t, dim, base, seq_len=4 * original, **scaling_params(t, dim, factor, original))
+            f, af = rope_frequencies(t, dim, base, seq_len=seq_len, **scaling_params(t, dim, factor, original))
         except (TypeError, ValueError) as e:
             skipped[t] = str(e)
             continue
@@ -315,8 +320,8 @@ def plot_rope_scaling(
     ax.legend(loc="upper right", fontsize=8)
     return _save(
         plt, fig, out_dir, "rope-scaling",
-        f"RoPE scalings, d = {dim}, base {base:g}, factor {factor:g}, L = {original}, sequence length {4 * original}",
-        {"inv_freq": freqs, "attention_factor": factors, "skipped": skipped, "factor": factor},
+        f"RoPE scalings, d = {dim}, base {base:g}, factor {factor:g}, L = {original}, sequence length {seq_len}",
+        {"inv_freq": freqs, "attention_factor": factors, "skipped": skipped, "factor": factor, "seq_len": seq_len},
     )
 
 
@@ -362,16 +367,22 @@ def plot_deberta_buckets(out_dir: Path, max_distance: int = 1024, bucket_size: i
     fn = library_function("log_bucket_position", ("posenc.relative", "posenc.relative.deberta"))
     rel = torch.arange(-max_distance, max_distance + 1)
     buckets = fn(rel, bucket_size, max_position)
+    # DeBERTa then clamps to its table of 2 * bucket_size rows (att_span = position_buckets).
+    used = buckets.clamp(-bucket_size, bucket_size - 1)
     plt, fig, (ax,) = _figure()
     ax.plot(rel.numpy(), buckets.numpy(), label="log bucket")
-    ax.plot(rel.numpy(), rel.numpy(), color="gray", ls=":", lw=1, label="identity")
-    ax.set_ylim(-bucket_size, bucket_size)
+    ax.plot(rel.numpy(), used.numpy(), ls="--", label=f"clamped to the table [-{bucket_size}, {bucket_size - 1}]")
+    near = rel.abs() <= bucket_size  # the identity only where it stays on the bucket scale
+    ax.plot(rel[near].numpy(), rel[near].numpy(), color="gray", ls=":", lw=1, label="identity")
+    top = 1.05 * float(buckets.abs().max())
+    ax.set_xlim(-max_distance, max_distance)  # every distance computed is shown
+    ax.set_ylim(-top, top)
     ax.set_xlabel("relative position")
     ax.set_ylabel("bucketed position")
     ax.legend(loc="upper left")
     return _save(
         plt, fig, out_dir, "deberta-buckets", f"DeBERTa log buckets: bucket_size {bucket_size}, max_position {max_position}",
-        {"relative_position": rel, "buckets": buckets},
+        {"relative_position": rel, "buckets": buckets, "clamped": used},
     )
 
 

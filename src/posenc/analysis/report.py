@@ -3,7 +3,8 @@
 The page embeds every image as base64 and needs no server or network: open
 ``DIR/report.html`` from disk. It holds
 
-1. the property table of ``posenc check`` (cells coloured by pass/fail, the detail on hover)
+1. the property table of ``posenc check`` (cells coloured by agreement with the literature's
+   claim for that encoding, the detail and the source on hover)
    with each check's claim, papers and measurement;
 2. every figure of ``posenc plot`` (kinds whose family is missing are listed as skipped);
 3. with ``--bench BDIR``: the benchmark's ``results.json`` summary table and its PNGs;
@@ -41,8 +42,8 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; 
 table { border-collapse: collapse; font-size: 13px; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
-td.pass { background: #e3f6e3; } td.fail { background: #fbe3e3; }
-td.na { background: #f4f4f4; color: #777; } td.error { background: #ffd27f; }
+td.agrees { background: #e3f6e3; } td.differs { background: #fbe3e3; }
+td.untrained, td.noclaim, td.na { background: #f4f4f4; color: #555; } td.error { background: #ffd27f; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 13px; color: #444; } dt { font-weight: bold; margin-top: .6em; }
 dd { margin-left: 1.5em; font-size: 14px; } .note { color: #777; font-size: 13px; }
@@ -79,8 +80,11 @@ def _check_table(results: dict) -> str:
             if r is None:
                 cells.append("<td></td>")
                 continue
-            cls = {"n/a": "na"}.get(r.status, r.status)
-            cells.append(f'<td class="{cls}" title="{html.escape(r.detail)}">{html.escape(r.cell())}</td>')
+            # Coloured by agreement with the literature's claim, not by the property itself:
+            # ALiBi has no absolute position by design, and that agrees with its paper.
+            cls = {"n/a": "na", "no claim": "noclaim", "": "noclaim"}.get(r.verdict, r.verdict)
+            tip = r.detail + (f" | expected {r.expected}: {r.source}" if r.source else "")
+            cells.append(f'<td class="{cls}" title="{html.escape(tip)}">{html.escape(r.cell())}</td>')
         rows.append(f"<tr><th>{html.escape(name)}</th>{''.join(cells)}</tr>")
     return f'<table id="checks"><tr><th>encoding</th>{head}</tr>{"".join(rows)}</table>'
 
