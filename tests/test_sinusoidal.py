@@ -14,12 +14,12 @@ from posenc.absolute.sinusoidal import SinusoidalConfig
 
 def test_golden_values_d4_by_hand():
     # D = 4, base 10000: inverse frequencies 10000^(-0/4) = 1 and 10000^(-2/4) = 0.01, so
-    # PE(p) = [sin p, cos p, sin 0.01p, cos 0.01p] (interleaved), [sin p, sin 0.01p, cos p, cos 0.01p] (halves).
+    # PE(p) = [sin p, cos p, sin 0.01p, cos 0.01p] (interleaved), [sin p, sin 0.01p, cos p, cos 0.01p] (half).
     pos = torch.arange(4)
     inter = [[math.sin(p), math.cos(p), math.sin(0.01 * p), math.cos(0.01 * p)] for p in range(4)]
-    halves = [[math.sin(p), math.sin(0.01 * p), math.cos(p), math.cos(0.01 * p)] for p in range(4)]
+    half = [[math.sin(p), math.sin(0.01 * p), math.cos(p), math.cos(0.01 * p)] for p in range(4)]
     torch.testing.assert_close(sinusoidal_table(pos, 4, 10000.0, "interleaved"), torch.tensor(inter), atol=1e-7, rtol=0)
-    torch.testing.assert_close(sinusoidal_table(pos, 4, 10000.0, "halves"), torch.tensor(halves), atol=1e-7, rtol=0)
+    torch.testing.assert_close(sinusoidal_table(pos, 4, 10000.0, "half"), torch.tensor(half), atol=1e-7, rtol=0)
     # PE(1) spelled out, as in the brief.
     assert sinusoidal_table(torch.tensor([1]), 4)[0].tolist() == pytest.approx(
         [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)], abs=1e-7
@@ -97,3 +97,19 @@ def test_bad_inputs_raise():
         sinusoidal_table(torch.arange(3), 5)
     with pytest.raises(ValueError, match="layout"):
         sinusoidal_table(torch.arange(3), 4, layout="nope")
+
+
+def test_layouts_are_spelled_as_rotary_and_the_old_spelling_names_the_new():
+    # One vocabulary for both families: "half" and "interleaved" (issue 11).
+    from posenc.rotary import LAYOUTS as ROTARY_LAYOUTS
+
+    from posenc.absolute.sinusoidal import LAYOUTS
+
+    assert set(LAYOUTS) == set(ROTARY_LAYOUTS) == {"half", "interleaved"}
+    msg = r"layout must be one of 'interleaved', 'half'; got 'halves' \(spelled 'half' now\)"
+    with pytest.raises(ValueError, match=msg):
+        build("sinusoidal", d_model=8, num_heads=2, layout="halves")
+    with pytest.raises(ValueError, match=msg):
+        sinusoidal_table(torch.arange(3), 4, layout="halves")
+    with pytest.raises(ValueError, match=r"layout must be one of 'half', 'interleaved'; got 'halves' \(spelled 'half' now\)"):
+        build("rope", d_model=8, num_heads=2, layout="halves")

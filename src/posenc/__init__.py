@@ -4,6 +4,7 @@
 >>> posenc.list_encodings()[:3]
 ['none', 'learned', 'sinusoidal']
 >>> model = posenc.Transformer(posenc.ModelConfig(encoding="sinusoidal"))
+>>> rope = posenc.rotary.RotaryEmbedding   # family subpackages load on first use
 """
 
 from .attention import Attention, AttentionContext, KVCache
@@ -14,6 +15,22 @@ from .positions import SequenceInfo, relative_positions
 from .registry import EncodingInfo, build, get_info, list_encodings, register
 
 __version__ = "0.1.0"
+
+# Subpackages load on first attribute access (PEP 562), so `import posenc` stays light and
+# `posenc.rotary.RotaryEmbedding` works in a fresh interpreter without a registry call first.
+_SUBPACKAGES = ("absolute", "relative", "rotary", "analysis", "bench", "speed")
+
+
+def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'posenc' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SUBPACKAGES))
 
 __all__ = [
     "Attention",

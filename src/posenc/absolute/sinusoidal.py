@@ -2,8 +2,9 @@
 
 PE(p, 2i) = sin(p / base^(2i/d)),  PE(p, 2i+1) = cos(p / base^(2i/d)).
 
-Two layouts: ``"interleaved"`` (sin, cos per pair, as in the paper) and ``"halves"``
-([sin | cos], as fairseq and tensor2tensor lay it out). Three fusions with the token
+Two layouts, spelled as rotary's: ``"interleaved"`` (sin, cos per pair, as in the paper) and
+``"half"`` ([sin | cos], as fairseq and tensor2tensor lay it out; the old spelling ``"halves"``
+is an error naming it). Three fusions with the token
 embeddings: ``"add"`` (the paper), ``"mul"`` (x * PE) and ``"concat"`` ([x | PE] followed by
 a learned projection back to the model width). ``learnable_scale`` multiplies PE by one
 learned scalar (the "scaled sinusoidal" of Hua et al. 2022, "Transformer Quality in Linear
@@ -29,15 +30,21 @@ from ..limits import MAX_WIDTH
 
 __all__ = ["SinusoidalConfig", "SinusoidalEncoding", "sinusoidal_table"]
 
-LAYOUTS = ("interleaved", "halves")
+LAYOUTS = ("interleaved", "half")  # the rotary family's spellings (posenc.rotary.LAYOUTS)
 FUSIONS = ("add", "mul", "concat")
+
+
+def _check_layout(layout: str) -> None:
+    if layout == "halves":  # the spelling before the families agreed on one
+        raise ValueError("layout must be one of 'interleaved', 'half'; got 'halves' (spelled 'half' now)")
+    check_choice("layout", layout, LAYOUTS)
 
 
 def sinusoidal_table(positions: Tensor, dim: int, base: float = 10000.0, layout: str = "interleaved") -> Tensor:
     """Sinusoidal codes for integer or real ``positions`` (any shape) -> (*shape, dim), float32."""
     check_even("dim", dim)
     check_range("base", base, 1.0, None)
-    check_choice("layout", layout, LAYOUTS)
+    _check_layout(layout)
     return _table(positions, dim, base, layout)
 
 
@@ -68,7 +75,7 @@ class SinusoidalConfig(EncodingConfig):
 
     def validate(self) -> None:
         check_range("base", self.base, 1.0, None)
-        check_choice("layout", self.layout, LAYOUTS)
+        _check_layout(self.layout)
         check_choice("fusion", self.fusion, FUSIONS)
         if self.dim is not None:
             check_int("dim", self.dim, minimum=2, maximum=MAX_WIDTH)

@@ -110,9 +110,9 @@ def _sin_table(positions: Tensor, dim: int, base: float, layout: str = "interlea
 def plot_sinusoidal_heatmap(out_dir: Path, length: int = 128, dim: int = 64, base: float = 10000.0) -> PlotResult:
     """PE(p, i) as an image: fast waves in the first dimensions, slow ones in the last (Vaswani et al. 2017).
 
-    Drawn in the "halves" layout ([sin | cos], as tensor2tensor lays it out): interleaved rows
+    Drawn in the "half" layout ([sin | cos], as tensor2tensor lays it out): interleaved rows
     would alternate sin ~ 0 and cos ~ 1 at the slow end and read as stripes."""
-    table = _sin_table(torch.arange(length), dim, base, layout="halves")  # (T, C)
+    table = _sin_table(torch.arange(length), dim, base, layout="half")  # (T, C)
     plt, fig, (ax,) = _figure()
     im = ax.imshow(table.T.numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower")
     ax.set_xlabel("position p")
