@@ -29,6 +29,10 @@ FAMILIES = {  # model_type -> (config class, causal LM class, config kwargs)
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", _GQA),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", _GQA | {"head_dim": 8}),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", _GQA | {"head_dim": 8}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", _GQA | {"head_dim": 8}),
+    "phi": ("PhiConfig", "PhiForCausalLM", dict(hidden_size=64, num_attention_heads=4, intermediate_size=64,
+                                                partial_rotary_factor=0.5)),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", _GQA | {"hidden_size": 64, "partial_rotary_factor": 0.25}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", _GQA | {"partial_rotary_factor": 0.5, "pad_token_id": 0,
                                                       "original_max_position_embeddings": L,  # top level, as Phi-3
                                                       "bos_token_id": 1, "eos_token_id": 2}),
@@ -48,6 +52,7 @@ HF_TYPES = {
 }
 # the families whose transformers config takes each rope type (Phi-3: longrope only; GPT-J: none)
 TYPE_FAMILIES = [(f, t) for f in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gpt_neox") for t in HF_TYPES]
+TYPE_FAMILIES += [(f, "yarn") for f in ("gemma2", "phi", "stablelm")]
 TYPE_FAMILIES += [("phi3", "longrope")]
 
 
@@ -177,6 +182,11 @@ def test_scaling_equals_transformers_rope_type(name, rope_type):
     patch_model(plain, scaling=rope_type, **params)
     assert rel(logits(plain, ids[:, :L]), want_short) <= 1e-5
     assert rel(logits(plain, ids), want) <= 1e-5
+    # the scaled checkpoint itself, patched with its own config (from_hf reads the rope dict)
+    rope = patch_model(hf)
+    assert rope.config.scaling == rope_type
+    assert rel(logits(hf, ids[:, :L]), want_short) <= 1e-5
+    assert rel(logits(hf, ids), want) <= 1e-5
 
 
 def test_scaling_defaults_trained_length_and_starts_from_the_checkpoint():
@@ -264,6 +274,21 @@ def test_patched_model_survives_dtype_cast_and_unpatch():
     assert model.base_model.rotary_emb.inv_freq.dtype == torch.bfloat16  # cast with the model, as unpatched
 
 
+@pytest.mark.parametrize("name", ["llama", "gptj"])
+def test_patched_model_trains_after_running_in_inference_mode(name):
+    """cos/sin tables first built under torch.inference_mode() must not break a later training
+    step (autograd cannot save inference tensors for backward)."""
+    model = make(name)
+    patch_model(model, scaling="linear", factor=2.0)
+    ids = tokens(2, 12)
+    with torch.inference_mode():
+        model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
+    model.train()
+    model(ids, labels=ids).loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 
@@ -290,10 +315,10 @@ def test_unsupported_and_non_rope_models_are_clear_errors():
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=1, n_head=2))
     with pytest.raises(ValueError, match=r"model_type 'gpt2' has no rotary embeddings.*supports: llama, mistral"):
         patch_model(gpt2)
-    phi = transformers.PhiForCausalLM(transformers.PhiConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1,
-                                                             num_attention_heads=2, intermediate_size=16))
-    with pytest.raises(ValueError, match=r"model_type must be one of llama, .*gptj for patch_model; got 'phi'"):
-        patch_model(phi)
+    olmo = transformers.OlmoForCausalLM(transformers.OlmoConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
+    with pytest.raises(ValueError, match=r"model_type must be one of llama, .*gptj for patch_model; got 'olmo'"):
+        patch_model(olmo)
     with pytest.raises(TypeError, match="model must be a transformers PreTrainedModel"):
         unpatch_model(object())
 

@@ -34,10 +34,10 @@ def _gpt2():
     return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2))
 
 
-def _phi():
+def _olmo():
     import transformers
 
-    return transformers.PhiForCausalLM(transformers.PhiConfig(
+    return transformers.OlmoForCausalLM(transformers.OlmoConfig(
         vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
 
 
@@ -89,10 +89,10 @@ CASES = [
          r"model must be a transformers PreTrainedModel .*got Linear",
          run=lambda: _patch(torch.nn.Linear(2, 2)), error=TypeError),
     Case(A, "patch_model on a model without RoPE (GPT-2)",
-         r"model_type 'gpt2' has no rotary embeddings .*supports: llama, mistral, qwen2, qwen3, gemma, phi3, "
-         r"gpt_neox, gptj", run=lambda: _patch(_gpt2())),
-    Case(A, "patch_model on a RoPE model type it does not support (phi)",
-         r"model_type must be one of llama, .*, gptj for patch_model; got 'phi'", run=lambda: _patch(_phi())),
+         r"model_type 'gpt2' has no rotary embeddings .*supports: llama, mistral, qwen2, qwen3, gemma, gemma2, "
+         r"phi, phi3, stablelm, gpt_neox, gptj", run=lambda: _patch(_gpt2())),
+    Case(A, "patch_model on a RoPE model type it does not support (olmo)",
+         r"model_type must be one of llama, .*, gptj for patch_model; got 'olmo'", run=lambda: _patch(_olmo())),
     Case(A, "patch_model scaling='linear', factor=0.5", r"factor must be in \[1.0, inf\), got 0.5",
          run=lambda: _patch(_llama(), scaling="linear", factor=0.5)),
     Case(A, "patch_model with a misspelled scaling parameter", r"unknown parameter\(s\) 'fctor'",

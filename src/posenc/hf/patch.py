@@ -15,8 +15,8 @@ Where each family makes cos/sin:
 ==================================================  =============================================
 model_type                                          what is replaced
 ==================================================  =============================================
-llama, mistral, qwen2, qwen3, gemma, phi3,          the base model's ``rotary_emb`` module (one,
-gpt_neox                                            shared by every layer): swapped for
+llama, mistral, qwen2, qwen3, gemma, gemma2, phi,  the base model's ``rotary_emb`` module (one,
+phi3, stablelm, gpt_neox                            shared by every layer): swapped for
                                                     :class:`PosencRotary`; the original is kept
                                                     inside it, so unpatching puts the very same
                                                     object back
@@ -27,6 +27,11 @@ gptj                                                no shared module: each ``GPT
                                                     lookup reads a posenc table instead (an
                                                     instance attribute shadowing the method)
 ==================================================  =============================================
+
+Dynamic NTK: posenc's is a pure function of the current length (largest position id + 1);
+transformers' module remembers the longest length it has seen and keeps that scaling for
+later, shorter calls (until one is shorter than the trained length). The two agree on any
+sequence of calls whose length does not shrink, e.g. one ``generate``.
 
 The model's weights, buffers and ``state_dict`` are untouched: ``save_pretrained`` on a
 patched model writes the same checkpoint.
@@ -52,7 +57,7 @@ from ..rotary.scaling import SCALING_CONFIGS
 __all__ = ["PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "patched_rope", "unpatch_model"]
 
 #: model types whose base model holds one shared ``rotary_emb`` module.
-_SHARED_MODULE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "gpt_neox")
+_SHARED_MODULE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "stablelm", "gpt_neox")
 #: every model type :func:`patch_model` accepts.
 SUPPORTED_MODEL_TYPES = (*_SHARED_MODULE, "gptj")
 _GPTJ_HOLDER = "posenc_rotary"  # GPT-J: the attribute of the base model holding the PosencRotary
