@@ -23,6 +23,8 @@ encoding module per attention layer, in layer order, holding that layer's weight
 
 Only the position weights are loaded: the q/k/v projections stay the caller's (the tests
 compare the logits posenc gives with the checkpoint's own projections against transformers').
+The modules are float32 (a bf16 checkpoint's weights are widened on load); ``.to()`` them as
+needed.
 """
 
 from __future__ import annotations
@@ -161,15 +163,23 @@ def relative_from_bert(source: Any, *, config: Any = None) -> list[PositionalEnc
     if not layers:
         raise ValueError(f"no distance_embedding.weight in the source (position_embedding_type is {kind!r}); "
                          "is it a relative_key checkpoint?")
+    if sorted(layers) != list(range(len(layers))):
+        raise ValueError(f"distance_embedding weights found for layers {sorted(layers)}: expected 0..{len(layers) - 1}")
     out = []
     for index in sorted(layers):
         key, weight = layers[index]
         enc = build(_BERT_TYPES[kind], d_model=hidden, num_heads=heads, clip=P - 1)
         _load(enc, "weight", weight, key)
         out.append(enc)
-    if sorted(layers) != list(range(len(layers))):
-        raise ValueError(f"distance_embedding weights found for layers {sorted(layers)}: expected 0..{len(layers) - 1}")
     return out
+
+
+def _int(cfg: dict[str, Any], key: str, default: int) -> int:
+    value = cfg.get(key, default)
+    value = default if value is None else value
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"config[{key!r}] must be an int, got {type(value).__name__} {value!r}")
+    return value
 
 
 def _deberta_options(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -185,14 +195,14 @@ def _deberta_options(cfg: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(types) - {"c2p", "p2c"})
     if unknown:
         raise ValueError(f"config['pos_att_type'] entries must be 'c2p' or 'p2c'; got {unknown}")
-    max_rel = cfg.get("max_relative_positions", -1)
-    if max_rel is None or max_rel < 1:  # transformers: < 1 means max_position_embeddings
-        max_rel = cfg.get("max_position_embeddings", 512)
-    buckets = cfg.get("position_buckets", -1)
+    max_rel = _int(cfg, "max_relative_positions", -1)
+    if max_rel < 1:  # transformers: < 1 means max_position_embeddings
+        max_rel = _int(cfg, "max_position_embeddings", 512)
+    buckets = _int(cfg, "position_buckets", -1)
     norms = [t.strip() for t in str(cfg.get("norm_rel_ebd", "none")).lower().split("|")]
     return dict(
         c2p="c2p" in types, p2c="p2c" in types, max_relative_positions=max_rel,
-        position_buckets=buckets if buckets is not None and buckets > 0 else 0,
+        position_buckets=max(buckets, 0),  # transformers: <= 0 means no buckets
         share_att_key=bool(cfg.get("share_att_key", False)), layer_norm="layer_norm" in norms,
         layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-7)),
     )

@@ -81,13 +81,13 @@ class PosencRotary(nn.Module):
         self.rope = rope
         self.original = original
 
-    def half_layout(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+    def half_layout(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin (B|1, T, r) float32 in transformers' half layout."""
         cos, sin = self.rope.cos_sin(position_ids)  # (B|1, T, r/2) float32, max position + 1 as the length
         return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
 
     def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        cos, sin = self.half_layout(x, position_ids)
+        cos, sin = self.half_layout(position_ids)
         return cos.to(x.dtype), sin.to(x.dtype)  # as transformers' own module returns them
 
     def gptj_table(self, position_ids: Tensor) -> Tensor:
