@@ -45,14 +45,13 @@ patched model writes the same checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..rotary import RotaryConfig, RotaryEmbedding, from_hf
-from ..rotary.scaling import SCALING_CONFIGS
+from ..rotary.scaling import SCALINGS
 
 __all__ = ["PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "patched_rope", "unpatch_model"]
 
@@ -159,8 +158,7 @@ def _resolve(model: nn.Module, rope: Any, overrides: dict[str, Any]) -> RotaryEm
         params = {} if "scaling" in overrides else dict(cfg.scaling_params())
         params |= overrides
         name = params.get("scaling", cfg.scaling)
-        takes_length = name in SCALING_CONFIGS and any(
-            f.name == "original_max_position_embeddings" for f in dataclasses.fields(SCALING_CONFIGS[name]))
+        takes_length = name in SCALINGS and "original_max_position_embeddings" in SCALINGS[name].params
         if takes_length and params.get("original_max_position_embeddings") is None:
             # the one parameter every length-based type needs: the checkpoint knows it
             params["original_max_position_embeddings"] = _trained_length(native, model.config)
