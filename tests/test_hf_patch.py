@@ -336,13 +336,17 @@ def test_posenc_rotary_is_a_drop_in_for_transformers_module():
     assert math.isclose(ours.rope.attention_factor, hf_rotary.attention_scaling)
 
 
-def test_docs_hf_example_runs(saved):
-    """docs/hf.md's first example, on a tiny saved checkpoint in place of its placeholder path."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "hf.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks and "path/to/checkpoint" in blocks[0]
-    namespace: dict = {}
-    exec(compile(blocks[0].replace("path/to/checkpoint", str(saved / "llama")), "docs/hf.md", "exec"), namespace)
-    model = namespace["model"]
-    assert type(model.base_model.rotary_emb).__name__ == "LlamaRotaryEmbedding"  # unpatched at the end
-    assert patched_rope(model) is None
+def test_docs_hf_examples_run(saved):
+    """Every Python block of docs/hf.md and README.md that loads a checkpoint and patches it (the
+    five-line HF path) runs, on a tiny saved checkpoint in place of its placeholder path."""
+    root = Path(__file__).resolve().parents[1]
+    blocks = [b for page in ("docs/hf.md", "README.md") if (root / page).is_file()
+              for b in re.findall(r"```python\n(.*?)```", (root / page).read_text(), re.S)
+              if "from_pretrained(\"path/to/checkpoint\")" in b and "patch_model(" in b]
+    assert blocks  # docs/hf.md has one
+    for block in blocks:
+        namespace: dict = {}
+        exec(compile(block.replace("path/to/checkpoint", str(saved / "llama")), "docs", "exec"), namespace)
+        model = namespace["model"]
+        assert type(model.base_model.rotary_emb).__name__ == "LlamaRotaryEmbedding"  # unpatched at the end
+        assert patched_rope(model) is None
