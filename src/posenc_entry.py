@@ -44,9 +44,13 @@ def main() -> None:
         import _signal
 
         _signal.signal(_signal.SIGINT, _exit_interrupted)
-        from posenc.cli import build_parser, main as cli_main
+        from posenc.cli import build_parser, main as cli_main, one_line
 
-        parser = build_parser()
+        try:
+            parser = build_parser(sys.argv[1:])  # also imports user code (--import, entry points)
+        except (ValueError, TypeError, OSError) as e:  # a bad --import or plugin: one line, exit 2
+            print(f"posenc: error: {one_line(e)}", file=sys.stderr)
+            sys.exit(2)
     except KeyboardInterrupt:  # raised before our handler was on, or by code that re-installed one
         _exit_interrupted()
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)

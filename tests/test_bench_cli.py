@@ -136,3 +136,155 @@ def test_two_seeds_with_rope_scalings_end_to_end(tmp_path, capsys):
     assert base["seeds"] == 2
     assert math.isclose(base["in_mean"], statistics.fmean(inside), abs_tol=1e-12)
     assert math.isclose(base["in_std"], statistics.stdev(inside), abs_tol=1e-12)
+
+
+# ---- the harness as users extend it: variants, size flags, user modules, the docs' examples --
+
+import dataclasses  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from posenc.bench.cli import SIZE_FLAGS, _OWN_FLAGS, _overrides  # noqa: E402
+from posenc.bench.runner import BenchSettings, build_model  # noqa: E402
+from posenc.cli import build_parser  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--d-model", "16", "--layers", "1", "--heads", "2", "--steps", "2", "--batch-size", "4",
+        "--eval-examples", "2", "--synthetic-length", "3"]
+
+
+def test_every_setting_has_a_flag_and_reaches_the_settings(tmp_path):
+    """Each BenchSettings field (but the lists with their own flags) is settable from the
+    command line, and the value given is the value the settings hold."""
+    given = {
+        "--d-model": ["48"], "--layers": ["3"], "--heads": ["6"], "--steps": ["7"], "--batch-size": ["5"],
+        "--lr": ["0.01"], "--warmup-steps": ["0"], "--synthetic-length": ["11"], "--eval-examples": ["9"],
+        "--passkey-length": ["40"], "--passkey-eval-factors": ["1", "2.5", "7"], "--passkey-depths": ["0", "0.3"],
+        "--passkey-examples": ["3"], "--lm-length": ["20"], "--lm-batch-size": ["2"], "--lm-eval-factors": ["1", "3"],
+        "--lm-train-bytes": ["999"], "--lm-eval-tokens": ["77"], "--scalings": ["ntk", "yarn"], "--eval-seed": ["5"],
+    }
+    expected = dict(d_model=48, n_layer=3, n_head=6, steps=7, batch_size=5, lr=0.01, warmup_steps=0, synthetic_length=11,
+                    eval_examples=9, passkey_length=40, passkey_eval_factors=(1.0, 2.5, 7.0), passkey_depths=(0.0, 0.3),
+                    passkey_examples=3, lm_length=20, lm_batch_size=2, lm_eval_factors=(1, 3), lm_train_bytes=999,
+                    lm_eval_tokens=77, scalings=("ntk", "yarn"), eval_seed=5)
+    assert set(expected) == set(SIZE_FLAGS)
+    parser = build_parser([])
+    args = parser.parse_args(["bench", "--out", str(tmp_path / "o"), *[x for k, v in given.items() for x in (k, *v)]])
+    s = settings_for("micro", **_overrides(args))
+    assert {k: getattr(s, k) for k in expected} == expected
+    # completeness: every other field has a generic flag (a new setting is settable at once)
+    dests = {a.dest for a in parser._subparsers._group_actions[0].choices["bench"]._actions}
+    fields = [f.name for f in dataclasses.fields(BenchSettings)]
+    assert fields
+    missing = [f for f in fields if f not in _OWN_FLAGS and f"set_{f}" not in dests]
+    assert not missing, f"BenchSettings fields without a flag: {missing}"
+    # --scalings with no value: no scaled rows
+    args = parser.parse_args(["bench", "--out", str(tmp_path / "o"), "--scalings"])
+    assert settings_for("micro", **_overrides(args)).scalings == ()
+
+
+def test_variants_sizes_and_resume_end_to_end(tmp_path, capsys):
+    out = tmp_path / "v"
+    argv = ["bench", "--preset", "micro", "--no-progress", "--encodings", "rope", "rope:base=5e5", "rope:base=10000",
+            "--tasks", "reverse", *TINY, "--out", str(out)]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "rope@base=500000.0" in table
+    stored = json.loads((out / "bench.json").read_text())
+    assert stored["encodings"] == ["rope", "rope@base=500000.0"]  # rope:base=10000 is rope: run once
+    assert stored["d_model"] == 16 and stored["synthetic_length"] == 3
+    runs = load_results(out)["runs"]
+    assert sorted(r["encoding"] for r in runs) == ["rope", "rope@base=500000.0"]
+    assert [p["length"] for p in runs[0]["points"] if p["variant"] == "base"] == [1, 2, 3, 4, 5, 6]  # 1..2L
+    done = out / "runs" / "reverse" / "rope@base=500000.0" / "seed0" / "result.json"
+    before = done.stat().st_mtime_ns
+    # the variant's model really has the base it names, and the sizes given
+    s = settings_for("micro", encodings=stored["encodings"], tasks=["reverse"], d_model=16, n_layer=1, n_head=2)
+    model = build_model(s, "rope@base=500000.0", "reverse", 0)
+    assert [e.config.base for e in model.encodings] == [500000.0]
+    assert model.cfg.d_model == 16 and len(model.blocks) == 1
+    # --resume with the same flags (and another spelling of the variant) retrains nothing
+    argv[argv.index("rope:base=5e5")] = "rope:base=500000"
+    assert main([*argv, "--resume"]) == 0
+    assert done.stat().st_mtime_ns == before
+    assert len(load_results(out)["runs"]) == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--encodings", "rope:rotary_dim=64"], "encoding 'rope@rotary_dim=64' cannot be built with these settings: rotary_dim"),
+        (["--encodings", "none", "--heads", "3"], "--d-model (16) must be divisible by --heads (3)"),
+        (["--encodings", "none", "--tasks", "addition", "--synthetic-length", "0"], "argument --synthetic-length: must be a positive int, got 0"),
+    ],
+)
+def test_impossible_settings_fail_before_training(tmp_path, capsys, args, message):
+    argv = ["bench", "--preset", "micro", "--no-progress", "--d-model", "16", "--heads", "2", *args, "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def _doc_blocks(lang: str) -> list[str]:
+    text = (ROOT / "docs" / "bench.md").read_text()
+    return re.findall(rf"```{lang}\n(.*?)```", text, re.S)
+
+
+ENCODING_PLUGIN = '''
+from posenc import register
+from posenc.relative.alibi import ALiBi
+
+
+@register("alibi_again", family="relative", summary="ALiBi registered by a user module", paper="a test")
+class AlibiAgain(ALiBi):
+    """The same computation as alibi under another name: its results must equal alibi's."""
+'''
+
+
+def test_user_module_through_the_console_script(tmp_path):
+    """The docs' task module plus an encoding, loaded with --import by the installed console
+    script (which, unlike `python -m`, does not put the current directory on sys.path)."""
+    task_block = [b for b in _doc_blocks("python") if "register_task" in b]
+    assert len(task_block) == 1
+    (tmp_path / "mytasks.py").write_text(task_block[0] + ENCODING_PLUGIN)
+    exe = shutil.which("posenc", path=str(Path(sys.executable).parent))
+    assert exe, "the posenc console script is not installed next to this interpreter"
+    env = dict(__import__("os").environ, OMP_NUM_THREADS="1")
+
+    def posenc(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([exe, *argv], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+
+    listed = posenc("--import", "mytasks", "list", "--tasks")
+    assert listed.returncode == 0, listed.stderr
+    assert re.search(r"^repeat\s+Write the input twice\.\s+\[mytasks, min length 1\]$", listed.stdout, re.M)
+    out = tmp_path / "out"
+    run = posenc("--import", "mytasks.py", "bench", "--preset", "micro", "--no-progress", "--tasks", "repeat",
+                 "--encodings", "alibi", "alibi_again", "alibi_again:symmetric=false", *TINY, "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    runs = {r["encoding"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    assert set(runs) == {"alibi", "alibi_again", "alibi_again@symmetric=false"}
+    assert all(r["task"] == "repeat" for r in runs.values())
+    # an encoding registered by user code computes what its definition says: here, alibi's numbers
+    assert runs["alibi_again"]["points"] == runs["alibi"]["points"]
+    assert runs["alibi_again"]["train_loss"] == runs["alibi"]["train_loss"]
+    # without --import the names are unknown, and the error says so in one line
+    missing = posenc("bench", "--preset", "micro", "--tasks", "repeat", "--out", str(tmp_path / "x"))
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines()[-1].startswith("posenc bench: error: unknown task 'repeat'; valid tasks: copy,")
+
+
+def test_docs_python_examples_run(tmp_path, monkeypatch):
+    """Every ```python block of docs/bench.md runs as written, in a fresh interpreter, in a
+    folder holding the runs/quick the report example reads (a micro run)."""
+    blocks = _doc_blocks("python")
+    assert len(blocks) >= 3
+    assert main(["bench", "--preset", "micro", "--no-progress", "--encodings", "none", "--tasks", "copy",
+                 *TINY, "--out", str(tmp_path / "runs" / "quick")]) == 0
+    for i, block in enumerate(blocks):
+        (tmp_path / f"block{i}.py").write_text(block)
+        proc = subprocess.run([sys.executable, f"block{i}.py"], cwd=tmp_path, capture_output=True, text=True,
+                              env=dict(__import__("os").environ, OMP_NUM_THREADS="1"), timeout=600)
+        assert proc.returncode == 0, f"docs/bench.md python block {i} failed:\n{block}\n{proc.stderr[-2000:]}"

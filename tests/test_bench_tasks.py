@@ -133,3 +133,93 @@ def test_lm_batches_are_windows_that_change_with_step():
     starts = {tuple(src(s).inputs[:, 0].tolist()) for s in range(20)}
     assert len(starts) == 20  # a new draw at every step
     assert torch.equal(src(7).inputs, src(7).inputs)
+
+
+# ---- the task registry (register_task) ------------------------------------------------------
+
+from posenc.bench import tasks as tasks_mod  # noqa: E402
+from posenc.bench.tasks import DIGITS, Example, Task, register_task, task_names  # noqa: E402
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A private copy of the task registry: tasks registered by a test vanish after it."""
+    monkeypatch.setattr(tasks_mod, "_TASKS", dict(tasks_mod._TASKS))
+    return tasks_mod._TASKS
+
+
+def test_builtin_tasks_are_registered_in_order():
+    assert task_names() == ("copy", "reverse", "sort", "addition", "parity", "summation", "passkey", "lm")
+
+
+def test_a_custom_task_is_one_class_and_one_decorator(registry):
+    @register_task
+    class Double(Task):
+        """Write each digit twice."""
+
+        name = "double"
+        min_length = 2
+
+        def make(self, n, rng):
+            x = tuple(rng.choice(DIGITS) for _ in range(n))
+            return Example(x + (SEP,), tuple(d for d in x for _ in range(2)))
+
+    assert task_names()[-2:] == ("double", "lm")
+    t = get_task("double")
+    assert isinstance(t, Double)
+    e = t.sample(3, random.Random(0))
+    body = e.prompt[:-1]
+    assert e.target == (body[0], body[0], body[1], body[1], body[2], body[2])  # by hand from the rule
+    with pytest.raises(ValueError, match="length must be >= 2, got 1"):
+        t.sample(1, random.Random(0))
+    # batches of the custom task: loss on its target tokens only
+    b = TaskBatches(t, batch_size=4, max_length=3, seed=0)(0)
+    assert b.inputs.shape[0] == 4 and b.num_targets > 0
+
+
+def test_register_task_refuses_bad_classes(registry):
+    class NoMake(Task):
+        name = "nomake"
+
+    with pytest.raises(TypeError, match="task 'nomake' \\(.*NoMake\\) must override make"):
+        register_task(NoMake)
+    with pytest.raises(TypeError, match="register_task needs a subclass of posenc.bench.tasks.Task, got <class 'int'>"):
+        register_task(int)
+
+    class Copy2(Task):
+        name = "copy"
+
+        def make(self, n, rng):
+            return Example((SEP,), (1,))
+
+    with pytest.raises(ValueError, match="task 'copy' is already registered"):
+        register_task(Copy2)
+    Copy2.name = "lm"
+    with pytest.raises(ValueError, match="task 'lm' is already registered"):
+        register_task(Copy2)
+    Copy2.name = "Bad Name"
+    with pytest.raises(ValueError, match="must be lowercase letters, digits and '_' starting with a letter, got 'Bad Name'"):
+        register_task(Copy2)
+    Copy2.name, Copy2.min_length = "ok", 0
+    with pytest.raises(ValueError, match="min_length of task 'ok' must be >= 1, got 0"):
+        register_task(Copy2)
+    Copy2.min_length, Copy2.vocab_size = 1, 10
+    with pytest.raises(ValueError, match=r"vocab_size of task 'ok' must be in \[20, 65536\], got 10"):
+        register_task(Copy2)
+    assert "ok" not in task_names()
+
+
+def test_a_task_emitting_bad_tokens_is_named(registry):
+    @register_task
+    class Wild(Task):
+        name = "wild"
+
+        def make(self, n, rng):
+            return Example((1, 2, SEP), (25,) if n == 1 else ())
+
+    with pytest.raises(ValueError, match=r"task 'wild': tokens must be ints in \[0, 20\), got 25 in an example of length 1"):
+        get_task("wild").sample(1, random.Random(0))
+    with pytest.raises(ValueError, match="task 'wild': prompt and target must be non-empty"):
+        get_task("wild").sample(2, random.Random(0))
+    with pytest.raises(ValueError, match="'lm' is language modelling, not an example task"):
+        get_task("lm")

@@ -59,6 +59,16 @@ BAD = [
     (["bench", "--tasks", "multiply", "--out", "OUT"], "unknown task 'multiply'; valid tasks:"),
     (["bench", "--encodings", "banana", "--out", "OUT"], "unknown encoding 'banana'; valid encodings:"),
     (["bench"], "the following arguments are required: --out"),
+    (["bench", "--encodings", "rope:bse=2", "--out", "OUT"], "unknown key 'bse' for encoding 'rope'; valid keys: base,"),
+    (["bench", "--encodings", "rope:base=x", "--out", "OUT"], "encoding spec 'rope:base=x': base must be a float, got 'x'"),
+    (["bench", "--d-model", "0", "--out", "OUT"], "argument --d-model: must be a positive int, got 0"),
+    (["bench", "--layers", "x", "--out", "OUT"], "argument --layers/--n-layer: must be a positive int, got 'x'"),
+    (["bench", "--lr", "nan", "--out", "OUT"], "argument --lr: must be a positive finite float, got 'nan'"),
+    (["bench", "--passkey-length", "5", "--out", "OUT"], "argument --passkey-length: must be an int >= 6, got 5"),
+    (["bench", "--passkey-depths", "1.5", "--out", "OUT"], "argument --passkey-depths: must be a float in [0, 1], got 1.5"),
+    (["bench", "--lm-eval-factors", "0", "--out", "OUT"], "argument --lm-eval-factors: must be a positive int, got 0"),
+    (["bench", "--scalings", "banana", "--out", "OUT"], "argument --scalings: must be one of linear,"),
+    (["bench", "--d-model", "30", "--heads", "4", "--out", "OUT"], "--d-model (30) must be divisible by --heads (4)"),
     # speed model
     (["speed", "model", "--lengths", "0"], "argument --lengths: must be a positive int, got 0"),
     (["speed", "model", "--lengths", "-8"], "argument --lengths: must be a positive int, got -8"),
@@ -77,6 +87,7 @@ BAD = [
     (["speed", "relative", "--batch", "0"], "argument --batch: must be a positive int, got 0"),
     (["speed", "relative", "--dtype", "float8"], "argument --dtype: invalid choice: 'float8'"),
     (["speed", "relative", "--einsum-max-length", "0"], "argument --einsum-max-length: must be a positive int, got 0"),
+    (["speed", "relative", "--json", "OUT/rel.txt"], "argument --json: must be a path ending in .json, or '-' for stdout, got"),
     (["speed", "banana"], "argument TARGET: invalid choice: 'banana'"),
     # example, list
     (["example", "--length", "0"], "argument --length: must be a positive int, got 0"),
@@ -98,8 +109,14 @@ BAD = [
     (["report", "--out", "FILE"], "argument --out: must be a directory, got"),
     (["report", "--out", "OUT", "--train-len", "0"], "argument --train-len: must be an int >= 8, got 0"),
     (["report", "--out", "OUT", "--plots", "banana"], "--plots: unknown plot kind 'banana'; valid kinds:"),
+    (["example", "rope:base=1"], "encoding spec 'rope:base=1': base must be != 1"),
+    # probe
+    (["probe", "/no/such/model", "--out", "OUT"], "argument MODEL_DIR: must be an existing directory, got '/no/such/model'"),
     # the command itself
     (["banana"], "argument COMMAND: invalid choice: 'banana'"),
+    (["--import", "no_such_module_h8", "list"], "--import no_such_module_h8: No module named 'no_such_module_h8'"),
+    (["--import", "/no/such/plugin.py", "list"], "--import must be a module name or an existing .py file, got '/no/such/plugin.py' (missing)"),
+    (["--import", "a-b", "list"], "--import must be a module name (dotted identifiers) or a path to a .py file, got 'a-b'"),
 ]
 
 

@@ -18,9 +18,12 @@ Only ``device`` imports torch (lazily), so ``posenc --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "positive_int",
@@ -29,12 +32,16 @@ __all__ = [
     "int_at_least",
     "positive_float",
     "nonnegative_float",
+    "unit_float",
     "device",
     "default_device",
     "output_dir",
     "output_file",
     "existing_dir",
     "existing_path",
+    "json_output",
+    "add_json_option",
+    "emit_json",
 ]
 
 
@@ -102,6 +109,14 @@ def positive_float(value: str) -> float:
 def nonnegative_float(value: str) -> float:
     """A finite float >= 0."""
     return _bounded_float(value, "a non-negative finite float", strict=False)
+
+
+def unit_float(value: str) -> float:
+    """A float in [0, 1] (fractions: depths, proportions)."""
+    x = _bounded_float(value, "a float in [0, 1]", strict=False)
+    if x > 1:
+        raise argparse.ArgumentTypeError(f"must be a float in [0, 1], got {x:g}")
+    return x
 
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps")
@@ -193,3 +208,53 @@ def existing_path(value: str) -> Path:
     if not path.exists():
         raise argparse.ArgumentTypeError(f"must be an existing file or directory, got {value!r} (missing)")
     return path
+
+
+# --json: one meaning in every subcommand. `--json PATH` writes the results to PATH as JSON and
+# still prints the table; `--json` alone (or `--json -`) prints the JSON to stdout *instead* of
+# the table, so `posenc ... --json > out.json` is one JSON document. Strict JSON: NaN and
+# infinities are refused (allow_nan=False), not written as the invalid tokens NaN/Infinity.
+STDOUT = "-"
+
+
+def json_output(value: str) -> Path | str:
+    """``-`` (stdout) or a ``.json`` file path to write (see :func:`output_file`).
+
+    The suffix is required so that ``--json NAME`` cannot silently swallow a positional
+    argument that follows it (``posenc check --json rope`` would write a file named rope).
+    """
+    if value == STDOUT:
+        return STDOUT
+    path = output_file(value)
+    if path.suffix != ".json":
+        raise argparse.ArgumentTypeError(
+            f"must be a path ending in .json, or '-' for stdout, got {value!r} "
+            "(to print JSON, put --json last or after the other arguments)"
+        )
+    return path
+
+
+def add_json_option(parser: argparse.ArgumentParser, what: str = "the results") -> None:
+    """Add ``--json [PATH]`` with the shared meaning (see :func:`emit_json`)."""
+    parser.add_argument(
+        "--json", nargs="?", const=STDOUT, default=None, type=json_output, metavar="PATH",
+        help=f"write {what} as JSON: to PATH (a .json file; the table is still printed), or, with no PATH "
+             "or '-', to stdout in place of the table",
+    )
+
+
+def emit_json(target: Path | str | None, data: Any) -> bool:
+    """Write ``data`` where ``--json`` said; True when it went to stdout (print no table then)."""
+    if target is None:
+        return False
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False)
+    except ValueError as e:  # NaN or inf: strict JSON has no spelling for them
+        raise ValueError(f"--json: {e}; the results hold NaN or infinity, which strict JSON cannot write") from None
+    if target == STDOUT:
+        sys.stdout.write(text + "\n")
+        return True
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    return False

@@ -40,7 +40,8 @@ from ..registry import get_info, list_encodings
 from .data import ByteCorpus, LMBatches, TaskBatches, load_corpus
 from .files import OutDirLock, write_json
 from .evaluate import SCALINGS, exact_match, has_rope_scaling, perplexity, scaled_copies
-from .tasks import TASK_NAMES, VOCAB_SIZE, PasskeyTask, get_task
+from ..variants import parse_variant
+from .tasks import TASK_NAMES, PasskeyTask, get_task, task_names
 from .train import TrainConfig, distributed_info, init_distributed, save_weights, train, verify_weights
 
 __all__ = ["BenchSettings", "PRESETS", "settings_for", "run_bench", "check_out_dir", "check_runs", "run_settings"]
@@ -150,9 +151,9 @@ def settings_for(
     base = dict(PRESETS[preset])
     valid = list_encodings()
     if encodings:
-        for name in encodings:
-            get_info(name)  # unknown names fail here, listing the valid ones
-        base["encodings"] = tuple(dict.fromkeys(encodings))
+        # specs (rope:base=500000) stored as canonical labels: unknown names and keys, bad
+        # values fail here, listing the valid ones; two spellings of one variant run once
+        base["encodings"] = tuple(dict.fromkeys(parse_variant(spec).label for spec in encodings))
     else:
         missing = [e for e in base["encodings"] if e not in valid]
         if missing:
@@ -160,8 +161,8 @@ def settings_for(
         base["encodings"] = tuple(e for e in base["encodings"] if e in valid)
     if tasks:
         for name in tasks:
-            if name not in TASK_NAMES:
-                raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_NAMES)}")
+            if name not in task_names():  # built-in and registered (register_task) tasks
+                raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(task_names())}")
         base["tasks"] = tuple(dict.fromkeys(tasks))
     if seeds is not None:
         if seeds < 1:
@@ -170,7 +171,12 @@ def settings_for(
     base.update({k: v for k, v in overrides.items() if v is not None})
     if not base["encodings"]:
         raise ValueError(f"no encoding to run; registered encodings: {', '.join(valid)}")
-    return BenchSettings(**base)
+    settings = BenchSettings(**base)
+    for name in settings.tasks:  # a registered task may need longer problems than size 1
+        if name not in ("lm", "passkey") and get_task(name).min_length > settings.synthetic_length:
+            raise ValueError(f"synthetic_length must be >= {get_task(name).min_length} (the min_length of task "
+                             f"{name!r}), got {settings.synthetic_length}")
+    return settings
 
 
 # --------------------------------------------------------------------------- output dir
@@ -283,14 +289,16 @@ def build_model(s: BenchSettings, encoding: str, task: str, seed: int) -> Transf
     An encoding with a position table (a ``max_len`` config field) gets one row per
     position the evaluation reaches; rows past the training length stay untrained.
     """
-    fields = {f.name for f in dataclasses.fields(get_info(encoding).config_cls)}
+    variant = parse_variant(encoding)  # a name or a variant label (rope@base=500000.0)
+    fields = {f.name for f in dataclasses.fields(get_info(variant.name).config_cls)}
     enc_cfg = {"max_len": _max_positions(s, task)} if "max_len" in fields else {}
+    enc_cfg.update(variant.config_dict())  # the variant's own values win
     cfg = ModelConfig(
-        vocab_size=256 if task == "lm" else VOCAB_SIZE,
+        vocab_size=256 if task == "lm" else get_task(task).vocab_size,
         d_model=s.d_model,
         n_layer=s.n_layer,
         n_head=s.n_head,
-        encoding=encoding,
+        encoding=variant.name,
         encoding_config=enc_cfg,
     )
     torch.manual_seed(seed)
@@ -337,7 +345,7 @@ def evaluate_run(model: Transformer, s: BenchSettings, task: str, corpus: ByteCo
         depths: tuple[float | None, ...] = s.passkey_depths
         n_ex = s.passkey_examples
     else:
-        lengths, depths, n_ex = list(range(1, 2 * L + 1)), (None,), s.eval_examples
+        lengths, depths, n_ex = list(range(t.min_length, 2 * L + 1)), (None,), s.eval_examples
     train_tokens = t.prompt_length(L) + t.target_length(L)
     for n in lengths:
         factor = (t.prompt_length(n) + t.target_length(n)) / train_tokens
@@ -429,7 +437,7 @@ def run_bench(
 
 
 def _run_dir(out: Path, task: str, encoding: str, seed: int) -> Path:
-    return out / "runs" / task / encoding / f"seed{seed}"
+    return out / "runs" / task / parse_variant(encoding).dirname / f"seed{seed}"
 
 
 def check_runs(out: Path, s: BenchSettings, *, trusted: bool) -> None:

@@ -33,7 +33,9 @@ its seed (see :mod:`posenc.bench.data`).
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..config import check_int, check_range
 
@@ -50,7 +52,9 @@ __all__ = [
     "Task",
     "SYNTHETIC_TASKS",
     "PasskeyTask",
+    "register_task",
     "get_task",
+    "task_names",
     "TASK_NAMES",
 ]
 
@@ -59,6 +63,7 @@ DIGITS = tuple(range(10))
 SEP, PLUS, PAD, KEY, QUERY = 10, 11, 12, 13, 14
 FILLER = tuple(range(15, 20))  # the passkey haystack cycles through these
 VOCAB_SIZE = 20
+MAX_TASK_VOCAB = 1 << 16  # a task's own vocabulary: an embedding table, kept small
 PASSKEY_DIGITS = 5
 
 
@@ -75,16 +80,35 @@ class Example:
 
 
 class Task:
-    """A family of problems indexed by length. Subclasses implement :meth:`make`."""
+    """A family of problems indexed by length. Subclasses implement :meth:`make`.
+
+    A new task is one subclass with a ``name`` and :meth:`make`, decorated with
+    :func:`register_task`; ``posenc bench --tasks NAME`` then trains on sizes
+    ``1..synthetic_length`` (from ``min_length``) and tests up to twice that, like the
+    synthetic tasks. Tokens must lie in ``[0, vocab_size)``; ``SEP`` ends the prompt by
+    convention and ``PAD`` pads batches (it should not appear in targets).
+    """
 
     name: str = ""
     metric: str = "accuracy"
     min_length: int = 1
+    vocab_size: int = VOCAB_SIZE
 
     def sample(self, length: int, rng: random.Random, **kwargs) -> Example:
-        """A random problem of size ``length``."""
+        """A random problem of size ``length``, checked: an Example with a non-empty target
+        and every token an int in ``[0, vocab_size)`` (a task's bug is named here, not met
+        as an index error inside the model)."""
         check_int("length", length, minimum=self.min_length)
-        return self.make(length, rng, **kwargs)
+        ex = self.make(length, rng, **kwargs)
+        if not isinstance(ex, Example):
+            raise TypeError(f"task {self.name!r}: make() must return an Example, got {type(ex).__name__}")
+        if not ex.prompt or not ex.target:
+            raise ValueError(f"task {self.name!r}: prompt and target must be non-empty, got {ex!r}")
+        bad = [t for t in ex.tokens if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"task {self.name!r}: tokens must be ints in [0, {self.vocab_size}), got {bad[0]!r} "
+                             f"in an example of length {length}")
+        return ex
 
     def make(self, length: int, rng: random.Random, **kwargs) -> Example:  # pragma: no cover
         raise NotImplementedError
@@ -98,6 +122,8 @@ class Task:
 
 
 class Copy(Task):
+    """Write the input again."""
+
     name = "copy"
 
     def make(self, n: int, rng: random.Random) -> Example:
@@ -106,6 +132,8 @@ class Copy(Task):
 
 
 class Reverse(Task):
+    """Write the input reversed."""
+
     name = "reverse"
 
     def make(self, n: int, rng: random.Random) -> Example:
@@ -114,6 +142,8 @@ class Reverse(Task):
 
 
 class Sort(Task):
+    """Write the input digits in ascending order."""
+
     name = "sort"
 
     def make(self, n: int, rng: random.Random) -> Example:
@@ -122,6 +152,8 @@ class Sort(Task):
 
 
 class Addition(Task):
+    """Add two n-digit numbers (least-significant digit first)."""
+
     name = "addition"
 
     def make(self, n: int, rng: random.Random) -> Example:
@@ -143,6 +175,8 @@ class Addition(Task):
 
 
 class Parity(Task):
+    """The xor of n bits."""
+
     name = "parity"
 
     def make(self, n: int, rng: random.Random) -> Example:
@@ -154,6 +188,8 @@ class Parity(Task):
 
 
 class Summation(Task):
+    """The sum of n digits mod 10."""
+
     name = "summation"
 
     def make(self, n: int, rng: random.Random) -> Example:
@@ -196,14 +232,67 @@ SYNTHETIC_TASKS: dict[str, type[Task]] = {
     t.name: t for t in (Copy, Reverse, Sort, Addition, Parity, Summation)
 }
 # "lm" is byte-level language modelling (posenc.bench.data.ByteCorpus), not a Task.
-TASK_NAMES: tuple[str, ...] = (*SYNTHETIC_TASKS, "passkey", "lm")
+TASK_NAMES: tuple[str, ...] = (*SYNTHETIC_TASKS, "passkey", "lm")  # the built-in tasks
+
+# Every registered Task class by name: the built-ins below, then user tasks (register_task).
+_TASKS: dict[str, type[Task]] = {}
+_NAME = re.compile(r"[a-z][a-z0-9_]*")  # a task name is a folder name in runs/TASK/...
+
+T = TypeVar("T", bound=type[Task])
+
+
+def register_task(cls: T) -> T:
+    """Class decorator: make a :class:`Task` subclass available by its ``name``.
+
+    Example (in a module loaded with ``posenc --import MODULE``)::
+
+        @register_task
+        class Repeat(Task):
+            name = "repeat"                      # posenc bench --tasks repeat
+
+            def make(self, n, rng):
+                x = tuple(rng.choice(DIGITS) for _ in range(n))
+                return Example(x + (SEP,), x + x)
+
+            def target_length(self, n):          # tokens after SEP (RoPE scaling factors)
+                return 2 * n
+
+    Raises ``TypeError`` for a class that is not a Task subclass or lacks ``make``, and
+    ``ValueError`` for a bad or taken name or a bad ``min_length`` / ``vocab_size``.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"register_task needs a subclass of posenc.bench.tasks.Task, got {cls!r}")
+    name = cls.name
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"task name of {cls.__qualname__} must be lowercase letters, digits and '_' "
+                         f"starting with a letter, got {name!r}")
+    if name in _TASKS or name == "lm":
+        raise ValueError(f"task {name!r} is already registered; choose another name")
+    if cls.make is Task.make:
+        raise TypeError(f"task {name!r} ({cls.__qualname__}) must override make(self, length, rng)")
+    check_int(f"min_length of task {name!r}", cls.min_length, minimum=1)
+    # >= VOCAB_SIZE: batches are padded with the shared PAD token
+    check_int(f"vocab_size of task {name!r}", cls.vocab_size, minimum=VOCAB_SIZE, maximum=MAX_TASK_VOCAB)
+    _TASKS[name] = cls
+    return cls
+
+
+for _cls in (*SYNTHETIC_TASKS.values(), PasskeyTask):
+    register_task(_cls)
+
+
+def task_names() -> tuple[str, ...]:
+    """Every task ``posenc bench`` can run: the registered tasks (built-ins first), then ``lm``."""
+    return (*_TASKS, "lm")
 
 
 def get_task(name: str) -> Task:
-    """The :class:`Task` named ``name``; an unknown name lists the valid ones."""
-    if name == "passkey":
-        return PasskeyTask()
-    if name not in SYNTHETIC_TASKS:
-        valid = ", ".join(t for t in TASK_NAMES if t != "lm")
-        raise ValueError(f"unknown task {name!r}; valid tasks: {valid}")
-    return SYNTHETIC_TASKS[name]()
+    """A new instance of the registered :class:`Task` named ``name``; an unknown name lists
+    the valid ones (``lm`` is not a Task: it has no examples)."""
+    if not isinstance(name, str):
+        raise TypeError(f"task name must be a str, got {type(name).__name__} {name!r}")
+    if name not in _TASKS:
+        valid = ", ".join(_TASKS)
+        hint = " ('lm' is language modelling, not an example task)" if name == "lm" else ""
+        raise ValueError(f"unknown task {name!r}; valid tasks: {valid}{hint}")
+    return _TASKS[name]()

@@ -17,12 +17,15 @@ Example::
 
     posenc speed relative --lengths 512 1024 2048 4096 --json out/relative_speed.json
     posenc speed relative --lengths 256 --repeat 3          # a quick look
+    posenc speed relative --lengths 256 --json > rel.json    # JSON only, on stdout
+
+Progress lines go to stderr, so stdout holds only the table (or the JSON).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from typing import Any, Callable
 
 import torch
@@ -30,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention import Attention, causal_sdpa_with_bias
-from ..cli_args import default_device, even_positive_int, int_at_least, output_file, positive_int
+from ..cli_args import add_json_option, default_device, emit_json, even_positive_int, int_at_least, positive_int
 from ..cli_args import device as device_arg
 from ..registry import build, list_encodings
 from .timing import describe_machine, peak_memory, time_fn
@@ -89,7 +92,8 @@ def run_relative_speed(
         def add(label: str, fn: Callable[[], object]) -> None:
             rows[label] = _measure(fn, repeat)
             if progress:
-                print(f"  T={T} {label}: {rows[label]['time_ms']:.2f} ms, {rows[label]['peak_mib']:.1f} MiB", flush=True)
+                print(f"  T={T} {label}: {rows[label]['time_ms']:.2f} ms, {rows[label]['peak_mib']:.1f} MiB",
+                      file=sys.stderr, flush=True)
 
         add("plain q·k^T", lambda: q @ k.transpose(-1, -2))
         if einsum_max_length is None or T <= einsum_max_length:
@@ -157,7 +161,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=positive_int, default=5, help="timed repetitions per row (median reported)")
     p.add_argument("--einsum-max-length", type=positive_int, default=None,
                    help="skip the (T, T, D) einsum above this T (it needs T*T*D*4 bytes)")
-    p.add_argument("--json", type=output_file, metavar="PATH", default=None, help="also write the results as JSON")
+    add_json_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,8 +169,6 @@ def run(args: argparse.Namespace) -> int:
         args.lengths, batch=args.batch, heads=args.heads, head_dim=args.head_dim, dtype=_DTYPES[args.dtype],
         device=args.device, repeat=args.repeat, einsum_max_length=args.einsum_max_length,
     )
-    print(format_table(report))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2, allow_nan=False)
+    if not emit_json(args.json, report):
+        print(format_table(report))
     return 0
