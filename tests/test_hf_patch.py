@@ -289,6 +289,18 @@ def test_patched_model_trains_after_running_in_inference_mode(name):
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
+@pytest.mark.compile
+@pytest.mark.slow
+def test_patched_model_under_torch_compile():
+    """torch.compile of a patched model (dynamic NTK: the length-dependent path) equals eager."""
+    model = make("llama")
+    patch_model(model, scaling="dynamic", factor=2.0)
+    ids = tokens(2, L + 4)
+    want = logits(model, ids)
+    got = logits(torch.compile(model), ids)
+    assert rel(got, want) <= 1e-5
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 
