@@ -288,3 +288,14 @@ def test_docs_python_examples_run(tmp_path, monkeypatch):
         proc = subprocess.run([sys.executable, f"block{i}.py"], cwd=tmp_path, capture_output=True, text=True,
                               env=dict(__import__("os").environ, OMP_NUM_THREADS="1"), timeout=600)
         assert proc.returncode == 0, f"docs/bench.md python block {i} failed:\n{block}\n{proc.stderr[-2000:]}"
+
+
+def test_passkey_table_covers_factors_below_the_key_length():
+    """--passkey-eval-factors 0.5 with L = 6: the evaluation raises length 3 to the minimum, 6
+    (a key needs 6 tokens), so a learned table needs 6 + QUERY SEP + 5 key digits = 13 rows
+    (it had round(0.5 * 6) + 7 = 10, and the run failed after training)."""
+    from posenc.bench.runner import _max_positions
+
+    s = settings_for("micro", encodings=["learned"], tasks=["passkey"], passkey_length=6, passkey_eval_factors=(0.5,))
+    assert _max_positions(s, "passkey") == 13
+    assert build_model(s, "learned", "passkey", 0).encodings[0].config.max_len == 13

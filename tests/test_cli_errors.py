@@ -269,3 +269,68 @@ def test_ctrl_c_while_training_saves_and_says_how_to_resume(tmp_path):
     assert lines[0].startswith("posenc: interrupted: stopped after step ")
     assert f"checkpoint: {run / 'checkpoint.safetensors'}; rerun with --resume" in lines[0]
     assert (run / "checkpoint.safetensors").stat().st_size > 0
+
+
+# ---- consistency across subcommands (issue 14): --version, --json, quiet profiler, example --
+
+import json  # noqa: E402
+
+import posenc  # noqa: E402
+
+
+def test_version(capsys):
+    import tomllib
+
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"posenc {posenc.__version__} (torch {torch.__version__})\n"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert posenc.__version__ == project["version"]  # one version, not two that drift
+
+
+def test_json_means_the_same_everywhere(tmp_path, capsys):
+    """--json alone: one JSON document on stdout and no table; --json PATH: the same document
+    in the file, and the table on stdout."""
+    argv = ["speed", "relative", "--lengths", "8", "--repeat", "1", "--heads", "2", "--head-dim", "8", "--device", "cpu"]
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # the whole of stdout is the document
+    assert [r["length"] for r in doc["results"]] == [8]
+    assert "T=8" in captured.err  # progress goes to stderr
+    path = tmp_path / "rel.json"
+    assert main([*argv, "--json", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "T = 8" in table and "plain q·k^T" in table
+    again = json.loads(path.read_text())
+    assert set(again) == set(doc) and [sorted(r["rows"]) for r in again["results"]] == [sorted(r["rows"]) for r in doc["results"]]
+    assert main([*argv, "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["heads"] == 2
+
+
+def test_json_option_type(tmp_path):
+    assert cli_args.json_output("-") == "-"
+    assert cli_args.json_output(str(tmp_path / "a.json")) == tmp_path / "a.json"
+    for bad, msg in [(str(tmp_path / "a.txt"), "must be a path ending in .json"), (str(tmp_path), "which is a directory")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=msg):
+            cli_args.json_output(bad)
+
+
+def test_speed_relative_prints_no_profiler_lines(tmp_path):
+    """torch's profiler (kineto) logged 2 'USDT: ... profiler_start/stop' lines per memory
+    measurement to stderr, 32 per length; the CLI raises KINETO_LOG_LEVEL above them."""
+    proc = subprocess.run(_posenc("speed", "relative", "--lengths", "8", "16", "--repeat", "1", "--heads", "2",
+                                  "--head-dim", "8", "--device", "cpu"),
+                          capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines, "expected the progress lines on stderr"
+    assert all(ln.startswith("  T=") for ln in lines), [ln for ln in lines if not ln.startswith("  T=")][:3]
+
+
+def test_example_takes_encoding_specs(capsys):
+    assert main(["example", "rope", "rope:base=5e5", "t5:num_buckets=8", "--length", "3"]) == 0
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["rope", "rope@base=500000.0", "t5@num_buckets=8"]
+    assert [r[2] for r in rows] == ["0", "0", str(8 * 4)]  # T5: one learned bias per bucket and head (4 heads)
+    assert main(["example", "rope:base=1"]) == 2
+    assert capsys.readouterr().out == ""  # refused before printing anything

@@ -276,7 +276,8 @@ def _max_positions(s: BenchSettings, task: str) -> int:
         return s.lm_length * max(s.lm_eval_factors)
     if task == "passkey":
         t = PasskeyTask()
-        n = max(round(f * s.passkey_length) for f in s.passkey_eval_factors)
+        # the evaluation's lengths: factors below min_length / L are raised to min_length
+        n = max(max(t.min_length, round(f * s.passkey_length)) for f in s.passkey_eval_factors)
         return t.prompt_length(n) + t.target_length(n)
     t = get_task(task)
     n = 2 * s.synthetic_length
