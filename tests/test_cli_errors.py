@@ -117,6 +117,7 @@ BAD = [
     (["--import", "no_such_module_h8", "list"], "--import no_such_module_h8: No module named 'no_such_module_h8'"),
     (["--import", "/no/such/plugin.py", "list"], "--import must be a module name or an existing .py file, got '/no/such/plugin.py' (missing)"),
     (["--import", "a-b", "list"], "--import must be a module name (dotted identifiers) or a path to a .py file, got 'a-b'"),
+    (["bench", "--import", "mymod", "--out", "OUT"], "--import must come before the subcommand (posenc --import MODULE bench ...), got it after 'bench'"),
 ]
 
 

@@ -105,8 +105,12 @@ def user_modules(argv: Sequence[str]) -> list[str]:
             i += 1
         elif tok.startswith("-"):
             i += 1  # another top-level option (--help, --version)
-        else:
-            break  # the subcommand: what follows is its own
+        else:  # the subcommand: what follows is its own, where --import would be unrecognized
+            late = [t for t in argv[i + 1:] if t == "--import" or t.startswith("--import=")]
+            if late:
+                raise ValueError(f"--import must come before the subcommand (posenc --import MODULE {tok} ...), "
+                                 f"got it after {tok!r}")
+            break
     return found
 
 

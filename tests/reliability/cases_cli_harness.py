@@ -113,6 +113,12 @@ def _import_raising():
         import_user_module(str(path))
 
 
+def _run_example(length):
+    from posenc.examples import run_example
+
+    return run_example(["none"], length)
+
+
 CASES = [
     # encoding specs
     Case(A, "encoding spec with an unknown key", r"unknown key 'bse' for encoding 'rope'; valid keys: base, rotary_dim, layout",
@@ -164,6 +170,9 @@ CASES = [
          _import_raising),
     Case(A, "`posenc --import` a name that is not a module name", r"--import must be a module name \(dotted identifiers\) or a path to a .py file, got 'a-b'",
          argv=["--import", "a-b", "list"]),
+    Case(A, "`posenc bench --import MODULE` (after the subcommand)", r"--import must come before the subcommand \(posenc --import MODULE bench \.\.\.\)",
+         argv=["bench", "--import", "mymod", "--out", "/no/such/h8_out"]),
+    Case(A, "`run_example(length=0)` from Python", r"length must be an int >= 1, got 0", lambda: _run_example(0)),
     # --json
     Case(A, "`posenc speed relative --json out.txt` (not .json)", r"argument --json: must be a path ending in .json, or '-' for stdout",
          argv=["speed", "relative", "--json", "/tmp/h8_out.txt"]),

@@ -28,6 +28,7 @@ from ..cli_args import (
 from ..variants import SPEC_HELP
 from .tasks import PASSKEY_DIGITS, task_names
 
+
 def _scaling(value: str) -> str:
     """A training-free RoPE scaling the bench evaluates (``posenc.bench.evaluate.SCALINGS``)."""
     from .evaluate import SCALINGS
@@ -139,7 +140,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _metavar(type_: Any) -> str:
-    return "N" if type_ in (positive_int, nonnegative_int) or "int" in type_.__name__ else "X"
+    """N for the int parsers of cli_args (positive_int, int_at_least_6, ...), X otherwise."""
+    return "N" if "int" in type_.__name__ else "X"
 
 
 def _generic_flags(group: argparse._ArgumentGroup, parser: argparse.ArgumentParser) -> None:
@@ -151,6 +153,7 @@ def _generic_flags(group: argparse._ArgumentGroup, parser: argparse.ArgumentPars
     hints = typing.get_type_hints(BenchSettings)
     for f in dataclasses.fields(BenchSettings):
         flag = "--" + f.name.replace("_", "-")
+        # a flag another part of posenc added by hand (argparse keeps them in this mapping) wins
         if f.name in SIZE_FLAGS or f.name in _OWN_FLAGS or flag in parser._option_string_actions:
             continue
         tp = hints[f.name]
