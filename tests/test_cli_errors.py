@@ -335,3 +335,27 @@ def test_example_takes_encoding_specs(capsys):
     assert [r[2] for r in rows] == ["0", "0", str(8 * 4)]  # T5: one learned bias per bucket and head (4 heads)
     assert main(["example", "rope:base=1"]) == 2
     assert capsys.readouterr().out == ""  # refused before printing anything
+
+
+def test_plugins_entry_point_group_is_loaded(tmp_path):
+    """A distribution on sys.path declaring a `posenc.plugins` entry point is imported before
+    the subcommands are built (its task is listed); a plugin that fails is one line, exit 2."""
+    dist = tmp_path / "h8plug-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: h8plug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[posenc.plugins]\nh8 = h8plugin\n")
+    (tmp_path / "h8plugin.py").write_text(
+        "from posenc.bench.tasks import SEP, Example, Task, register_task\n\n\n"
+        "@register_task\nclass Echo(Task):\n    \"\"\"Echo the first token.\"\"\"\n\n    name = \"echo_h8\"\n\n"
+        "    def make(self, n, rng):\n        return Example((3,) * n + (SEP,), (3,))\n"
+    )
+    env = dict(_env(), PYTHONPATH=f"{REPO / 'src'}:{tmp_path}")
+    proc = subprocess.run(_posenc("list", "--tasks"), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "echo_h8    Echo the first token.  [h8plugin, min length 1]" in proc.stdout
+    (tmp_path / "h8plugin.py").write_text("raise ImportError('missing dependency')\n")
+    proc = subprocess.run(_posenc("list"), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "posenc: error: entry point 'h8' (h8plugin) of group 'posenc.plugins' failed to load: ImportError: missing dependency"
+    ]
