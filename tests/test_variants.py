@@ -25,6 +25,11 @@ def test_values_are_typed_from_the_config_annotations():
 def test_the_variant_builds_the_encoding_it_names():
     enc = build(**{"name": "rope", "d_model": 32, "num_heads": 2}, **parse_variant("rope:base=500000,layout=interleaved").config_dict())
     assert enc.config.base == 500000.0 and enc.config.layout == "interleaved"
+    v = parse_variant("learned:init_std=0.5")
+    table = v.build(d_model=8, num_heads=2, max_len=7)
+    assert table.config.init_std == 0.5 and table.config.max_len == 7
+    with pytest.raises(ValueError, match="encoding 'learned@init_std=0.5' already fixes init_std; not given again"):
+        v.build(d_model=8, num_heads=2, init_std=0.1)
     t5 = build("t5", d_model=32, num_heads=2, **parse_variant("t5:num_buckets=8").config_dict())
     assert t5.config.num_buckets == 8
 

@@ -74,6 +74,16 @@ class EncodingVariant:
         """The fixed config values as keyword arguments."""
         return dict(self.config)
 
+    def build(self, *, d_model: int, num_heads: int, head_dim: int | None = None, **config: Any) -> Any:
+        """``posenc.build`` of this variant; ``config`` adds values (a key fixed by the variant
+        given again is a ``ValueError``: the spec and the caller would disagree)."""
+        from .registry import build
+
+        clash = sorted(set(config) & {k for k, _ in self.config})
+        if clash:
+            raise ValueError(f"encoding {self.label!r} already fixes {', '.join(clash)}; not given again")
+        return build(self.name, d_model=d_model, num_heads=num_heads, head_dim=head_dim, **self.config_dict(), **config)
+
     @property
     def label(self) -> str:
         """The canonical label, e.g. ``rope@base=500000.0`` (``rope`` when nothing is fixed)."""
