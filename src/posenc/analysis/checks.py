@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 from dataclasses import asdict, dataclass, field
@@ -37,7 +36,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..cli_args import int_at_least, positive_int
+from ..cli_args import add_json_option, emit_json, int_at_least, positive_int
 from ..config import check_int
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
@@ -749,11 +748,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ValueError(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads})")
     probe = Probe(d_model=args.d_model, num_heads=args.heads, train_len=args.train_len)
     results = run_checks(args.names, probe)
-    if args.json:
-        from ..bench.files import finite_or_none  # strict JSON: a non-finite measurement is null
+    from ..bench.files import finite_or_none  # strict JSON: a non-finite measurement is null
 
-        print(json.dumps(finite_or_none(results_to_json(results)), indent=2, allow_nan=False))
-    else:
+    if not emit_json(args.json, finite_or_none(results_to_json(results))):
         print(format_table(results))
         print()
         print(LEGEND)
@@ -774,7 +771,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("check", help="measure each encoding's claimed properties by running it")
     p.add_argument("names", nargs="*", metavar="NAME", help="encodings to check (default: all registered)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_json_option(p, "every cell (status, value, detail, data, expected, source, verdict)")
     p.add_argument("--d-model", type=int_at_least(2), default=64, help="probe model width C (default 64)")
     p.add_argument("--heads", type=positive_int, default=4, help="probe heads H, dividing --d-model (default 4)")
     p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L the curves are judged against (default 128)")
