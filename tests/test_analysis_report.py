@@ -26,20 +26,61 @@ def browser() -> str | None:
     return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 
 
+def _bench_results() -> dict:
+    """A results.json as posenc bench writes it: 2 seeds, copy (L = 2), none and rope (+ YaRN)."""
+    from posenc.bench.report import collect
+
+    def run(enc, seed, values, yarn=None):
+        pts = [dict(variant="base", length=n + 1, depth=None, value=v) for n, v in enumerate(values)]
+        pts += [dict(variant="yarn", length=n + 3, depth=None, value=v) for n, v in enumerate(yarn or [])]
+        return dict(task="copy", encoding=enc, seed=seed, train_length=2, metric="accuracy", train_loss=0.1,
+                    train_seconds=1.0, parameters=10, points=pts)
+
+    records = [run("none", 0, [1.0, 1.0, 0.5, 0.25]), run("none", 1, [1.0, 0.5, 0.5, 0.5]),
+               run("rope", 0, [1.0, 1.0, 0.0, 0.0], [0.5, 0.0]), run("rope", 1, [1.0, 1.0, 0.25, 0.0], [0.25, 0.0])]
+    settings = dict(seeds=2, d_model=16, n_layer=1, n_head=2, steps=10, batch_size=4, lr=0.01)
+    return json.loads(json.dumps(collect(settings, records)))  # NaN never reaches the file: null
+
+
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     bench = tmp_path_factory.mktemp("bench")
     (bench / "plots").mkdir()
-    (bench / "plots" / "accuracy.png").write_bytes(PNG_1x1)
-    results = {
-        "format": "posenc-bench-results-1",
-        "summary": [{"task": "copy", "encoding": "rope", "variant": "base", "in_mean": 0.98, "beyond_mean": 0.12}],
-        "mrr": {"rope": 1.0},
-    }
-    (bench / "results.json").write_text(json.dumps(results))
+    (bench / "plots" / "task_copy.png").write_bytes(PNG_1x1)
+    results = _bench_results()
+    (bench / "results.json").write_text(json.dumps({k: _nulls(v) for k, v in results.items()}))
     out = tmp_path_factory.mktemp("report")
     path = R.build_report(out, ["none", "sinusoidal"], KINDS, bench, PROBE)
     return path
+
+
+def _nulls(obj):
+    """NaN -> null, as posenc.bench.files.write_json writes strict JSON."""
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: _nulls(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nulls(v) for v in obj]
+    return obj
+
+
+def test_bench_section_is_readable(page):
+    """Settings, units, mean ± std, "as rope" instead of nan, the MRR interval, captions."""
+    text = page.read_text()
+    section = text[text.index("<h2>Benchmark</h2>"):]
+    assert "nan" not in re.sub(r"<img [^>]+>", "", section).lower()
+    assert "Settings: 2 seeds; model d_model 16, 1 layers, 2 heads; 10 steps, batch 4, lr 0.01" in section
+    assert "<th>copy: accuracy % ≤L | &gt;L</th>" in section
+    # none: inside (1.0, 0.75) -> 87.5 ± 17.7; beyond (0.375, 0.5) -> 43.8 ± 8.8
+    assert "<td>none</td><td>87.5 ± 17.7 | 43.8 ± 8.8</td>" in section
+    # rope + YaRN within L is the unscaled model; beyond (0.25, 0.125) -> 18.8 ± 8.8
+    assert "<td>rope + YaRN</td><td>as rope | 18.8 ± 8.8</td>" in section
+    # none ahead in both (task, seed) cells: MRR 1.0 [1.0, 1.0], rope 0.5
+    assert "<tr><td>none</td><td>1.00</td><td>[1.00, 1.00]</td></tr>" in section
+    assert "Significantly ahead (CI of the difference excludes 0): none &gt; rope" in section
+    assert "<figcaption>copy: exact-match accuracy (%) against evaluation length" in section
+    assert "task_copy.png" not in section
 
 
 def test_page_is_self_contained(page):

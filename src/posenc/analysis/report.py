@@ -126,23 +126,52 @@ def load_bench(bench_dir: str | Path) -> tuple[dict | None, list[Path]]:
     return results, pngs
 
 
+def _bench_tables(results: dict) -> list[str]:
+    """Settings, the summary table (units in the headers, no ``nan``), the MRR with its
+    interval, and which ranking differences are significant."""
+    from ..bench.report import settings_text, significance_lines, table_cells
+
+    head, rows = table_cells(results)
+    seeds = max((r["seeds"] for r in results["summary"]), default=1)
+    parts = [f'<p class="note">Settings: {html.escape(settings_text(results))}.</p>']
+    th = "".join(f"<th>{html.escape(c)}</th>" for c in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    parts.append(f'<table id="bench"><tr>{th}</tr>{body}</table>')
+    spread = f"mean ± std over {seeds} seeds" if seeds > 1 else "one seed, so no spread"
+    parts.append(f'<p class="note">Each cell: within the training length (≤L) | beyond it (>L), {spread}. '
+                 "Accuracy is exact match in %; perplexity is per byte (lower is better). "
+                 "“as rope”: a training-free RoPE scaling changes the model beyond L only.</p>")
+    rank = results.get("ranking")
+    if rank and rank.get("intervals"):
+        level = round(100 * rank["method"]["confidence"])
+        parts.append("<h3>Ranking beyond the training length (mean reciprocal rank)</h3>")
+        mrr_rows = "".join(f"<tr><td>{html.escape(i['encoding'])}</td><td>{i['mrr']:.2f}</td>"
+                           f"<td>[{i['low']:.2f}, {i['high']:.2f}]</td></tr>" for i in rank["intervals"])
+        parts.append(f'<table id="bench-mrr"><tr><th>encoding</th><th>MRR (1 = best on every task)</th>'
+                     f"<th>{level} % CI</th></tr>{mrr_rows}</table>")
+        parts.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in significance_lines(results)) + "</ul>")
+    return parts
+
+
 def _bench_section(bench_dir: Path) -> str:
-    results, pngs = load_bench(bench_dir)
+    from ..bench.report import figure_captions, load_results
+
+    _, pngs = load_bench(bench_dir)
     parts = ["<h2>Benchmark</h2>"]
-    if results is None and not pngs:
+    results, captions = None, {}
+    if (bench_dir / "results.json").is_file():
+        try:
+            results = load_results(bench_dir)
+            parts += _bench_tables(results)
+            captions = figure_captions(results)
+        except (ValueError, KeyError, TypeError) as e:  # not a posenc bench results file
+            parts.append(f'<p class="note">{html.escape(str(bench_dir / "results.json"))} could not be read as '
+                         f"posenc bench results: {html.escape(str(e))}</p>")
+    if results is None and not pngs and len(parts) == 1:
         return parts[0] + f'<p class="note">No results.json or PNGs in {html.escape(str(bench_dir))}.</p>'
-    if results is not None:
-        summary = results.get("summary") if isinstance(results, dict) else results
-        if isinstance(summary, list) and summary and all(isinstance(r, dict) for r in summary):
-            parts.append(_rows_table(summary, "bench"))
-        else:
-            parts.append(f'<pre id="bench">{html.escape(json.dumps(results, indent=1)[:20000])}</pre>')
-        mrr = results.get("mrr") if isinstance(results, dict) else None
-        if isinstance(mrr, dict) and mrr:
-            parts.append("<h3>Mean reciprocal rank beyond the training length</h3>")
-            parts.append(_rows_table([{"encoding": k, "MRR": v} for k, v in mrr.items()], "bench-mrr"))
     for p in pngs:
-        parts.append(f"<figure>{_img(p, p.stem)}<figcaption>{html.escape(p.name)}</figcaption></figure>")
+        text = captions.get(p.stem, p.stem.replace("_", " "))
+        parts.append(f"<figure>{_img(p, text)}<figcaption>{html.escape(text)}</figcaption></figure>")
     return "\n".join(parts)
 
 

@@ -1,7 +1,9 @@
 """Collect, summarise, tabulate and plot benchmark results.
 
 For the HTML report (``posenc report``) the entry points are :func:`load_results`
-(``results.json`` -> dict) and :func:`figures` (dict -> ``{name: matplotlib Figure}``).
+(``results.json`` -> dict), :func:`table_cells`, :func:`significance_lines`,
+:func:`settings_text`, :func:`figures` (dict -> ``{name: matplotlib Figure}``) and
+:func:`figure_captions`.
 
 Summary per (task, encoding, variant), mean ± std over seeds of a per-seed number:
 
@@ -9,9 +11,11 @@ Summary per (task, encoding, variant), mean ± std over seeds of a per-seed numb
   lengths ``> L`` ("beyond"); passkey averages over depths first;
 * ``lm``: perplexity at ``L`` ("in") and at the longest evaluation length ("beyond").
 
-Mean reciprocal rank (Kazemnejad et al. 2023, Fig. 3): on each task the encodings
-(unscaled models) are ranked by their "beyond" mean (accuracy: higher is better;
-perplexity: lower is better); an encoding's MRR is the mean of 1/rank over tasks.
+Mean reciprocal rank (after Kazemnejad et al. 2023, Fig. 3): in each (task, seed) cell the
+unscaled encodings are ranked by their "beyond" score (accuracy: higher is better;
+perplexity: lower is better); an encoding's MRR is the mean of 1/rank over the cells (with
+one seed, over tasks). Its interval and the significance of each pairwise difference come
+from a paired bootstrap over the cells (:mod:`posenc.bench.stats`).
 """
 
 from __future__ import annotations
@@ -25,19 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from .files import write_json
+from .stats import DEFAULT_BOOTSTRAP_SEED, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_mrr, mean_std, reciprocal_ranks
 
-__all__ = ["collect", "summarise", "mean_reciprocal_rank", "format_table", "write_outputs", "load_results", "read_record", "figures"]
+__all__ = ["collect", "summarise", "run_scores", "mean_reciprocal_rank", "ranking", "format_table", "table_cells",
+           "cell_text", "settings_text", "significance_lines", "figure_captions", "variant_label", "write_outputs",
+           "load_results", "read_record", "figures"]
 
 RESULTS_FORMAT = "posenc-bench-results-1"
 
 
 def _mean_std(xs: list[float]) -> tuple[float, float]:
-    """Mean and sample std over seeds; NaN when any seed has no value (e.g. a RoPE-scaling
-    variant has no "inside" point). ``statistics.stdev`` itself raises on NaN (an
-    AttributeError from its exact-fraction arithmetic), which crashed every run with 2 seeds."""
-    if any(math.isnan(x) for x in xs):
-        return math.nan, math.nan
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+    """Mean and sample std over seeds (:func:`posenc.bench.stats.mean_std`)."""
+    return mean_std(xs)
 
 
 def _per_length(points: list[dict], variant: str) -> dict[int, float]:
@@ -49,46 +52,103 @@ def _per_length(points: list[dict], variant: str) -> dict[int, float]:
     return {n: statistics.fmean(v) for n, v in sorted(by.items())}
 
 
+def run_scores(record: dict) -> dict[str, tuple[float, float]]:
+    """variant -> (inside, beyond) of one run: the per-seed numbers the summary averages."""
+    L = record["train_length"]
+    scores = {}
+    for variant in dict.fromkeys(p["variant"] for p in record["points"]):
+        curve = _per_length(record["points"], variant)
+        if record["metric"] == "ppl":
+            inside = curve.get(L, math.nan)
+            beyond = curve[max(curve)] if max(curve) > L else math.nan
+        else:
+            ins = [v for n, v in curve.items() if n <= L]
+            out = [v for n, v in curve.items() if n > L]
+            inside = statistics.fmean(ins) if ins else math.nan
+            beyond = statistics.fmean(out) if out else math.nan
+        scores[variant] = (inside, beyond)
+    return scores
+
+
 def summarise(records: list[dict]) -> list[dict]:
-    """One row per (task, encoding, variant): in/beyond mean and std over seeds."""
-    groups: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
+    """One row per (task, encoding, variant): in/beyond mean and std over seeds, and the
+    per-seed values (``seed_ids``, ``in_seeds``, ``beyond_seeds``, in seed order) that the
+    ranking pairs by seed."""
+    groups: dict[tuple[str, str, str], list[tuple[int, float, float]]] = defaultdict(list)
     for r in records:
-        L = r["train_length"]
-        for variant in dict.fromkeys(p["variant"] for p in r["points"]):
-            curve = _per_length(r["points"], variant)
-            if r["metric"] == "ppl":
-                inside = curve.get(L, math.nan)
-                beyond = curve[max(curve)] if max(curve) > L else math.nan
-            else:
-                ins = [v for n, v in curve.items() if n <= L]
-                out = [v for n, v in curve.items() if n > L]
-                inside = statistics.fmean(ins) if ins else math.nan
-                beyond = statistics.fmean(out) if out else math.nan
-            groups[(r["task"], r["encoding"], variant)].append((inside, beyond))
+        for variant, (inside, beyond) in run_scores(r).items():
+            groups[(r["task"], r["encoding"], variant)].append((r["seed"], inside, beyond))
     rows = []
     metric = {r["task"]: r["metric"] for r in records}
     for (task, enc, variant), vals in groups.items():
-        im, isd = _mean_std([v[0] for v in vals])
-        bm, bsd = _mean_std([v[1] for v in vals])
+        vals.sort(key=lambda v: v[0])
+        im, isd = mean_std([v[1] for v in vals])
+        bm, bsd = mean_std([v[2] for v in vals])
         rows.append(dict(task=task, encoding=enc, variant=variant, metric=metric[task], seeds=len(vals),
-                         in_mean=im, in_std=isd, beyond_mean=bm, beyond_std=bsd))
+                         in_mean=im, in_std=isd, beyond_mean=bm, beyond_std=bsd,
+                         seed_ids=[v[0] for v in vals], in_seeds=[v[1] for v in vals],
+                         beyond_seeds=[v[2] for v in vals]))
     return rows
 
 
-def mean_reciprocal_rank(summary: list[dict]) -> dict[str, float]:
-    """Encoding -> mean over tasks of 1 / rank by the "beyond" metric (ties share the best rank)."""
-    by_task: dict[str, list[dict]] = defaultdict(list)
+def _cells(summary: list[dict]) -> dict[tuple[str, Any], dict[str, float]]:
+    """(task, seed) -> encoding -> beyond-L score of that seed's unscaled run.
+
+    A summary row without per-seed values (an older results file) is one cell per task.
+    """
+    cells: dict[tuple[str, Any], dict[str, float]] = defaultdict(dict)
     for row in summary:
-        if row["variant"] == "base":
-            by_task[row["task"]].append(row)
-    rr: dict[str, list[float]] = defaultdict(list)
-    for rows in by_task.values():
-        sign = 1.0 if rows[0]["metric"] == "ppl" else -1.0  # sort so the best comes first
-        keyed = [(sign * r["beyond_mean"] if not math.isnan(r["beyond_mean"]) else math.inf, r["encoding"]) for r in rows]
-        for key, enc in keyed:
-            rank = 1 + sum(k < key for k, _ in keyed)
-            rr[enc].append(1.0 / rank)
-    return {enc: statistics.fmean(v) for enc, v in sorted(rr.items(), key=lambda kv: -statistics.fmean(kv[1]))}
+        if row["variant"] != "base":
+            continue
+        seeds = row.get("seed_ids")
+        values = row.get("beyond_seeds")
+        if not seeds or values is None:
+            seeds, values = ["mean"], [row["beyond_mean"]]
+        for seed, v in zip(seeds, values):
+            cells[(row["task"], seed)][row["encoding"]] = v
+    return cells
+
+
+def _reciprocal_ranks(summary: list[dict]) -> dict[str, list[float]]:
+    """encoding -> reciprocal rank in each (task, seed) cell (NaN where it has no run)."""
+    metric = {r["task"]: r["metric"] for r in summary}
+    cells = _cells(summary)
+    encodings = list(dict.fromkeys(r["encoding"] for r in summary if r["variant"] == "base"))
+    rr: dict[str, list[float]] = {e: [] for e in encodings}
+    for (task, _), scores in cells.items():
+        ranks = reciprocal_ranks(scores, lower_is_better=metric[task] == "ppl")
+        for e in encodings:
+            rr[e].append(ranks.get(e, math.nan))
+    return rr
+
+
+def mean_reciprocal_rank(summary: list[dict]) -> dict[str, float]:
+    """Encoding -> mean of 1 / rank by the "beyond" metric over (task, seed) cells, best first
+    (ties share the best rank; :mod:`posenc.bench.stats`). With one seed: the mean over tasks."""
+    rr = _reciprocal_ranks(summary)
+    mrr = {e: statistics.fmean([x for x in v if not math.isnan(x)]) for e, v in rr.items()
+           if any(not math.isnan(x) for x in v)}
+    return dict(sorted(mrr.items(), key=lambda kv: -kv[1]))
+
+
+def ranking(summary: list[dict], *, resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
+            seed: int = DEFAULT_BOOTSTRAP_SEED) -> dict:
+    """The MRR of each encoding with its bootstrap interval, and every pairwise difference
+    (:func:`posenc.bench.stats.bootstrap_mrr`; resampled: the (task, seed) cells).
+
+    Only encodings ranked in every cell are bootstrapped (the design is paired); the others
+    are listed under ``"incomplete"``.
+    """
+    rr = _reciprocal_ranks(summary)
+    complete = {e: v for e, v in rr.items() if v and not any(math.isnan(x) for x in v)}
+    n_cells = len(next(iter(rr.values()), []))
+    method = dict(resamples=resamples, confidence=confidence, seed=seed, cells=n_cells,
+                  tasks=len({t for t, _ in _cells(summary)}), unit="(task, seed) cell")
+    if not complete:
+        return dict(method=method, intervals=[], pairs=[], incomplete=sorted(rr))
+    intervals, pairs = bootstrap_mrr(complete, resamples=resamples, confidence=confidence, seed=seed)
+    return dict(method=method, intervals=[i.to_json() for i in intervals], pairs=[p.to_json() for p in pairs],
+                incomplete=sorted(set(rr) - set(complete)))
 
 
 def collect(settings: Any, records: list[dict]) -> dict:
@@ -100,46 +160,161 @@ def collect(settings: Any, records: list[dict]) -> dict:
         runs=records,
         summary=summary,
         mrr=mean_reciprocal_rank(summary),
+        ranking=ranking(summary),
     )
 
 
-def _cell(mean: float, std: float, metric: str, seeds: int) -> str:
-    if math.isnan(mean):
-        return "-"
-    if metric == "ppl":
-        return f"{mean:.2f}" + (f" ± {std:.2f}" if seeds > 1 else "")
-    return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if seeds > 1 else "")
+# --------------------------------------------------------------------------- readable tables
+
+_SCALING_LABEL = {"linear": "PI", "ntk": "NTK-aware", "dynamic": "dynamic NTK", "yarn": "YaRN"}
+
+
+def variant_label(encoding: str, variant: str) -> str:
+    """``rope`` or ``rope + YaRN``."""
+    return encoding if variant == "base" else f"{encoding} + {_SCALING_LABEL.get(variant, variant)}"
+
+
+def _value(x: float, metric: str) -> str:
+    return f"{x:.2f}" if metric == "ppl" else f"{100 * x:.1f}"
+
+
+def cell_text(row: dict, which: str, base: str | None = None) -> str:
+    """One "mean ± std" cell of a summary row (``which``: "in" or "beyond"), never ``nan``.
+
+    Accuracy in %, perplexity as is; "± std" only with more than one seed. A missing value
+    reads "as BASE" for a RoPE scaling within L (the scaling changes the model beyond L only)
+    and "n/a" otherwise (no evaluation there, or a run that diverged).
+    """
+    mean, std = row[f"{which}_mean"], row[f"{which}_std"]
+    if mean is None or math.isnan(mean):
+        return f"as {base}" if base is not None and which == "in" else "n/a"
+    text = _value(mean, row["metric"])
+    if row["seeds"] > 1 and std is not None and not math.isnan(std):
+        text += " ± " + _value(std, row["metric"])
+    return text
+
+
+def settings_text(results: dict) -> str:
+    """One line: seeds, model size, training, and each task's training length with its unit."""
+    s = results.get("settings") or {}
+    runs = results.get("runs") or []
+    seeds = len({r["seed"] for r in runs}) or s.get("seeds", 1)
+    lengths = {r["task"]: r["train_length"] for r in runs}
+    unit = {"lm": " bytes"}
+    parts = [f"{seeds} seed{'s' if seeds != 1 else ''}"]
+    if "d_model" in s:
+        parts.append(f"model d_model {s['d_model']}, {s.get('n_layer', '?')} layers, {s.get('n_head', '?')} heads")
+    if "steps" in s:
+        batch = f"batch {s.get('batch_size', '?')}"
+        if "lm" in lengths and "lm_batch_size" in s:
+            batch += f" (lm: {s['lm_batch_size']} windows)"
+        parts.append(f"{s['steps']} steps, {batch}, lr {s.get('lr', '?')}")
+    if lengths:
+        parts.append("training length L: " + ", ".join(f"{t} {L}{unit.get(t, ' tokens')}" for t, L in lengths.items()))
+    return "; ".join(parts)
+
+
+def table_cells(results: dict) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the summary: one row per encoding (and RoPE scaling), per task a
+    "≤L | >L" column, and the MRR with its interval. Shared by the text and HTML tables."""
+    summary = results["summary"]
+    tasks = list(dict.fromkeys(r["task"] for r in summary))
+    metric = {r["task"]: r["metric"] for r in summary}
+    idx = {(r["task"], r["encoding"], r["variant"]): r for r in summary}
+    rank = results.get("ranking") or ranking(summary)
+    ci = {i["encoding"]: i for i in rank["intervals"]}
+    mrr = results.get("mrr") or mean_reciprocal_rank(summary)
+    level = round(100 * rank["method"]["confidence"])
+    head = ["encoding"]
+    for t in tasks:
+        head.append(f"{t}: ppl at L | at {_longest(results, t)}" if metric[t] == "ppl" else f"{t}: accuracy % ≤L | >L")
+    head.append(f"MRR [{level} % CI]")
+    lines = []
+    for enc, variant in dict.fromkeys((r["encoding"], r["variant"]) for r in summary):
+        cells = [variant_label(enc, variant)]
+        base = None if variant == "base" else enc
+        for t in tasks:
+            r = idx.get((t, enc, variant))
+            cells.append("not run" if r is None else f"{cell_text(r, 'in', base)} | {cell_text(r, 'beyond', base)}")
+        if variant != "base" or enc not in mrr:
+            cells.append("")
+        elif enc in ci:
+            cells.append(f"{mrr[enc]:.2f} [{ci[enc]['low']:.2f}, {ci[enc]['high']:.2f}]")
+        else:
+            cells.append(f"{mrr[enc]:.2f}")
+        lines.append(cells)
+    return head, lines
+
+
+def _longest(results: dict, task: str) -> str:
+    runs = [r for r in results.get("runs", []) if r["task"] == task]
+    if not runs:
+        return "the longest length"
+    L = runs[0]["train_length"]
+    n = max((p["length"] for r in runs for p in r["points"]), default=L)
+    return f"{n // L}L" if n % L == 0 else f"{n}"
+
+
+def significance_lines(results: dict) -> list[str]:
+    """How the MRR interval was made, and which ranking differences are significant (the
+    interval of the paired difference excludes 0) and which are not."""
+    rank = results.get("ranking") or ranking(results["summary"])
+    m = rank["method"]
+    pairs = rank["pairs"]
+    if not pairs:
+        return []
+    level = round(100 * m["confidence"])
+    seeds = max((r["seeds"] for r in results["summary"]), default=1)
+    lines = [f"MRR: mean of 1/rank by the >L score over {m['cells']} (task, seed) cells; [{level} % CI]: percentile "
+             f"bootstrap, {m['resamples']:,} resamples of the cells (seed {m['seed']}), paired across encodings."]
+    if seeds < 2:
+        lines.append("With one seed the intervals show agreement across tasks only, not seed-to-seed noise.")
+    ahead: dict[str, list[str]] = defaultdict(list)
+    for p in pairs:
+        if p["significant"]:
+            ahead[p["first"]].append(p["second"])
+    lines.append("Significantly ahead (CI of the difference excludes 0): "
+                 + ("; ".join(f"{a} > {', '.join(b)}" for a, b in ahead.items()) if ahead else "none"))
+    ties = [f"{p['first']} vs {p['second']} ({p['diff']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}])"
+            for p in pairs if not p["significant"]]
+    lines.append("Not significantly apart: " + ("; ".join(ties) if ties else "none"))
+    if rank.get("incomplete"):
+        lines.append("Not ranked in every cell, so without an interval: " + ", ".join(rank["incomplete"]))
+    return lines
 
 
 def format_table(results: dict) -> str:
-    """A text table: one row per encoding (and RoPE scaling), per task "in / beyond" columns."""
-    summary = results["summary"]
-    tasks = list(dict.fromkeys(r["task"] for r in summary))
-    rows = list(dict.fromkeys((r["encoding"], r["variant"]) for r in summary))
-    idx = {(r["task"], r["encoding"], r["variant"]): r for r in summary}
-    mrr = results.get("mrr", {})
-    head = ["encoding"] + [f"{t} ({'ppl' if _metric_of(summary, t) == 'ppl' else 'acc %'}) ≤L | >L" for t in tasks] + ["MRR"]
-    lines = []
-    for enc, variant in rows:
-        name = enc if variant == "base" else f"{enc}+{variant}"
-        cells = [name]
-        for t in tasks:
-            r = idx.get((t, enc, variant))
-            cells.append("" if r is None else
-                         f"{_cell(r['in_mean'], r['in_std'], r['metric'], r['seeds'])} | "
-                         f"{_cell(r['beyond_mean'], r['beyond_std'], r['metric'], r['seeds'])}")
-        cells.append(f"{mrr[enc]:.2f}" if variant == "base" and enc in mrr else "")
-        lines.append(cells)
+    """The text table ``posenc bench`` prints: settings, one row per encoding (and RoPE
+    scaling) with per task "≤L | >L" columns and the MRR with its interval, then notes and
+    which ranking differences are significant."""
+    head, lines = table_cells(results)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    seeds = max((r["seeds"] for r in summary), default=1)
-    note = f"mean ± std over {seeds} seeds; " if seeds > 1 else "1 seed; "
-    note += "acc: exact match %, ≤L in-distribution, >L beyond training length; ppl: at L | at the longest length"
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), note])
+    seeds = max((r["seeds"] for r in results["summary"]), default=1)
+    note = (f"mean ± std over {seeds} seeds" if seeds > 1 else "1 seed (no spread)") + \
+        "; accuracy: exact match in %, ≤L within the training length, >L beyond it; ppl: byte perplexity"
+    if any(r["variant"] != "base" for r in results["summary"]):
+        note += "; \"as rope\": a RoPE scaling changes the model beyond L only"
+    return "\n".join(["Settings: " + settings_text(results), fmt(head), fmt(["-" * w for w in widths]),
+                      *map(fmt, lines), note, *significance_lines(results)])
 
 
-def _metric_of(summary: list[dict], task: str) -> str:
-    return next(r["metric"] for r in summary if r["task"] == task)
+def figure_captions(results: dict) -> dict[str, str]:
+    """Figure name (as :func:`figures` and ``plots/NAME.png``) -> what the figure shows."""
+    caps = {}
+    seeds = len({r["seed"] for r in results["runs"]}) or 1
+    spread = f"mean over {seeds} seeds, band ± 1 std" if seeds > 1 else "1 seed"
+    for task in dict.fromkeys(r["task"] for r in results["runs"]):
+        runs = [r for r in results["runs"] if r["task"] == task]
+        L, metric = runs[0]["train_length"], runs[0]["metric"]
+        what = "byte perplexity (log scale, lower is better)" if metric == "ppl" else "exact-match accuracy (%)"
+        caps[f"task_{task}"] = (f"{task}: {what} against evaluation length, one line per encoding ({spread}); "
+                                f"the dashed line is the training length L = {L}.")
+        caps[f"scaling_{task}"] = (f"{task}: RoPE models with each training-free scaling (PI, NTK-aware, dynamic NTK, "
+                                   f"YaRN) applied beyond L = {L}; within L each line is the unscaled model ({spread}).")
+    caps["passkey_depth"] = ("passkey: accuracy (%) by context length (x) and depth of the key in the context "
+                             "(y: 0 = start, 1 = end), one panel per encoding, mean over seeds.")
+    return caps
 
 
 def write_outputs(results: dict, out: Path) -> list[Path]:
@@ -180,13 +355,16 @@ def load_results(path: str | Path) -> dict:
 
 
 _NUMBERS = ("value", "train_loss", "in_mean", "in_std", "beyond_mean", "beyond_std")
+_NUMBER_LISTS = ("in_seeds", "beyond_seeds")
 
 
 def _nan_for_null(obj: Any) -> Any:
     """Undo :func:`~posenc.bench.files.finite_or_none` for the numeric fields: null -> NaN,
     so the summaries and plots compute as they did before the file was written."""
     if isinstance(obj, dict):
-        return {k: (math.nan if v is None and (k in _NUMBERS) else _nan_for_null(v)) for k, v in obj.items()}
+        return {k: (math.nan if v is None and (k in _NUMBERS)
+                    else [math.nan if x is None else x for x in v] if k in _NUMBER_LISTS and isinstance(v, list)
+                    else _nan_for_null(v)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_nan_for_null(v) for v in obj]
     return obj
@@ -207,7 +385,7 @@ def _curves(results: dict, task: str, variant_filter) -> dict[str, tuple[list[in
         for v in variants:
             if not variant_filter(r["encoding"], v):
                 continue
-            label = r["encoding"] if v == "base" else f"{r['encoding']}+{v}"
+            label = variant_label(r["encoding"], v)
             curve = _per_length(r["points"], v)
             if v != "base":  # scalings apply beyond L; within L the model is the unscaled one
                 base = _per_length(r["points"], "base")
@@ -242,7 +420,9 @@ def figures(results: dict) -> dict[str, Any]:
             panels[f"scaling_{task}"] = lambda e, v, s=scaled: e in s
         for name, filt in panels.items():
             fig, ax = plt.subplots(figsize=(6, 4))
+            scale = 1.0 if metric == "ppl" else 100.0  # accuracy in %
             for label, (ns, mean, std) in _curves(results, task, filt).items():
+                mean, std = [scale * m for m in mean], [scale * x for x in std]
                 line, = ax.plot(ns, mean, marker="o", ms=3, label=label)
                 if any(std):
                     ax.fill_between(ns, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
@@ -254,8 +434,8 @@ def figures(results: dict) -> dict[str, Any]:
                 ax.set_xscale("log", base=2)
                 ax.set_ylabel("perplexity (bytes)")
             else:
-                ax.set_ylabel("exact-match accuracy")
-                ax.set_ylim(-0.02, 1.02)
+                ax.set_ylabel("exact-match accuracy (%)")
+                ax.set_ylim(-2, 102)
             title = f"{task}: " + ("RoPE with training-free scalings" if name.startswith("scaling") else "length generalization")
             ax.set_title(title)
             ax.legend(fontsize=7)
@@ -271,12 +451,14 @@ def figures(results: dict) -> dict[str, Any]:
             grid = [[statistics.fmean([p["value"] for r in pk if r["encoding"] == enc for p in r["points"]
                                        if p["variant"] == "base" and p["length"] == n and p["depth"] == d] or [math.nan])
                      for n in lengths] for d in depths]
-            ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+            image = ax.imshow([[100 * x for x in row] for row in grid], vmin=0, vmax=100, cmap="viridis",
+                              aspect="auto", origin="lower")
             ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=6)
             ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=6)
             ax.set_title(enc, fontsize=8)
             ax.set_xlabel("context length", fontsize=7)
         axes[0][0].set_ylabel("key depth", fontsize=7)
-        fig.suptitle(f"passkey accuracy (train length {pk[0]['train_length']})", fontsize=9)
+        fig.colorbar(image, ax=axes[0].tolist(), label="accuracy (%)", shrink=0.9)
+        fig.suptitle(f"passkey accuracy (train length {pk[0]['train_length']} tokens)", fontsize=9)
         figs["passkey_depth"] = fig
     return figs
