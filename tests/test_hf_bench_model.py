@@ -25,9 +25,9 @@ L = 256  # trained length: a byte-level passkey prompt needs ~250 tokens
 
 
 def _config(**kw):
-    return transformers.LlamaConfig(
+    return transformers.LlamaConfig(**(dict(
         vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=L, rope_theta=10000.0, **kw)
+        num_key_value_heads=1, max_position_embeddings=L, rope_theta=10000.0) | kw))
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +164,45 @@ def test_refuses_to_mix_runs_and_changed_checkpoints(run, ckpt, tmp_path, capsys
     argv2 = [str(other) if a == str(ckpt) else a for a in argv]
     assert main(argv2 + ["--resume"]) == 2
     assert "settings differ from the earlier run" in capsys.readouterr().err
+
+
+def _saved_tokenizer(folder):
+    """A small byte-level BPE trained here (no download), saved as the checkpoint's tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = ["There is a pass key hidden in this text. The grass is green. The sky is blue. The sun is yellow.",
+            "Here we go. There and back again. What is the pass key? Remember it. 12 345 6789 10000 99999"] * 20
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>")
+    fast.save_pretrained(folder)
+    return fast
+
+
+def test_a_saved_tokenizer_is_used(tmp_path):
+    """With a tokenizer in MODEL_DIR: prompts of exactly n of its tokens, BOS first, the key
+    sentence decoded back from the prompt, every target the same length."""
+    from posenc.hf.checkpoint import load_tokenizer, open_checkpoint
+
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(_config(vocab_size=300)).save_pretrained(tmp_path)
+    fast = _saved_tokenizer(tmp_path)
+    tok = load_tokenizer(open_checkpoint(tmp_path))
+    assert tok.kind == "model" and tok.bos_token_id == fast.bos_token_id
+    task = TextPasskey(tok)
+    assert task.min_length < 200  # BPE merges: fewer tokens than the 254 bytes
+    examples = [task.sample(200, example_rng("t", i), depth=i / 4) for i in range(5)]
+    for ex in examples:
+        assert len(ex.prompt) == 200 and ex.prompt[0] == fast.bos_token_id
+        key = fast.decode(list(ex.target)).strip()
+        assert len(key) == 5 and key.isdigit()
+        assert f"The pass key is {key}. Remember it." in fast.decode(list(ex.prompt))
+    assert len({len(ex.target) for ex in examples}) == 1
+    # a tokenizer with more tokens than the model's embedding is refused, not an IndexError later
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg | {"vocab_size": 260}))
+    with pytest.raises(ValueError, match=r"the tokenizer has 300 tokens but the model's vocab_size is 260"):
+        load_tokenizer(open_checkpoint(tmp_path))

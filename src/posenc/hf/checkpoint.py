@@ -245,6 +245,10 @@ def load_tokenizer(ckpt: Checkpoint):
     names = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
     if any((ckpt.path / n).is_file() for n in names):
         tok = _transformers().AutoTokenizer.from_pretrained(str(ckpt.path))
+        vocab = ckpt.config.get("vocab_size")
+        if isinstance(vocab, int) and len(tok) > vocab:  # ids past the embedding table
+            raise ValueError(f"the tokenizer has {len(tok)} tokens but the model's vocab_size is {vocab}: "
+                             "MODEL_DIR's tokenizer does not belong to this model")
         return _HFTokenizer(tok)
     vocab = ckpt.config.get("vocab_size")
     if not isinstance(vocab, int):
