@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 import tracemalloc
@@ -45,6 +46,9 @@ def peak_memory(fn: Callable[[], object]) -> int:
         fn()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
+    # Kineto logs two lines per profiled call to stderr (USDT, severity 5) unless
+    # KINETO_LOG_LEVEL is above that when the profiler first starts; a user's setting wins.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
