@@ -204,13 +204,6 @@ def caption(name: str, page: str, data: dict, extra: str = "") -> str:
 _VARIANT = {"linear": "linear (PI)", "ntk": "NTK-aware", "dynamic": "dynamic NTK", "yarn": "YaRN"}
 
 
-def _bench_cell(mean: float, std: float, metric: str, seeds: int) -> str:
-    if math.isnan(mean):
-        return "–"
-    scale, fmt = (1.0, "{:.2f}") if metric == "ppl" else (100.0, "{:.1f}")
-    return fmt.format(scale * mean) + (" ± " + fmt.format(scale * std) if seeds > 1 else "")
-
-
 def _bench_setup(data: dict) -> str:
     s = data["settings"]
     lengths = {r["task"]: r["train_length"] for r in data["runs"]}
@@ -238,7 +231,11 @@ def render_bench_quick(page: str) -> str:
         header.append(f"{t} ppl at L | {longest}L" if metric[t] == "ppl" else f"{t} acc % ≤L | >L")
         if metric[t] == "ppl":
             header.append(f"{t} ppl {longest}L / L")
-    header.append("MRR")
+    from posenc.bench.report import cell_text, ranking, significance_lines
+
+    rank = data.get("ranking") or ranking(summary)  # files from before the intervals: computed here
+    ci = {i["encoding"]: i for i in rank["intervals"]}
+    header.append(f"MRR [{round(100 * rank['method']['confidence'])} % CI]")
     idx = {(r["task"], r["encoding"], r["variant"]): r for r in summary}
     rows = []
     for enc, var in dict.fromkeys((r["encoding"], r["variant"]) for r in summary):
@@ -249,14 +246,18 @@ def render_bench_quick(page: str) -> str:
             if r is None:
                 row += [""] * (2 if metric[t] == "ppl" else 1)
                 continue
-            row.append(_bench_cell(r["in_mean"], r["in_std"], r["metric"], r["seeds"]) + " | "
-                       + _bench_cell(r["beyond_mean"], r["beyond_std"], r["metric"], r["seeds"]))
+            base = None if var == "base" else enc  # a scaling within L is the unscaled model: "as rope"
+            row.append(f"{cell_text(r, 'in', base)} | {cell_text(r, 'beyond', base)}")
             if metric[t] == "ppl":  # a scaling is applied beyond L only: its L is the base model's
                 at_L = r["in_mean"] if not math.isnan(r["in_mean"]) else idx[(t, enc, "base")]["in_mean"]
-                row.append("–" if math.isnan(at_L) else ratio(r["beyond_mean"] / at_L))
-        row.append(f"{data['mrr'][enc]:.2f}" if var == "base" and enc in data["mrr"] else "")
+                ppl_ratio = r["beyond_mean"] / at_L
+                row.append("n/a" if math.isnan(ppl_ratio) else ratio(ppl_ratio))
+        mrr = data["mrr"].get(enc) if var == "base" else None
+        row.append("" if mrr is None else f"{mrr:.2f}" + (f" [{ci[enc]['low']:.2f}, {ci[enc]['high']:.2f}]" if enc in ci else ""))
         rows.append(row)
-    return md_table(header, rows) + "\n\n" + caption("bench_quick", page, data, _bench_setup(data))
+    notes = "\n".join(f"- {line}" for line in significance_lines(dict(data, ranking=rank)))
+    return (md_table(header, rows) + "\n\n" + (notes + "\n\n" if notes else "")
+            + caption("bench_quick", page, data, _bench_setup(data)))
 
 
 def render_bench_quick_text(page: str) -> str:

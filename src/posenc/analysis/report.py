@@ -169,7 +169,9 @@ def _bench_section(bench_dir: Path) -> str:
                          f"posenc bench results: {html.escape(str(e))}</p>")
     if results is None and not pngs and len(parts) == 1:
         return parts[0] + f'<p class="note">No results.json or PNGs in {html.escape(str(bench_dir))}.</p>'
-    for p in pngs:
+    kinds = ("task_", "scaling_", "passkey_depth")  # each task's curves first, then scalings, then depth
+    order = lambda p: (next((i for i, k in enumerate(kinds) if p.stem.startswith(k)), len(kinds)), p.name)  # noqa: E731
+    for p in sorted(pngs, key=order):
         text = captions.get(p.stem, p.stem.replace("_", " "))
         parts.append(f"<figure>{_img(p, text)}<figcaption>{html.escape(text)}</figcaption></figure>")
     return "\n".join(parts)

@@ -268,7 +268,9 @@ def significance_lines(results: dict) -> list[str]:
     lines = [f"MRR: mean of 1/rank by the >L score over {m['cells']} (task, seed) cells; [{level} % CI]: percentile "
              f"bootstrap, {m['resamples']:,} resamples of the cells (seed {m['seed']}), paired across encodings."]
     if seeds < 2:
-        lines.append("With one seed the intervals show agreement across tasks only, not seed-to-seed noise.")
+        lines.append("One seed: the intervals show agreement across tasks only, not seed-to-seed noise, so no "
+                     "difference is called significant (run --seeds 3 or more).")
+        return lines
     ahead: dict[str, list[str]] = defaultdict(list)
     for p in pairs:
         if p["significant"]:

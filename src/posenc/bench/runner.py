@@ -114,12 +114,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         passkey_depths=(0.0, 1.0), passkey_examples=4, lm_length=16, lm_eval_factors=(1, 2),
         lm_batch_size=8, lm_train_bytes=20_000, lm_eval_tokens=256, scalings=("linear",),
     ),
-    # < 10 minutes on a 2-core CPU
+    # make demo: 3 seeds within 12 minutes on a 2-core CPU as two 1-thread processes
+    # (docs/bench.md "make demo: seeds and timing"): 500 steps and passkey L = 16, trimmed
+    # from 600 and 24 after profiling (the time is matrix products, not Python)
     "quick": dict(
         encodings=_PRESET_ENCODINGS,
         tasks=("copy", "passkey", "lm"),
-        d_model=64, n_layer=2, n_head=4, steps=600, batch_size=64, lr=3e-3, warmup_steps=30,
-        synthetic_length=6, eval_examples=64, passkey_length=24, passkey_examples=32,
+        seeds=3, d_model=64, n_layer=2, n_head=4, steps=500, batch_size=64, lr=3e-3, warmup_steps=30,
+        synthetic_length=6, eval_examples=64, passkey_length=16, passkey_examples=32,
         lm_length=64, lm_batch_size=16, lm_eval_tokens=16_384,
     ),
     # the paper-sized sweep (hours on a CPU; minutes on a GPU)
