@@ -44,7 +44,20 @@ from ..variants import parse_variant
 from .tasks import TASK_NAMES, PasskeyTask, get_task, task_names
 from .train import TrainConfig, distributed_info, init_distributed, save_weights, train, verify_weights
 
-__all__ = ["BenchSettings", "PRESETS", "settings_for", "run_bench", "check_out_dir", "check_runs", "run_settings"]
+__all__ = ["ALL", "BenchSettings", "EMBEDDINGS", "PRESETS", "settings_for", "run_bench", "check_out_dir", "check_runs", "run_settings"]
+
+# Token-embedding conventions: (init std of the token embeddings, or None for the model's own
+# N(0, 0.02); tie them to the output layer).
+# "unit" puts the tokens at the scale the absolute encodings were designed against: Vaswani et
+# al. 2017 (sec. 3.4) multiply embeddings by sqrt(d_model), i.e. unit-scale token vectors next to
+# sin/cos waves of amplitude 1 (RMS 1/sqrt 2). With GPT-2's 0.02 init (the "gpt2" convention),
+# sinusoidal, FLOATER's ODE codes and the recurrent x + W h start 20-35x larger than the tokens and
+# drown them (sinusoidal: 6 % copy accuracy within L). Unit-scale tokens are untied from the
+# output layer, whose 0.02 init keeps the initial logits small.
+EMBEDDINGS: dict[str, tuple[float | None, bool]] = {"unit": (1.0, False), "gpt2": (None, True)}
+# Under "unit", an absolute table that is *added* to the tokens starts at the tokens' scale too.
+UNIT_TABLE_CONFIG: dict[str, dict[str, Any]] = {"learned": {"init_std": 1.0}}
+
 
 @dataclass(frozen=True)
 class BenchSettings:
@@ -80,6 +93,8 @@ class BenchSettings:
     data: str | None = None
     scalings: tuple[str, ...] = tuple(SCALINGS)
     eval_seed: int = 1234
+    # token-embedding convention (see EMBEDDINGS): "unit" (fair to fixed-amplitude absolute codes)
+    embedding: str = "unit"
 
     def __post_init__(self) -> None:
         for name in ("seeds", "d_model", "n_layer", "n_head", "steps", "batch_size", "eval_examples",
@@ -91,6 +106,7 @@ class BenchSettings:
         check_positive("lr", self.lr)
         for name in self.scalings:
             check_choice("scalings", name, SCALINGS)
+        check_choice("embedding", self.embedding, tuple(EMBEDDINGS))
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -104,6 +120,9 @@ class BenchSettings:
 
 
 _PRESET_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
+# A preset whose encodings are ALL runs every registered encoding (list_encodings(), read when
+# its settings are made), so an encoding added later cannot be left out of it.
+ALL = "all"
 PRESETS: dict[str, dict[str, Any]] = {
     # seconds: the smoke test
     "micro": dict(
@@ -124,15 +143,29 @@ PRESETS: dict[str, dict[str, Any]] = {
         synthetic_length=6, eval_examples=64, passkey_length=16, passkey_examples=32,
         lm_length=64, lm_batch_size=16, lm_eval_tokens=16_384,
     ),
-    # the paper-sized sweep (hours on a CPU; minutes on a GPU)
-    "full": dict(
-        encodings=_PRESET_ENCODINGS + ("shaw", "relative_key_query", "transformer_xl", "deberta", "xpos", "fire", "kerple"),
+    # every encoding x every task x 3 seeds = 456 runs, sized for about an hour on a quiet 2-core
+    # CPU (--threads 1): one seed of copy over the 19 encodings took 563 s under a load average
+    # of 7 (floater 88 s, deberta 7 s), ~3.5x slower than quiet (docs/bench.md "Presets")
+    "standard": dict(
+        encodings=ALL,
+        tasks=TASK_NAMES,
+        seeds=3, d_model=32, n_layer=2, n_head=4, steps=400, batch_size=32, lr=5e-3, warmup_steps=40,
+        synthetic_length=5, eval_examples=32, passkey_length=16, passkey_eval_factors=(0.5, 1.0, 2.0, 3.0),
+        passkey_depths=(0.0, 0.5, 1.0), passkey_examples=16, lm_length=32, lm_batch_size=16,
+        lm_eval_factors=(1, 2, 4), lm_train_bytes=500_000, lm_eval_tokens=4096,
+    ),
+    # the same sweep at the size of the papers' synthetic experiments, for a GPU (days on a CPU)
+    "paper": dict(
+        encodings=ALL,
         tasks=TASK_NAMES,
         seeds=3, d_model=256, n_layer=6, n_head=8, steps=10_000, batch_size=64, lr=1e-3,
         warmup_steps=500, synthetic_length=20, eval_examples=256, passkey_length=256,
         passkey_examples=64, lm_length=256, lm_batch_size=64, lm_train_bytes=50_000_000, lm_eval_tokens=262_144,
     ),
 }
+# Former names, still accepted (exact names only): "full" became "paper" when it grew to every encoding.
+RENAMED_PRESETS: dict[str, str] = {"full": "paper"}
+PRESETS["full"] = PRESETS["paper"]
 
 
 def settings_for(
@@ -147,11 +180,17 @@ def settings_for(
 
     Encodings named explicitly must be registered (else a ValueError lists the valid ones);
     a preset's encodings that are not registered yet are skipped with a message on stderr.
+    The ``standard`` and ``paper`` presets run every registered encoding (:data:`ALL`).
     """
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    if not isinstance(preset, str) or preset not in PRESETS:
+        names = [p for p in PRESETS if p not in RENAMED_PRESETS]
+        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(names)}")
+    if preset in RENAMED_PRESETS:
+        print(f"posenc bench: preset {preset!r} is now called {RENAMED_PRESETS[preset]!r}", file=sys.stderr)
     base = dict(PRESETS[preset])
     valid = list_encodings()
+    if base["encodings"] == ALL:
+        base["encodings"] = tuple(valid)
     if encodings:
         # specs (rope:base=500000) stored as canonical labels: unknown names and keys, bad
         # values fail here, listing the valid ones; two spellings of one variant run once
@@ -291,11 +330,16 @@ def build_model(s: BenchSettings, encoding: str, task: str, seed: int) -> Transf
 
     An encoding with a position table (a ``max_len`` config field) gets one row per
     position the evaluation reaches; rows past the training length stay untrained.
+    The token embeddings follow ``s.embedding`` (:data:`EMBEDDINGS`): the same rule for
+    every encoding, so that no family is handicapped by the scale of the tokens.
     """
     variant = parse_variant(encoding)  # a name or a variant label (rope@base=500000.0)
     fields = {f.name for f in dataclasses.fields(get_info(variant.name).config_cls)}
     enc_cfg = {"max_len": _max_positions(s, task)} if "max_len" in fields else {}
+    if s.embedding == "unit":
+        enc_cfg.update(UNIT_TABLE_CONFIG.get(variant.name, {}))
     enc_cfg.update(variant.config_dict())  # the variant's own values win
+    token_std, tied = EMBEDDINGS[s.embedding]
     cfg = ModelConfig(
         vocab_size=256 if task == "lm" else get_task(task).vocab_size,
         d_model=s.d_model,
@@ -303,9 +347,14 @@ def build_model(s: BenchSettings, encoding: str, task: str, seed: int) -> Transf
         n_head=s.n_head,
         encoding=variant.name,
         encoding_config=enc_cfg,
+        tie_weights=tied,
     )
     torch.manual_seed(seed)
-    return Transformer(cfg)
+    model = Transformer(cfg)
+    if token_std is not None:
+        with torch.no_grad():  # replaces the model's own N(0, 0.02) init
+            model.tok_emb.weight.normal_(0.0, token_std)
+    return model
 
 
 def _train_config(s: BenchSettings, seed: int) -> TrainConfig:
