@@ -206,3 +206,19 @@ def test_a_saved_tokenizer_is_used(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg | {"vocab_size": 260}))
     with pytest.raises(ValueError, match=r"the tokenizer has 300 tokens but the model's vocab_size is 260"):
         load_tokenizer(open_checkpoint(tmp_path))
+
+
+def test_evaluation_flags_apply_with_model(ckpt, tmp_path, monkeypatch):
+    """--passkey-examples / --lm-eval-factors / --scalings reach the settings (bench.json)."""
+    import posenc.hf.bench_model as bm
+
+    seen = {}
+    monkeypatch.setattr(bm, "run_model_bench", lambda s, *a, **k: seen.setdefault("s", s) and {"summary": []})
+    import posenc.bench.report as report
+
+    monkeypatch.setattr(report, "format_table", lambda r: "")
+    assert main(["bench", "--model", str(ckpt), "--preset", "micro", "--passkey-examples", "3", "--lm-eval-factors",
+                 "1", "4", "--scalings", "yarn", "ntk", "--out", str(tmp_path / "o")]) == 0
+    s = seen["s"]
+    assert (s.passkey_examples, s.lm_eval_factors, s.scalings) == (3, (1, 4), ("yarn", "ntk"))
+    assert s.passkey_depths == (0.0, 1.0) and s.trained_length == L  # the rest: micro's

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import check_choice, check_int
+from ..config import check_choice, check_int, check_positive, check_range
 from ..bench.data import load_corpus
 from ..bench.evaluate import exact_match, perplexity
 from ..bench.tasks import Example, Task
@@ -78,6 +78,14 @@ class ModelBenchSettings:
         check_int("trained_length", self.trained_length, minimum=2)
         check_int("passkey_examples", self.passkey_examples, minimum=1)
         check_int("lm_eval_tokens", self.lm_eval_tokens, minimum=1)
+        check_int("eval_seed", self.eval_seed, minimum=0)
+        for name in ("passkey_eval_factors", "passkey_depths", "lm_eval_factors"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must hold at least one value, got none")
+        for f in (*self.passkey_eval_factors, *self.lm_eval_factors):
+            check_positive("eval factors", f)
+        for d in self.passkey_depths:
+            check_range("passkey_depths", d, 0.0, 1.0)
         if not self.tasks:
             raise ValueError(f"tasks must name at least one of {', '.join(MODEL_TASKS)}")
         for t in self.tasks:
@@ -97,14 +105,22 @@ class ModelBenchSettings:
         return json.loads(json.dumps(d))
 
 
+_EVAL_FIELDS = ("passkey_eval_factors", "passkey_depths", "passkey_examples", "lm_eval_factors", "lm_eval_tokens",
+                "scalings", "eval_seed")
+
+
 def model_settings(preset: str, model_dir: str | Path, *, tasks: list[str] | None = None, data: str | None = None,
-                   bf16: bool = False) -> tuple[ModelBenchSettings, Checkpoint]:
+                   bf16: bool = False, overrides: dict[str, Any] | None = None) -> tuple[ModelBenchSettings, Checkpoint]:
     """Settings for ``model_dir`` with the lengths, depths and sizes of the bench preset
-    ``preset`` (lengths as multiples of the checkpoint's trained length)."""
+    ``preset`` (lengths as multiples of the checkpoint's trained length), then ``overrides``
+    (fields of :data:`_EVAL_FIELDS`)."""
     from ..bench.runner import PRESETS
 
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    unknown = sorted(set(overrides or {}) - set(_EVAL_FIELDS))
+    if unknown:
+        raise ValueError(f"overrides: {', '.join(unknown)} not an evaluation setting; valid: {', '.join(_EVAL_FIELDS)}")
     ckpt = open_checkpoint(model_dir)
     p = PRESETS[preset]
     base = {k: p[k] for k in ("passkey_eval_factors", "passkey_depths", "passkey_examples", "lm_eval_factors",
@@ -116,8 +132,8 @@ def model_settings(preset: str, model_dir: str | Path, *, tasks: list[str] | Non
         base["tasks"] = tuple(dict.fromkeys(tasks))
     s = ModelBenchSettings(
         model=str(ckpt.path.resolve()), fingerprint=fingerprint(ckpt), trained_length=trained_length(ckpt.config),
-        dtype="bfloat16" if bf16 else "float32", data=data, scalings=_PRESET_SCALINGS.get(preset, MODEL_SCALINGS),
-        **base,
+        dtype="bfloat16" if bf16 else "float32", data=data,
+        **(base | {"scalings": _PRESET_SCALINGS.get(preset, MODEL_SCALINGS)} | dict(overrides or {})),
     )
     return s, ckpt
 
@@ -359,11 +375,17 @@ def run_from_args(args: Any) -> int:
     """``posenc bench --model DIR ...`` (called by :mod:`posenc.bench.cli`)."""
     from ..bench.report import format_table
 
-    unused = [f"--{name}" for name in ("encodings", "seeds", "steps") if getattr(args, name, None) is not None]
+    # the bench's size flags arrive as set_<field>; the evaluation ones apply here, the rest
+    # (model size, training) do not: refused, so a flag is never silently ignored
+    given = {k.removeprefix("set_"): v for k, v in vars(args).items() if k.startswith("set_") and v is not None}
+    unused = [f"--{name}" for name in ("encodings", "seeds") if getattr(args, name, None) is not None]
+    unused += [f"--{name.replace('_', '-')}" for name in given if name not in _EVAL_FIELDS]
     if unused:
-        raise ValueError(f"{', '.join(unused)} do(es) not apply with --model (a checkpoint is evaluated, not trained)")
+        raise ValueError(f"{', '.join(unused)} do(es) not apply with --model (a checkpoint is evaluated, not trained); "
+                         f"evaluation settings that do: {', '.join('--' + f.replace('_', '-') for f in _EVAL_FIELDS)}")
     s, _ = model_settings(args.preset, args.model, tasks=args.tasks,
-                          data=None if args.data is None else str(args.data), bf16=args.bf16)
+                          data=None if args.data is None else str(args.data), bf16=args.bf16,
+                          overrides={k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
     results = run_model_bench(s, args.out, resume=args.resume, overwrite=args.overwrite,
                               progress=not args.no_progress, device=args.device)
     print(format_table(results))
