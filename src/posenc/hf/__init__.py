@@ -22,3 +22,11 @@ __all__ = [
     "relative_from_deberta",
     "unpatch_model",
 ]
+
+# posenc probe / posenc bench --model (issue 13): a checkpoint's q·k against distance, and its
+# passkey accuracy and perplexity past the trained length.
+from .bench_model import ModelBenchSettings, model_settings, run_model_bench  # noqa: E402
+from .probe import ProbeSettings  # noqa: E402
+from .probe import probe as run_probe  # noqa: E402  (not `probe`: that name is the submodule)
+
+__all__ += ["ModelBenchSettings", "ProbeSettings", "model_settings", "run_model_bench", "run_probe"]
