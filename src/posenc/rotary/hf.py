@@ -1,4 +1,9 @@
-"""Interop with Hugging Face configs: a posenc RoPE module from a raw ``config.json``.
+"""Interop with Hugging Face configs: a posenc RoPE module from a raw ``config.json``
+(:func:`from_hf`), and back (:func:`to_hf`).
+
+Which rope types exist and how transformers spells each (its ``rope_type``, keys, required
+keys, top-level keys) is not listed here: it is each scaling's :class:`~posenc.rotary.HFSpec`
+in :data:`~posenc.rotary.SCALINGS`, so a newly registered scaling is read and written too.
 
 :func:`from_hf` reads the dict (or a transformers ``PretrainedConfig``) *by its*
 ``model_type``, as transformers 5.23 does for that family, and builds the
@@ -14,6 +19,8 @@ qwen2, qwen3,       be absent or 1: transformers rotates the
 gemma, gemma2       whole head for these)
 gemma3_text         head_dim, per layer type (below)             ``rope_theta`` /    half
                                                                  ``rope_local_base_freq``
+modernbert          head_dim, per layer type (below)             ``global_rope_``    half
+                                                                 ``theta`` / local
 phi                 head_dim * ``partial_rotary_factor`` (0.5)   ``rope_theta``      half
 stablelm            head_dim * ``partial_rotary_factor`` (0.25)  ``rope_theta``      half
 phi3                head_dim * ``partial_rotary_factor`` (1.0)   ``rope_theta``      half
@@ -33,7 +40,8 @@ The rope dict is ``rope_scaling`` (legacy) or ``rope_parameters`` (transformers 
 ``max_position_embeddings / original_max_position_embeddings``; ``dynamic`` scales from
 ``max_position_embeddings``. Phi-3's legacy types ``su`` and ``yarn`` mean longrope (as in
 transformers' ``Phi3Config``). ``rope_parameters`` keyed by layer type (Gemma 3:
-``{"full_attention": {...}, "sliding_attention": {...}}``) needs ``layer_type=``.
+``{"full_attention": {...}, "sliding_attention": {...}}``; ModernBERT) needs ``layer_type=``;
+their Hub config.json gives top-level thetas instead, nested here as transformers 5 does.
 
 Stricter than transformers, which warns or ignores: an unknown ``model_type`` or rope type,
 an unknown key in the rope dict, and any top-level key about rope (its name mentions
@@ -432,8 +440,9 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
 
     ``config``: a parsed ``config.json`` dict or a transformers ``PretrainedConfig`` (read via
     ``to_dict()``); it is read by its ``model_type`` (see the module docstring for the
-    families) and never edited. ``layer_type``: for per-layer-type ``rope_parameters`` (Gemma 3),
-    which layer type's RoPE to build.
+    families) and never edited. ``layer_type``: for per-layer-type ``rope_parameters`` (Gemma 3,
+    ModernBERT), the name of the layer type whose RoPE to build (a str such as
+    ``"sliding_attention"``, as in the config's ``layer_types``; not a layer index).
 
     ``inv_freq`` and ``attention_factor`` equal transformers' for the same config; the module
     rotates the first ``rotary_dim`` channels of each head, in the family's layout.
