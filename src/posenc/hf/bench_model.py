@@ -315,7 +315,8 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
         write_json(out / "bench.json", s.to_json(), indent=2)
         tokenizer = load_tokenizer(ckpt)
         if model is None:
-            model = load_model(ckpt, torch.bfloat16 if s.dtype == "bfloat16" else torch.float32, device=dev)
+            model = load_model(ckpt, torch.bfloat16 if s.dtype == "bfloat16" else torch.float32, device=dev,
+                               progress=progress)
         lm = HFCausalLM(model).eval()
         has_patch = _has_patch()
         records = []

@@ -189,14 +189,24 @@ def _transformers():
     return transformers
 
 
-def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str = "sdpa", device: str = "cpu"):
-    """The checkpoint as a transformers causal LM in eval mode (after :func:`check_fits`)."""
+def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str = "sdpa", device: str = "cpu",
+               progress: bool = True):
+    """The checkpoint as a transformers causal LM in eval mode (after :func:`check_fits`).
+    ``progress=False`` also hides transformers' own weight-loading bar."""
     transformers = _transformers()
     if device == "cpu":
         check_fits(ckpt, dtype)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(ckpt.path), dtype=dtype, attn_implementation=attn_implementation
-    )
+    hf_logging = transformers.utils.logging
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(ckpt.path), dtype=dtype, attn_implementation=attn_implementation
+        )
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
     return model.to(device).eval()
 
 

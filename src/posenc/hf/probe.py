@@ -379,7 +379,7 @@ def probe(
     tokenizer = load_tokenizer(ckpt)
     ids = probe_text_ids(tokenizer, text, s.tokens)
     if model is None:
-        model = load_model(ckpt, DTYPES[s.dtype])
+        model = load_model(ckpt, DTYPES[s.dtype], progress=progress)
     taps = layer_taps(model)
     captured = capture_qk(model, torch.tensor([ids]), s.layers)
 
