@@ -14,11 +14,11 @@ pytestmark = pytest.mark.compile
 
 
 def _representatives() -> list[str]:
-    """The first registered encoding of each hook kind (embed, rotate, score_bias, score)."""
+    """The first registered encoding of each hook kind (embed, rotate, bias, terms)."""
     picks: dict[str, str] = {}
     for name in posenc.list_encodings():
         enc = posenc.build(name, d_model=32, num_heads=4)
-        for kind in ("embed", "rotate", "score_bias", "score"):
+        for kind in ("embed", "rotate", "bias", "terms"):
             if getattr(enc, f"has_{kind}") and kind not in picks:
                 picks[kind] = name
     return list(dict.fromkeys(picks.values()))
@@ -46,8 +46,21 @@ def test_compiles_fullgraph_dynamic_without_buffer_mutation(name):
         state = _python_state(model)
         for x, want in zip(inputs, expected):
             torch.testing.assert_close(compiled(x), want, atol=1e-5, rtol=1e-5)
+    # Names first (a buffer added or removed fails even when the model had none), then each one.
+    assert [n for n, _ in model.named_buffers()] == list(buffers), "forward added or removed a buffer"
     for n, b in model.named_buffers():
-        assert n in buffers, f"forward registered a new buffer {n}"
         old, version, ptr = buffers[n]
         assert b is old and b._version == version and b.data_ptr() == ptr, f"buffer {n} was mutated in forward"
     assert _python_state(model) == state, "a compiled forward changed a Python-side cache"
+
+
+def test_representatives_cover_every_hook_kind():
+    names = _representatives()
+    kinds = {k for n in names for k in ("embed", "rotate", "bias", "terms")
+             if getattr(posenc.build(n, d_model=32, num_heads=4), f"has_{k}")}
+    assert kinds == {"embed", "rotate", "bias", "terms"}, names
+
+
+def test_alibi_keeps_its_slope_buffer_through_compile():
+    """A model with a buffer (ALiBi's float32 slopes), so the buffer checks above have one to check."""
+    assert [n for n, _ in tiny_model("alibi").named_buffers()] == ["encodings.0.slope_table"]

@@ -28,5 +28,6 @@ def test_every_relative_encoding_compiles():
             for T in (9, 17):
                 x = torch.randint(0, 64, (2, T))
                 torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+        assert [n for n, _ in model.named_buffers()] == list(buffers), f"{name}: forward added or removed a buffer"
         for n, b in model.named_buffers():
-            assert n in buffers and buffers[n][0] is b and buffers[n][1] == b._version, f"{name}: buffer {n} changed"
+            assert buffers[n][0] is b and buffers[n][1] == b._version, f"{name}: buffer {n} changed"

@@ -97,7 +97,7 @@ class LayerTerms:
 
     @property
     def empty(self) -> bool:
-        return self.bias is None and not self.logits and not self.values
+        return self.bias is None and len(self.logits) == 0 and len(self.values) == 0
 
     def dense_logits(self) -> Tensor | None:
         """Bias plus logit terms, dense (B|1, H, Tq, Tk) float32 or wider; None without any."""
@@ -130,7 +130,7 @@ def choose(impl: str, q: Tensor, terms: LayerTerms) -> str:
     """The backend for ``impl`` on this call: ``auto`` resolved by device and terms."""
     if impl != "auto":
         return impl
-    if q.device.type == "cuda" and (terms.bias is not None or terms.logits) and not terms.values:
+    if q.device.type == "cuda" and (terms.bias is not None or len(terms.logits) > 0) and len(terms.values) == 0:
         return "flex"
     return "sdpa"
 

@@ -44,7 +44,7 @@ def score_mod(terms: LayerTerms) -> Callable | None:
     mods = [t.score_mod(terms.q_pos, terms.k_pos) for t in terms.logits]
     if terms.bias is not None:
         mods.insert(0, terms.bias.term.score_mod(terms.q_pos, terms.k_pos))
-    if not mods:
+    if len(mods) == 0:
         return None
 
     def mod(score, b, h, q_idx, kv_idx):
@@ -57,7 +57,7 @@ def score_mod(terms: LayerTerms) -> Callable | None:
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
     """(B, H, Tq, D) with flex_attention."""
-    if terms.values:
+    if len(terms.values) > 0:
         raise ValueError(
             "impl='flex' cannot apply value terms (Shaw's use_value): flex_attention does not return "
             "the attention probabilities they read; use impl='sdpa' (fused), 'eager' or 'auto'"

@@ -8,7 +8,8 @@
 * content-dependent logit terms or value terms: :func:`posenc.backends.fused.fused_attention`,
   which reads the (B, H, T, R) tables by bucket and never keeps (B, H, Tq, Tk) probabilities
   for backward. Old-style encodings' value terms (no ``values`` tensor, see
-  :func:`posenc.encoding.layer_terms`) take the eager backend.
+  :func:`posenc.encoding.layer_terms`) take the eager backend, and so does any call under
+  ``torch.compile``, which traces the dense composition instead.
 
 Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
 """
@@ -53,12 +54,14 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
         if mask.plain_causal:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense(), scale=scale)
-    if not terms.logits and not terms.values:
+    if len(terms.logits) == 0 and len(terms.values) == 0:  # len(): dynamo cannot `not` a tuple
         masked = terms.bias.masked(q.dtype)  # (B|1, H, Tq, Tk), shared by the layers
         if mask.plain_causal:
             return causal_sdpa_with_bias(q, k, v, masked, scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=masked, scale=scale)
-    if any(not isinstance(t.values, Tensor) for t in terms.values):
+    if torch.compiler.is_compiling() or any(not isinstance(t.values, Tensor) for t in terms.values):
+        # Under torch.compile the dense composition is traced and fused by the compiler (the
+        # fused autograd.Function's non-tensor spec does not trace with fullgraph=True).
         return eager.attention(q, k, v, scale=scale, mask=mask, terms=terms)
     return _fused(q, k, v, scale, mask, terms)
 

@@ -5,12 +5,18 @@ in one run. Measurements are interleaved in rounds (one step of every model per 
 median over rounds), so a machine that slows down mid-run affects all encodings alike.
 
 Goals (ratio to NoPE), by the hooks an encoding uses: rotary and absolute <= 1.05,
-content-independent biases (score_bias) <= 1.3, content-dependent scores (score) <= 1.6.
+content-independent biases (``logit_bias``) <= 1.15 (issue 11), content-dependent terms
+(``terms``) <= 1.6.
+
+``--impl`` picks the attention backend of every model (posenc.backends: eager, sdpa, flex,
+auto); the results record it. ``flex`` cannot train on CPU (flex_attention has no CPU
+backward in torch 2.13), so on CPU it is refused for the training columns.
 
 Example::
 
     posenc speed model --lengths 1024 2048 --batch 8 --layers 6 --width 512 --heads 8
     posenc speed model --encodings none rope alibi --lengths 256 --json out/model_speed.json
+    posenc speed model --encodings none alibi t5 --lengths 512 --layers 2 --impl sdpa
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..backends import IMPLS
 from ..cli_args import default_device, output_file, positive_int
 from ..cli_args import device as device_arg
 from ..model import ModelConfig, Transformer
@@ -37,10 +44,10 @@ __all__ = ["goal_for", "run_model_speed", "add_arguments", "run"]
 def goal_for(model: Transformer) -> tuple[str, float]:
     """The goal class of a model's encodings, from the hooks they use (never their names)."""
     encs = list(model.encodings)
-    if any(e.has_score or e.has_output for e in encs):
+    if any(e.has_terms or e.has_value_terms for e in encs):
         return "content-dependent score", 1.6
-    if any(e.has_score_bias for e in encs):
-        return "position bias", 1.3
+    if any(e.has_bias for e in encs):
+        return "position bias", 1.15
     return "rotary/absolute", 1.05
 
 
@@ -71,8 +78,15 @@ def run_model_speed(
     dtype: torch.dtype = torch.float32,
     vocab: int = 256,
     progress: bool = True,
+    impl: str = "sdpa",
 ) -> dict[str, Any]:
-    """Time a training step per length and decoding per context for every encoding."""
+    """Time a training step per length and decoding per context for every encoding, every
+    model with attention backend ``impl`` (one of posenc.backends.IMPLS)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}")
+    if impl == "flex" and device == "cpu" and lengths:
+        raise ValueError("impl='flex' cannot time training on CPU (flex_attention has no CPU backward in "
+                         "torch 2.13); use --impl sdpa/auto, or a CUDA device")
     if "none" not in encodings:
         encodings = ["none", *encodings]
     max_len = max([*lengths, *(c + decode_tokens for c in decode_contexts)])
@@ -82,14 +96,14 @@ def run_model_speed(
         torch.manual_seed(0)
         cfg = ModelConfig(
             vocab_size=vocab, d_model=width, n_layer=layers, n_head=heads,
-            encoding=name, encoding_config=_config_for(name, max_len),
+            encoding=name, encoding_config=_config_for(name, max_len), attn_impl=impl,
         )
         models[name] = Transformer(cfg).to(device=device, dtype=dtype)
         opts[name] = torch.optim.AdamW(models[name].parameters(), lr=1e-4)
     results: dict[str, Any] = {
         "machine": describe_machine(),
         "settings": dict(batch=batch, layers=layers, width=width, heads=heads, dtype=str(dtype),
-                         rounds=rounds, decode_tokens=decode_tokens, decode_batch=decode_batch),
+                         rounds=rounds, decode_tokens=decode_tokens, decode_batch=decode_batch, impl=impl),
         "train": {}, "decode": {}, "memory": {}, "goal": {},
     }
     g = torch.Generator().manual_seed(0)
@@ -197,6 +211,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=device_arg, default=default_device(), help="cpu, cuda or cuda:N (default: cuda if available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                    help="model dtype (default: float32 on CPU, bfloat16 on GPU)")
+    p.add_argument("--impl", choices=IMPLS, default="sdpa",
+                   help="attention backend of every model: eager, sdpa, flex or auto (default: sdpa)")
     p.add_argument("--json", type=output_file, default=None, help="also write the results to this JSON file")
 
 
@@ -210,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     res = run_model_speed(
         names, args.lengths, batch=args.batch, layers=args.layers, width=args.width, heads=args.heads,
         rounds=args.rounds, decode_contexts=args.decode_contexts, decode_tokens=args.decode_tokens,
-        device=args.device, dtype=dtype,
+        device=args.device, dtype=dtype, impl=args.impl,
     )
     print(format_table(res))
     if args.json:
