@@ -12,8 +12,8 @@ from posenc import ModelConfig, Transformer
 TEST_CONFIGS: dict[str, dict] = {
     # Small clip / bucket sizes so that clipping and log buckets happen within tiny sequences.
     "shaw": {"clip": 3},
-    "relative_key": {"max_distance": 4},
-    "relative_key_query": {"max_distance": 4},
+    "relative_key": {"clip": 4},
+    "relative_key_query": {"clip": 4},
     "deberta": {"position_buckets": 4, "max_relative_positions": 8},
 }
 

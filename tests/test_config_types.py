@@ -127,7 +127,7 @@ def test_bool_fields_accept_both_bools(name, field, tp):
 # config's validate()) and the value stored: unchanged, or an int in a float field as a float.
 VALID = {
     ("sinusoidal", "dim"): (32, 32),
-    ("transformer_xl", "max_distance"): (4, 4),
+    ("transformer_xl", "clip"): (4, 4),
     ("rope", "rotary_dim"): (4, 4),
     ("kerple", "r1_init"): (0.5, 0.5),
     ("learned", "max_len"): (7, 7),

@@ -54,9 +54,9 @@ INT_BOUNDS = [
     ("floater", "max_position", 2**20, {}),
     ("floater", "max_position", 2**14, {"steps_per_position": 64}),  # 2^20 RK4 steps in all
     ("shaw", "clip", 2**23 - 1, {}),
-    ("relative_key", "max_distance", 2**23 - 1, {}),
-    ("relative_key_query", "max_distance", 2**23 - 1, {}),
-    ("transformer_xl", "max_distance", 2**40, {}),
+    ("relative_key", "clip", 2**23 - 1, {}),
+    ("relative_key_query", "clip", 2**23 - 1, {}),
+    ("transformer_xl", "clip", 2**40, {}),
     ("deberta", "max_relative_positions", 2**23, {"position_buckets": 0}),
     ("deberta", "position_buckets", 2**23, {"max_relative_positions": 2**23}),
     ("t5", "num_buckets", 2**24, {"max_distance": 2**40}),
@@ -89,7 +89,7 @@ TABLE_SIZES = [
     ("deberta", "max_relative_positions", 2**23, {"position_buckets": 0},
      r"max_relative_positions must be <= 1048576 with d_model=512 .*got 8388608"),
     ("shaw", "clip", 2**22, {}, r"clip must be <= 4194303 with head_dim=128 .*got 4194304"),
-    ("relative_key", "max_distance", 2**22, {}, r"max_distance must be <= 4194303 with head_dim=128 .*got 4194304"),
+    ("relative_key", "clip", 2**22, {}, r"clip must be <= 4194303 with head_dim=128 .*got 4194304"),
 ]
 
 
@@ -271,8 +271,9 @@ def test_deberta_layer_norm_eps_matches_hf_deberta_v2_model(share):
     kh = att.transpose_for_scores(att.key_proj(x), H)
     with torch.no_grad():
         want = att.disentangled_attention_bias(qh, kh, None, hf.encoder.get_rel_embedding(), 3).view(2, H, T, T)
-    layer = nn.Module()
-    layer.q_proj, layer.k_proj = att.query_proj, att.key_proj
+    from posenc.encoding import QKProjection
+
+    proj = QKProjection(att.query_proj, att.key_proj, H, H, C // H)
     pos = torch.arange(T).expand(2, T)
 
     def ours(**cfg):
@@ -284,8 +285,7 @@ def test_deberta_layer_norm_eps_matches_hf_deberta_v2_model(share):
             if not share:
                 enc.pos_key_proj.load_state_dict(att.pos_key_proj.state_dict())
                 enc.pos_query_proj.load_state_dict(att.pos_query_proj.state_dict())
-            return enc.score(qh.view(2, H, T, -1), kh.view(2, H, T, -1), pos, pos, enc.attention_scale(C // H),
-                             layer=layer)
+            return enc.score(qh.view(2, H, T, -1), kh.view(2, H, T, -1), pos, pos, proj=proj)
 
     assert hf.encoder.LayerNorm.eps == 1e-7
     # HF divides by sqrt(D * 3) computed in float32, hence 1e-7 rather than 1e-10.

@@ -16,6 +16,8 @@ from torch import nn
 
 from posenc import SequenceInfo, build
 from posenc.attention import Attention, AttentionContext
+from posenc.backends import fused
+from posenc.encoding import PositionalEncoding, QKProjection
 from posenc.relative import RelativeLayout, log_bucket_position, skew, unskew
 
 from helpers import tiny_model
@@ -26,10 +28,10 @@ TOL = dict(atol=1e-10, rtol=1e-10)
 
 CONFIGS = {
     "shaw": {"clip": 3},
-    "relative_key": {"max_distance": 3},
-    "relative_key_query": {"max_distance": 3},
+    "relative_key": {"clip": 3},
+    "relative_key_query": {"clip": 3},
     "transformer_xl": {},
-    "transformer_xl_clamped": {"max_distance": 4},
+    "transformer_xl_clamped": {"clip": 4},
     "deberta": {"position_buckets": 4, "max_relative_positions": 8},
     "deberta_c2p_nobuckets": {"p2c": False, "position_buckets": 0, "max_relative_positions": 3},
     "deberta_p2c_shared": {"c2p": False, "position_buckets": 4, "max_relative_positions": 8, "share_att_key": True},
@@ -66,13 +68,13 @@ def ref_logit(enc, layer, q, k, b, h, i, j, d, scale):
     if name == "shaw":  # q_i · a^K_ij, a^K_ij = w^K[clip(j - i, k)]
         return q[b, h, i] @ enc.key_table[clip(-d, cfg.clip) + cfg.clip] * scale
     if name in ("relative_key", "relative_key_query"):  # (q_i [+ k_j]) · a[clip(i - j)]
-        a = enc.weight[clip(d, cfg.max_distance) + cfg.max_distance]
+        a = enc.weight[clip(d, cfg.clip) + cfg.clip]
         t = q[b, h, i] @ a
         if name == "relative_key_query":
             t = t + k[b, h, j] @ a
         return t * scale
     if name == "transformer_xl":  # u·k_j + (q_i + v)·W_R R_(i-j)
-        dd = d if cfg.max_distance is None else clip(d, cfg.max_distance)
+        dd = d if cfg.clip is None else clip(d, cfg.clip)
         H, D = enc.dims.num_heads, enc.dims.head_dim
         r = (enc.r_net.weight @ sinusoid(dd, enc.dims.d_model, cfg.base)).view(H, D)[h]
         return (enc.u[h] @ k[b, h, j] + (q[b, h, i] + enc.v[h]) @ r) * scale
@@ -176,18 +178,23 @@ def test_score_matches_reference_forward_and_backward(label, setting):
             torch.testing.assert_close(a, b, **TOL)
 
 
-@pytest.mark.parametrize("form", ["score_by_angles", "score_by_table"])
+@pytest.mark.parametrize("angles", [True, False], ids=["angle_form", "table_form"])
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_transformer_xl_both_forms_match_reference(setting, form):
-    """Both forms score() chooses between by cost (angle-difference identities; the projected
-    distance table) against the loop, forward and backward."""
+def test_transformer_xl_both_forms_match_reference(setting, angles, monkeypatch):
+    """Both forms prepare() chooses between by cost (angle-difference identities as a DenseTerm;
+    the projected distance table as a TableTerm) against the loop, forward and backward."""
     enc = make("transformer_xl")
+    monkeypatch.setattr(enc, "_use_angles", lambda tq, tk: angles)
     q_pos, k_pos = SETTINGS[setting]
     g = torch.Generator().manual_seed(7)
     q = torch.randn(2, 2, q_pos.shape[1], 4, generator=g, dtype=F64, requires_grad=True)
     k = torch.randn(2, 2, k_pos.shape[1], 4, generator=g, dtype=F64, requires_grad=True)
-    fast = getattr(enc, form)(q, k, q_pos, k_pos, 0.5)
-    slow = ref_scores(enc, None, q, k, q_pos, k_pos, 0.5)
+    state = enc.prepare(q_pos, k_pos)
+    kinds = {type(t).__name__ for t in enc.terms(q, k, state, None)}
+    assert kinds == ({"DenseTerm", "TableTerm"} if angles else {"TableTerm"})
+    scale = enc.attention_scale(4)
+    fast = enc.score(q, k, q_pos, k_pos, state=state)
+    slow = ref_scores(enc, None, q, k, q_pos, k_pos, scale)
     torch.testing.assert_close(fast, slow, **TOL)
     w = torch.randn(fast.shape, generator=g, dtype=F64)
     params = [q, k, *enc.parameters()]
@@ -207,15 +214,13 @@ def test_deberta_bounds_are_where_the_table_saturates(buckets, max_rel):
 
 
 @pytest.mark.parametrize("block", [1, 2, 3])
-@pytest.mark.parametrize("label", [c for c in CONFIGS if c != "deberta_shared_kv"])
-def test_skew_blocks_match_reference(label, block, monkeypatch):
-    """The skew path one block of queries (keys) at a time: blocks of 1..3 rows over 7 queries,
-    so blocks straddle the clip boundaries or lie wholly past them."""
-    monkeypatch.setattr(RelativeLayout, "block", block)
-    for setting in SKEW_SETTINGS:
-        test_score_matches_reference_forward_and_backward(label, setting)
-        if label == "shaw":
-            test_shaw_value_term_matches_reference(setting)
+@pytest.mark.parametrize("label", list(CONFIGS))
+def test_fused_blocks_match_reference(label, block, monkeypatch):
+    """The sdpa backend's fused kernel one block of 1..3 query rows at a time over 5 queries
+    (blocks straddle the diagonal and the clip boundaries), forward and backward."""
+    monkeypatch.setattr(fused, "BLOCK_ROWS", block)
+    for mode in ("causal", "cross", "gqa"):
+        test_attention_matches_reference(label, mode, "sdpa")
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -234,13 +239,15 @@ def test_shaw_value_term_matches_reference(setting):
         torch.testing.assert_close(a, b, **TOL)
 
 
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
 @pytest.mark.parametrize("mode", ["causal", "bidirectional", "cross", "gqa"])
 @pytest.mark.parametrize("label", list(CONFIGS))
-def test_attention_matches_reference(label, mode):
-    """Whole attention layer (mask, softmax, Shaw's value term, o_proj) against the loops."""
+def test_attention_matches_reference(label, mode, impl):
+    """Whole attention layer (mask, softmax, Shaw's value term, o_proj) against the loops:
+    the eager backend and the sdpa backend (whose terms go through the fused kernel)."""
     enc = make(label)
     kv = 1 if mode == "gqa" else None
-    attn = Attention(8, 2, kv, pe=enc, causal=mode in ("causal", "gqa"), impl="eager", bias=True).to(F64)
+    attn = Attention(8, 2, kv, pe=enc, causal=mode in ("causal", "gqa"), impl=impl, bias=True).to(F64)
     g = torch.Generator().manual_seed(9)
     x = torch.randn(2, 5, 8, generator=g, dtype=F64, requires_grad=True)
     if mode == "cross":
@@ -379,14 +386,13 @@ def test_deberta_matches_hf_disentangled_attention(share):
         if not share:
             enc.pos_key_proj.load_state_dict(hf.pos_key_proj.state_dict())
             enc.pos_query_proj.load_state_dict(hf.pos_query_proj.state_dict())
-    layer = nn.Module()
-    layer.q_proj, layer.k_proj = hf.query_proj, hf.key_proj
+    proj = QKProjection(hf.query_proj, hf.key_proj, H, H, C // H)
     x = torch.randn(2, T, C, dtype=F64)
     qh = hf.transpose_for_scores(hf.query_proj(x), H)  # (B*H, T, D)
     kh = hf.transpose_for_scores(hf.key_proj(x), H)
     want = hf.disentangled_attention_bias(qh, kh, None, rel, 3).view(2, H, T, T)
     pos = torch.arange(T).expand(2, T)
-    got = enc.score(qh.view(2, H, T, -1), kh.view(2, H, T, -1), pos, pos, enc.attention_scale(C // H), layer=layer)
+    got = enc.score(qh.view(2, H, T, -1), kh.view(2, H, T, -1), pos, pos, proj=proj)
     # HF divides by sqrt(D * 3) computed in float32, hence 1e-7 rather than 1e-10.
     torch.testing.assert_close(got, want, atol=1e-7, rtol=1e-7)
 
@@ -398,10 +404,16 @@ def test_deberta_attention_scale():
 
 
 def test_shaw_capabilities_follow_config():
-    assert not build("shaw", d_model=8, num_heads=2, use_key=False).has_score
-    assert not build("shaw", d_model=8, num_heads=2, use_value=False).has_output
+    key_only = build("shaw", d_model=8, num_heads=2, use_value=False)
+    value_only = build("shaw", d_model=8, num_heads=2, use_key=False)
+    assert key_only.has_terms and not key_only.has_value_terms
+    assert value_only.has_value_terms and not value_only.has_terms
     both = build("shaw", d_model=8, num_heads=2)
-    assert both.has_score and both.has_output
+    assert both.has_terms and both.has_value_terms
+    pos = torch.arange(4)[None]
+    q = torch.randn(1, 2, 4, 4)
+    assert [type(t).__name__ for t in key_only.terms(q, q, key_only.prepare(pos, pos), None)] == ["TableTerm"]
+    assert [type(t).__name__ for t in value_only.terms(q, q, value_only.prepare(pos, pos), None)] == ["ValueTerm"]
 
 
 # ---- bad inputs -------------------------------------------------------------------------------
@@ -412,9 +424,9 @@ def test_shaw_capabilities_follow_config():
     [
         ("shaw", {"clip": 0}, r"clip must be in \[1, 8388607\], got 0"),
         ("shaw", {"use_key": False, "use_value": False}, "use_key, use_value"),
-        ("relative_key", {"max_distance": 0}, r"max_distance must be in \[1, 8388607\], got 0"),
-        ("relative_key_query", {"max_distance": -2}, r"max_distance must be in \[1, 8388607\], got -2"),
-        ("transformer_xl", {"max_distance": 0}, r"max_distance must be in \[1, 1099511627776\], got 0"),
+        ("relative_key", {"clip": 0}, r"clip must be in \[1, 8388607\], got 0"),
+        ("relative_key_query", {"clip": -2}, r"clip must be in \[1, 8388607\], got -2"),
+        ("transformer_xl", {"clip": 0}, r"clip must be in \[1, 1099511627776\], got 0"),
         ("transformer_xl", {"base": -1.0}, r"base must be in \[1.0, inf\), got -1.0"),
         ("deberta", {"c2p": False, "p2c": False}, "c2p, p2c"),
         ("deberta", {"position_buckets": 600, "max_relative_positions": 512}, "position_buckets must be <="),
@@ -469,30 +481,31 @@ def test_deberta_no_grad_matches_autograd_and_tracks_parameter_updates(share_att
 @pytest.mark.parametrize(
     "name,config",
     [("shaw", {}), ("relative_key", {}), ("relative_key_query", {}), ("transformer_xl", {}),
-     ("transformer_xl", {"max_distance": 4}), ("deberta", {}), ("deberta", {"share_att_key": True})],
+     ("transformer_xl", {"clip": 4}), ("deberta", {}), ("deberta", {"share_att_key": True})],
 )
-def test_layout_built_once_per_forward_for_all_layers(name, config, monkeypatch):
-    """prepare() builds the distance layout once per forward (and per decoding step), shared
-    by the three layers and, for Shaw, by both its score and output hooks; the result equals
-    the standalone hooks (state=None), which prepare their own."""
+def test_state_prepared_once_per_forward_for_all_layers(name, config, monkeypatch):
+    """prepare() runs once per forward (and per decoding step), shared by the three layers
+    (and, for Shaw, by its logit and value terms); the result equals the standalone hooks."""
     model = tiny_model(name, n_layer=3, encoding_config=config)
     tokens = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(0))
     want = model(tokens).detach()
     calls = []
-    build_ = RelativeLayout.build.__func__
+    encs = [m for m in model.modules() if isinstance(m, PositionalEncoding)]
+    assert len(encs) == 1, encs
+    cls = type(encs[0])
+    prepare = cls.prepare
 
-    def counting(cls, *a, **k):
+    def counting(self, *a, **k):
         calls.append(1)
-        return build_(cls, *a, **k)
+        return prepare(self, *a, **k)
 
-    monkeypatch.setattr(RelativeLayout, "build", classmethod(counting))
-    angles = name == "transformer_xl" and not config  # unclipped, T = 9: the angle form, no layout
+    monkeypatch.setattr(cls, "prepare", counting)
     with torch.no_grad():
         got = model(tokens)
-        assert len(calls) == (0 if angles else 1)
+        assert len(calls) == 1
         cache = model.new_cache()
         model(tokens[:, :5], cache=cache)
         step = model(tokens[:, 5:6], cache=cache)
-    assert len(calls) == (0 if angles else 3)
+    assert len(calls) == 3
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(step, want[:, 5:6], rtol=1e-5, atol=1e-5)

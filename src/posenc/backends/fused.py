@@ -11,9 +11,9 @@ where ``mass(i, r) = Σ_j p_ij [bucket(i, j) = r]``. The terms are :mod:`posenc.
 content-independent bias comes as one dense float tensor (B|1, H, Tq, Tk).
 
 :func:`fused_attention` is a ``torch.autograd.Function`` in the manner of FlashAttention
-(Dao et al. 2022, Alg. 1-2): the forward keeps only the output and the per-row log-sum-exp
-(B, H, Tq); the backward recomputes the probabilities of one block of query rows at a time
-and produces dq, dk, dv and the gradient of every term's tensor:
+(Dao et al. 2022, Alg. 1-2): the forward keeps only its inputs and the output (B, H, Tq, Dv);
+the backward recomputes the probabilities of one block of query rows at a time (the same
+softmax of the same logits, so exactly the forward's) and produces dq, dk, dv and the gradient of every term's tensor:
 
 * a TableTerm's table by a scatter-add of the logit gradient dS by bucket, O(T·R) memory;
 * a ValueTerm's values from the block's per-bucket probability mass;
@@ -25,7 +25,9 @@ half the work at Tq = Tk). Half-precision inputs are computed in float32, float6
 float64; the output and the gradients have their inputs' dtypes.
 
 A query row that sees no key (all masked) gets a zero output and zero gradients (the
-softmax of an empty row is defined as nothing rather than NaN).
+softmax of an empty row is defined as nothing rather than NaN). Hidden logits are set to the
+dtype's most negative finite value, not -inf: on CPU ``exp(-inf)`` takes a slow path that
+doubled the softmax's cost. ``bias`` should therefore be finite (hide keys with ``mask``).
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def fused_attention(
     values: Sequence[ValueTerm] = (),
     q_pos: Tensor | None = None,
     k_pos: Tensor | None = None,
-    block: int = BLOCK_ROWS,
+    block: int | None = None,
 ) -> Tensor:
     """Attention with logit terms that never keeps (B, H, Tq, Tk) probabilities for backward.
 
@@ -151,12 +153,13 @@ def fused_attention(
         tables: :class:`~posenc.terms.TableTerm` logit terms, tables (B|1, 1|H, T, R).
         values: :class:`~posenc.terms.ValueTerm` output terms, values (1|H, R, Dv).
         q_pos, k_pos: positions (B|1, Tq), (B|1, Tk) for the terms' buckets.
-        block: query rows per block.
+        block: query rows per block (None: :data:`BLOCK_ROWS`).
 
     Returns (B, H, Tq, Dv) in q's dtype. Differentiable in q, k, v, bias, every table and
     every ValueTerm's values.
     """
     tables, values = tuple(tables), tuple(values)
+    block = BLOCK_ROWS if block is None else block
     _check(q, k, v, scale, mask, bias, tables, values, q_pos, k_pos, causal, block)
     spec = _Spec(
         float(scale), causal, block, q_pos, k_pos, mask,
@@ -174,15 +177,20 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class _Blocks:
-    """The per-call geometry and the logits of one block of query rows, shared by forward and backward."""
+    """The per-call geometry and the probabilities of one block of query rows, shared by
+    forward and backward (the backward recomputes exactly what the forward computed)."""
 
     def __init__(self, spec: _Spec, q: Tensor, k: Tensor, bias: Tensor | None, tables: Sequence[Tensor]) -> None:
-        self.spec, self.q, self.k, self.bias, self.tables = spec, q, k, bias, tables
+        self.spec, self.bias, self.tables = spec, bias, tables
         self.B, self.H, self.Tq, _ = q.shape
         self.Tk = k.shape[2]
+        self.qs = q * spec.scale  # (B, H, Tq, D): the scale on q, not on every logit block
+        # kᵀ contiguous: on CPU x @ kᵀ-as-a-view runs at half the speed of x @ (D, Tk) rows.
+        self.kt = k.transpose(-1, -2).contiguous()  # (B, H, D, Tk)
         self.offset = self.Tk - self.Tq  # query i is stream index offset + i
         # Key-side tables are read as (B, H, R, Tk) so one gather along R serves a block.
         self.key_tables = [t.transpose(-1, -2) if side == "key" else None for t, side in zip(tables, spec.sides)]
+        self.neg = torch.finfo(q.dtype).min  # finite: exp(-inf) takes a slow path on CPU
 
     def ranges(self):
         """(i0, i1, z): query rows [i0, i1) and the keys [0, z) any of them may see."""
@@ -197,11 +205,11 @@ class _Blocks:
         idx = fn(s.q_pos[:, i0:i1, None], s.k_pos[:, None, :z])  # (B|1, rows, z)
         return idx[:, None].expand(self.B, self.H, i1 - i0, z)
 
-    def logits(self, i0: int, i1: int, z: int, idx_of) -> Tensor:
-        """(B, H, rows, z) logits of the block in the compute dtype, -inf where masked."""
+    def probs(self, i0: int, i1: int, z: int, idx_of) -> Tensor:
+        """(B, H, rows, z) softmax probabilities of the block in the compute dtype; rows that
+        see no key are zero."""
         s = self.spec
-        x = torch.matmul(self.q[:, :, i0:i1], self.k[:, :, :z].transpose(-1, -2))  # (B, H, rows, z)
-        x.mul_(s.scale)
+        x = torch.matmul(self.qs[:, :, i0:i1], self.kt[..., :z])  # (B, H, rows, z)
         if self.bias is not None:
             x.add_(self.bias[..., i0:i1, :z])
         for n, side in enumerate(s.sides):
@@ -212,22 +220,20 @@ class _Blocks:
             else:
                 t = self.key_tables[n][..., :z].expand(self.B, self.H, -1, -1)  # (B, H, R, z)
                 x.add_(t.gather(-2, idx))
-        hide = self._hidden(i0, i1, z, x.device)
-        if hide is not None:
-            x.masked_fill_(hide, float("-inf"))
-        return x
-
-    def _hidden(self, i0: int, i1: int, z: int, device) -> Tensor | None:
-        """Bool (B|1, 1|H, rows, z), True where the key is hidden from the query; None = none."""
-        s = self.spec
-        hide = None
         if s.mask is not None:
-            hide = ~s.mask[..., i0:i1, :z]
+            x.masked_fill_(~s.mask[..., i0:i1, :z], self.neg)
         if s.causal and self.offset + i0 < z - 1:  # the block crosses the diagonal
-            qi = torch.arange(self.offset + i0, self.offset + i1, device=device)
-            c = (torch.arange(z, device=device)[None, :] > qi[:, None])[None, None]  # (1, 1, rows, z)
-            hide = c if hide is None else hide | c
-        return hide
+            c0 = max(self.offset + i0, 0)  # keys left of c0 are seen by every row of the block
+            qi = torch.arange(self.offset + i0, self.offset + i1, device=x.device)
+            above = torch.arange(c0, z, device=x.device)[None, :] > qi[:, None]  # (rows, z - c0)
+            x[..., c0:].masked_fill_(above, self.neg)
+        # Rows that see no key (padding queries, queries before the first key): all hidden.
+        may_be_empty = s.mask is not None or (s.causal and self.offset + i0 < 0)
+        empty = (x.amax(-1, keepdim=True) == self.neg) if may_be_empty else None  # (B, H, rows, 1)
+        p = torch.softmax(x, dim=-1)
+        if empty is not None:
+            p.masked_fill_(empty, 0.0)
+        return p
 
 
 def _memo_buckets(geo: _Blocks, i0: int, i1: int, z: int):
@@ -245,15 +251,20 @@ def _memo_buckets(geo: _Blocks, i0: int, i1: int, z: int):
     return idx_of
 
 
-def _probs_(x: Tensor, lse: Tensor) -> Tensor:
-    """exp(x - lse) in place: (B, H, rows, z) logits -> probabilities."""
-    return x.sub_(lse[..., None]).exp_()
-
-
 def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:
     """Sum a broadcast gradient back to its input's shape (batch or head dims of size 1)."""
     dims = [d for d in range(t.dim()) if shape[d] == 1 and t.shape[d] != 1]
     return t.sum(dims, keepdim=True) if dims else t
+
+
+def _expand_heads(x: Tensor, H: int) -> Tensor:
+    """(B, Hkv, T, D) -> (B, H, T, D): grouped-query heads repeated as attention repeats them."""
+    return x if x.shape[1] == H else x.repeat_interleave(H // x.shape[1], dim=1)
+
+
+def _split(spec: _Spec, extra: Sequence[Tensor]):
+    nb, nt = int(spec.has_bias), len(spec.sides)
+    return (extra[0] if nb else None), extra[nb : nb + nt], extra[nb + nt :]
 
 
 class _Fused(torch.autograd.Function):
@@ -261,55 +272,40 @@ class _Fused(torch.autograd.Function):
     def forward(ctx, spec: _Spec, q: Tensor, k: Tensor, v: Tensor, *extra: Tensor) -> Tensor:
         cdt = _compute_dtype(q.dtype)
         B, H, Tq, _ = q.shape
-        Hkv = k.shape[1]
-        bias = extra[0] if spec.has_bias else None
-        nt = len(spec.sides)
-        tables = extra[int(spec.has_bias) : int(spec.has_bias) + nt]
-        vals = extra[int(spec.has_bias) + nt :]
-        qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
-        if Hkv != H:
-            kc = kc.repeat_interleave(H // Hkv, dim=1)  # (B, H, Tk, D)
-            vc = vc.repeat_interleave(H // Hkv, dim=1)
+        bias, tables, vals = _split(spec, extra)
+        qc, kc, vc = q.to(cdt), _expand_heads(k.to(cdt), H), _expand_heads(v.to(cdt), H)
         geo = _Blocks(spec, qc, kc, bias, tables)
         out = qc.new_zeros(B, H, Tq, v.shape[-1])  # (B, H, Tq, Dv)
-        lse = qc.new_zeros(B, H, Tq)
         for i0, i1, z in geo.ranges():
             if z == 0:
                 continue
             idx_of = _memo_buckets(geo, i0, i1, z)
-            x = geo.logits(i0, i1, z, idx_of)  # (B, H, rows, z)
-            m = torch.logsumexp(x, dim=-1)  # (B, H, rows)
-            m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)  # empty rows: p = 0
-            p = _probs_(x, m)
+            p = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
             o = torch.matmul(p, vc[:, :, :z])  # (B, H, rows, Dv)
             for fn, val in zip(spec.value_buckets, vals):
                 o.add_(_mass(p, idx_of(fn), val.shape[-2]) @ val.to(cdt))
             out[:, :, i0:i1] = o
-            lse[:, :, i0:i1] = m
         ctx.spec = spec
-        ctx.save_for_backward(q, k, v, out, lse, *extra)
+        # Saved: inputs, the output (for the backward's row sums) and nothing (Tq, Tk)-sized.
+        ctx.save_for_backward(q, k, v, out, *extra)
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, dout: Tensor):
         spec: _Spec = ctx.spec
-        q, k, v, out, lse, *extra = ctx.saved_tensors
+        q, k, v, out, *extra = ctx.saved_tensors
         cdt = out.dtype
         B, H, Tq, _ = q.shape
         Hkv, Tk = k.shape[1], k.shape[2]
-        nb, nt = int(spec.has_bias), len(spec.sides)
-        bias = extra[0] if nb else None
-        tables, vals = extra[nb : nb + nt], extra[nb + nt :]
-        qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
-        if Hkv != H:
-            kc = kc.repeat_interleave(H // Hkv, dim=1)  # (B, H, Tk, D)
-            vc = vc.repeat_interleave(H // Hkv, dim=1)
+        bias, tables, vals = _split(spec, extra)
+        qc, kc, vc = q.to(cdt), _expand_heads(k.to(cdt), H), _expand_heads(v.to(cdt), H)
         do = dout.to(cdt)
-        delta = (do * out).sum(-1)  # (B, H, Tq): Σ_j p_ij dP_ij, from the full output
+        delta = (do * out).sum(-1, keepdim=True)  # (B, H, Tq, 1): Σ_j p_ij dP_ij, from the full output
         geo = _Blocks(spec, qc, kc, bias, tables)
+        vt = vc.transpose(-1, -2).contiguous()  # (B, H, Dv, Tk), as kᵀ in _Blocks
         dq, dk, dv = torch.zeros_like(qc), torch.zeros_like(kc), torch.zeros_like(vc)
-        need_bias = nb and ctx.needs_input_grad[4]
-        dbias = bias.new_zeros(B, H, Tq, Tk, dtype=cdt) if need_bias else None
+        need_bias = bias is not None and ctx.needs_input_grad[4]
+        dbias = qc.new_zeros(B, H, Tq, Tk) if need_bias else None
         dtabs = []  # query side (B, H, Tq, R); key side (B, H, R, Tk), transposed at the end
         for t, side in zip(tables, spec.sides):
             R = t.shape[-1]
@@ -319,15 +315,15 @@ class _Fused(torch.autograd.Function):
             if z == 0:
                 continue
             idx_of = _memo_buckets(geo, i0, i1, z)
-            p = _probs_(geo.logits(i0, i1, z, idx_of), lse[:, :, i0:i1])  # (B, H, rows, z)
+            p = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
             dob = do[:, :, i0:i1]  # (B, H, rows, Dv)
-            dp = torch.matmul(dob, vc[:, :, :z].transpose(-1, -2))  # (B, H, rows, z)
+            dp = torch.matmul(dob, vt[..., :z])  # (B, H, rows, z)
             for n, (fn, val) in enumerate(zip(spec.value_buckets, vals)):
                 idx = idx_of(fn)
                 dvals[n].add_(_mass(p, idx, val.shape[-2]).transpose(-1, -2) @ dob)  # (B, H, R, Dv)
-                dp.add_(torch.matmul(dob, val.to(cdt).transpose(-1, -2)).gather(-1, idx))  # dO_i·values[bucket]
+                dp.add_(torch.matmul(dob, val.to(cdt).transpose(-1, -2)).expand(B, H, -1, -1).gather(-1, idx))
             dv[:, :, :z].add_(torch.matmul(p.transpose(-1, -2), dob))
-            ds = dp.sub_(delta[:, :, i0:i1, None]).mul_(p)  # (B, H, rows, z): dL/dlogits
+            ds = dp.sub_(delta[:, :, i0:i1]).mul_(p)  # (B, H, rows, z): dL/dlogits
             del p
             if dbias is not None:
                 dbias[:, :, i0:i1, :z] = ds
@@ -337,13 +333,14 @@ class _Fused(torch.autograd.Function):
                     dtabs[n][:, :, i0:i1].scatter_add_(-1, idx, ds)
                 else:
                     dtabs[n][..., :z].scatter_add_(-2, idx, ds)
-            dq[:, :, i0:i1] = torch.matmul(ds, kc[:, :, :z]) * spec.scale
-            dk[:, :, :z].add_(torch.matmul(ds.transpose(-1, -2), qc[:, :, i0:i1]), alpha=spec.scale)
+            dq[:, :, i0:i1] = torch.matmul(ds, kc[:, :, :z])
+            dk[:, :, :z].add_(torch.matmul(ds.transpose(-1, -2), geo.qs[:, :, i0:i1]))
+        dq.mul_(spec.scale)
         if Hkv != H:  # grouped heads: each kv head's gradient is the sum over its query heads
             dk = dk.unflatten(1, (Hkv, H // Hkv)).sum(2)
             dv = dv.unflatten(1, (Hkv, H // Hkv)).sum(2)
         grads = [None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)]
-        if nb:
+        if bias is not None:
             grads.append(_sum_to(dbias, bias.shape).to(bias.dtype) if dbias is not None else None)
         for t, side, g in zip(tables, spec.sides, dtabs):
             g = g if side == "query" else g.transpose(-1, -2)

@@ -24,35 +24,43 @@ terms use the actual q_pos - k_pos.
 ``bucket`` is DeBERTa-v2's :func:`log_bucket_position` (exact up to |d| <= bucket_size // 2,
 logarithmic beyond, reaching bucket_size // 2 + (mid - 1) at max_position).
 
-``share_att_key``: as in DeBERTa-v2, K^r and Q^r come from the calling layer's own
-``k_proj`` and ``q_proj`` (the ``layer`` argument of the ``score`` hook), so each layer
-projects the shared table with its own weights and the encoding owns only P (and its
-LayerNorm). Without it, the encoding owns ``pos_key_proj``/``pos_query_proj``; because a
-shared posenc encoding serves every layer, those are then shared across layers (DeBERTa has
-one pair per layer: build the model with ``share_encoding=False`` for that, which also gives
-each layer its own P).
+``share_att_key``: as in DeBERTa-v2, K^r and Q^r come from the calling layer's own query and
+key projections (the ``proj`` argument of the ``terms`` hook, a
+:class:`~posenc.encoding.QKProjection`), so each layer projects the shared table with its own
+weights and the encoding owns only P (and its LayerNorm). Without it, the encoding owns
+``pos_key_proj``/``pos_query_proj``; because a shared posenc encoding serves every layer,
+those are then shared across layers (DeBERTa has one pair per layer: build the model with
+``share_encoding=False`` for that, which also gives each layer its own P).
 
-``prepare`` (once per forward, or once per decoding step) builds the layout, gathers and
-layer-normalizes the rows of P that the step's distances use and, with the encoding's own
-projections, projects them: every layer sharing the module reuses the result. With
-``share_att_key`` only the projection is per layer (it uses the layer's own weights).
-``layer_norm_eps`` is DeBERTa-v2's ``layer_norm_eps`` (1e-7 by default there and here).
+The ``terms`` hook returns c2p as a query-side :class:`~posenc.terms.TableTerm` q·K^rᵀ
+(B, H, Tq, R) and p2c as a key-side one k·Q^rᵀ (B, H, Tk, R), R <= 2·span rows of P (the
+rows the step's distances reach), read by bucket delta(i, j) (a :class:`LookupBucket`: the
+log buckets are computed once per forward for the distances where they are not yet
+saturated, not for every pair). No (T, T) tensor.
+
+``prepare`` (once per forward, or once per decoding step) picks those rows of P and
+layer-normalizes them and, with the encoding's own projections, projects them: every layer
+sharing the module reuses the result. With ``share_att_key`` only the projection is per
+layer (it uses the layer's own weights). ``layer_norm_eps`` is DeBERTa-v2's
+``layer_norm_eps`` (1e-7 by default there and here). DeBERTa's ``max_relative_positions``
+keeps its Hugging Face name (it is the clip span only without buckets, and the log scale's
+``max_position`` with them).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..config import EncodingConfig, check_int, check_range
-from ..encoding import Dims, PositionalEncoding
+from ..encoding import Dims, PositionalEncoding, QKProjection
 from ..registry import register
-from .distance import RelativeLayout, saturation_bounds
+from ..terms import TableTerm
+from .distance import LookupBucket, saturation_bounds
 
 __all__ = ["DebertaConfig", "DebertaRelative", "DebertaState", "log_bucket_position"]
 
@@ -154,78 +162,55 @@ class DebertaRelative(PositionalEncoding):
     def attention_scale(self, head_dim: int) -> float:
         return 1.0 / math.sqrt(head_dim * (1 + self.config.num_position_terms))
 
-    def _proj(self, which: str, layer: nn.Module | None) -> nn.Linear:
-        """The projection of P to position keys ("k") or queries ("q")."""
-        if self.config.share_att_key:
-            proj = getattr(layer, f"{which}_proj", None)
-            if proj is None:
-                raise ValueError(f"share_att_key needs the calling attention layer (with {which}_proj) as `layer`")
-            return proj
-        return self.pos_key_proj if which == "k" else self.pos_query_proj
-
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> "DebertaState":
-        lay = RelativeLayout.build(q_pos, k_pos, self._canon, self.bounds)
-        d, span = lay.distances, self.config.span  # (W,) canonical distances, with repeats
-        index = None
-        if torch.compiler.is_compiling() or d.numel() == 0:
-            p = self.rel_embeddings.index_select(0, d + span)  # (W, C)
-        else:
-            # The W distances of a layout repeat buckets (a decoding step at context 256 reads
-            # ~140 distinct rows through 257 columns): normalize and project the contiguous row
-            # range once, then spread it to the columns.
-            lo, hi = int(d.min()), int(d.max())
-            p, index = self.rel_embeddings[lo + span : hi + span + 1], d - lo  # (R, C), (W,)
+        span = self.config.span
+        lo, hi = self.bounds  # canon is constant for d <= lo and d >= hi
+        lut = self._canon(torch.arange(lo, hi + 1, device=q_pos.device)) + span  # (hi - lo + 1,) rows of P
+        r0, r1 = 0, 2 * span - 1
+        if not torch.compiler.is_compiling() and q_pos.numel() and k_pos.numel():
+            # Only the rows the distances that occur reach (canon is monotone): a decoding step
+            # or a short sequence projects a few rows, not all 2·span.
+            dlo = int(q_pos.min()) - int(k_pos.max())
+            dhi = int(q_pos.max()) - int(k_pos.min())
+            r0, r1 = (int(lut[min(max(d, lo), hi) - lo]) for d in (dlo, dhi))
+        p = self.rel_embeddings[r0 : r1 + 1]  # (R, C)
         if self.norm is not None:
             p = self.norm(p)  # row-wise: the same as normalizing the whole table, then indexing
-        state = DebertaState(lay, p, index, None, None)
+        bucket = LookupBucket((lut - r0).clamp(0, r1 - r0), lo, hi)
+        state = DebertaState(bucket, p, None, None)
         if not self.config.share_att_key:  # the encoding's own projections: shared by layers too
-            state.keys = self._project_rows(p, self.pos_key_proj, index) if self.config.c2p else None
-            state.queries = self._project_rows(p, self.pos_query_proj, index) if self.config.p2c else None
+            state.keys = self._project(p, self.pos_key_proj) if self.config.c2p else None
+            state.queries = self._project(p, self.pos_query_proj) if self.config.p2c else None
         return state
 
-    def _project_rows(self, p: Tensor, proj: nn.Linear, index: Tensor | None = None) -> Tensor:
-        """Normalized rows p (R, C) -> projected (H, D, R), or (H, D, W) columns ``index`` (W,) of it."""
-        r = proj(p.to(proj.weight.dtype))  # (R, Hp*D)
+    def _project(self, p: Tensor, proj: nn.Linear) -> Tensor:
+        """Normalized rows p (R, C) -> projected (H, D, R) with the encoding's own projection."""
         H, D = self.dims.num_heads, self.dims.head_dim
-        r = r.view(r.shape[0], -1, D).permute(1, 2, 0)  # (Hp, D, R)
-        if r.shape[0] != H:  # grouped-query k_proj: Hkv heads, repeated as attention repeats k
-            r = r.repeat_interleave(H // r.shape[0], dim=0)  # (H, D, R)
-        # Contiguous (index_select copies): a permuted view would send every layer's batched
-        # matmul with it down a strided path.
-        return r.contiguous() if index is None else r.index_select(-1, index)
+        return proj(p.to(proj.weight.dtype)).view(p.shape[0], H, D).permute(1, 2, 0)  # (H, D, R)
 
-    def score(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
-        state: Any = None,
-    ) -> Tensor:
-        state = self.prepare(q_pos, k_pos) if state is None else state
-        lay = state.layout
-        out: Tensor | None = None
+    def terms(self, q: Tensor, k: Tensor, state: "DebertaState", proj: QKProjection | None = None) -> list[TableTerm]:
+        """c2p q·K^rᵀ (B, H, Tq, R) and p2c k·Q^rᵀ (B, H, Tk, R), scaled, float32 or wider."""
+        if self.config.share_att_key and proj is None:
+            raise ValueError("share_att_key needs the calling attention layer's projections: pass proj (a QKProjection)")
+        dt = torch.promote_types(q.dtype, torch.float32)
+        scale = self.attention_scale(q.shape[-1])
+        out: list[TableTerm] = []
         if self.config.c2p:
-            kr = state.keys
-            if kr is None:
-                kr = self._project_rows(state.rows, self._proj("k", layer), state.index)
-            kr = (kr * scale).to(q.dtype)  # (H, D, W); scaled here, not on T^2
-            out = lay.query_pairs(q, kr)  # (B, H, Tq, Tk)
+            kr = state.keys if state.keys is not None else proj.key(state.rows).transpose(-1, -2)  # (H, D, R)
+            out.append(TableTerm(q.to(dt) @ (kr.to(dt) * scale), "query", state.bucket))  # (B, H, Tq, R)
         if self.config.p2c:
-            qr = state.queries
-            if qr is None:
-                qr = self._project_rows(state.rows, self._proj("q", layer), state.index)
-            qr = (lay.key_order(qr) * scale).to(k.dtype)  # (H, D, W), columns in key order
-            out = lay.key_pairs(k, qr, out=out)  # added in place into c2p's output
-        assert out is not None
+            qr = state.queries if state.queries is not None else proj.query(state.rows).transpose(-1, -2)  # (H, D, R)
+            out.append(TableTerm(k.to(dt) @ (qr.to(dt) * scale), "key", state.bucket))  # (B, H, Tk, R)
         return out
 
 
 @dataclass
 class DebertaState:
-    """Per-forward state: the layout; the layer-normalized rows of P it reads, (R, C), with
-    ``index`` (W,) the row of each layout column (None: one row per column, R = W); and with
-    the encoding's own projections the position keys and queries (H, D, W), unscaled, in
-    distance order (None with ``share_att_key``: each layer projects ``rows`` itself)."""
+    """Per-forward state: the bucket of a pair (a row of ``rows``), the layer-normalized rows
+    of P it reads, (R, C), and with the encoding's own projections the position keys and
+    queries (H, D, R), unscaled (None with ``share_att_key``: each layer projects ``rows``)."""
 
-    layout: RelativeLayout
+    bucket: LookupBucket
     rows: Tensor
-    index: Tensor | None
     keys: Tensor | None
     queries: Tensor | None

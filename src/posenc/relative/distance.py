@@ -39,12 +39,45 @@ from torch import Tensor
 
 from ..positions import relative_positions
 
-__all__ = ["RelativeLayout", "saturation_bounds", "skew", "unskew", "uniform_offset"]
+__all__ = ["DistanceBucket", "LookupBucket", "RelativeLayout", "saturation_bounds", "skew", "unskew", "uniform_offset"]
 
 # Queries per block on the skew path: the scratch of one block is (B, H, BLOCK, BLOCK + Tk - 1),
 # about BLOCK / Tq of the output, and unclipped tables multiply 1 + BLOCK / Tq times the q·k^T
 # flops. 128 rows keep both small at T >= 1024 and the matmuls large enough to run at speed.
 BLOCK = 128
+
+
+@dataclass(frozen=True)
+class DistanceBucket:
+    """``bucket(q_pos, k_pos) = clamp(q_pos - k_pos, lo, hi) - lo``: the row of a table whose
+    row r holds distance ``lo + r`` (distances beyond [lo, hi] share the boundary rows).
+
+    The bucket function of a :class:`~posenc.terms.TableTerm` / :class:`~posenc.terms.ValueTerm`
+    for clipped tables (Shaw, relative_key: ``lo = -clip, hi = clip``) and for a table over
+    the distances that occur (Transformer-XL). Pointwise and broadcasting, so it serves the
+    dense gather, the fused kernel and a FlexAttention ``score_mod``; equal by value, so terms
+    of one encoding share one index per block.
+    """
+
+    lo: int
+    hi: int
+
+    def __call__(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return (q_pos - k_pos).clamp(self.lo, self.hi) - self.lo
+
+
+@dataclass(frozen=True, eq=False)
+class LookupBucket:
+    """``bucket(q_pos, k_pos) = lut[clamp(q_pos - k_pos, lo, hi) - lo]``: a bucketing that is
+    constant beyond [lo, hi] (DeBERTa's log buckets), read from a table of its values
+    ``lut`` (hi - lo + 1,) int64 instead of recomputing logarithms for every pair."""
+
+    lut: Tensor
+    lo: int
+    hi: int
+
+    def __call__(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.lut[(q_pos - k_pos).clamp(self.lo, self.hi) - self.lo]
 
 
 def uniform_offset(q_pos: Tensor, k_pos: Tensor) -> int | None:

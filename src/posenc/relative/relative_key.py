@@ -10,51 +10,53 @@ position_ids_r``):
 
 Both relative terms take the same 1/sqrt(D) as q·k (HF multiplies them by ``self.scaling``).
 HF's table has 2P - 1 rows for ``max_position_embeddings`` P and reads row d + P - 1; with
-``max_distance = P - 1`` the layouts are identical, so an HF ``distance_embedding.weight``
+``clip = P - 1`` the layouts are identical, so an HF ``distance_embedding.weight``
 loads as ``weight``. HF never clips (its distances stay below P); here distances beyond k
 share the boundary rows.
 
-``prepare`` builds the distance layout and gathers the table's rows once per forward, shared
-by every layer that uses the module.
+The ``terms`` hook returns q·aᵀ as a query-side :class:`~posenc.terms.TableTerm` (B, H, Tq,
+2k + 1) and, for relative_key_query, k·aᵀ as a key-side one (B, H, Tk, 2k + 1): O(T·k), read
+by bucket d + k by the attention backend (fused kernel, FlexAttention ``score_mod`` or the
+dense reference). No (T, T) tensor. The clip was called ``max_distance`` before; that name
+is now an error naming ``clip`` (T5's ``max_distance`` is a bucketing bound, not a clip).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from ..limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..config import EncodingConfig, check_int, check_range
-from ..encoding import Dims, PositionalEncoding
+from ..encoding import Dims, PositionalEncoding, QKProjection
 from ..registry import register
-from .distance import RelativeLayout
+from ..terms import TableTerm
+from .distance import DistanceBucket
 
 __all__ = ["RelativeKeyConfig", "RelativeKey", "RelativeKeyQuery", "RelativeKeyState"]
 
 
 @dataclass
 class RelativeKeyState:
-    """Per-forward state: the layout, the query-side rows (W, D) and, for relative_key_query,
-    the key-side rows (W, D) (unscaled, in the table's dtype)."""
+    """Per-forward state: the bucket of a pair (row r of the table: distance r - k)."""
 
-    layout: RelativeLayout
-    rows: Tensor
-    key_rows: Tensor | None
+    bucket: DistanceBucket
 
 
 @dataclass
 class RelativeKeyConfig(EncodingConfig):
-    """Bounds: ``max_distance`` in [1, 2^23 - 1] (a table of 2k + 1 <= 2^24 rows, at most 2^30
+    """Bounds: ``clip`` in [1, 2^23 - 1] (a table of 2k + 1 <= 2^24 rows, at most 2^30
     numbers with head_dim), ``init_std`` in (0, 1e4]."""
 
-    max_distance: int = 128  # k: distances clipped to [-k, k]; table of 2k + 1 rows
+    clip: int = 128  # k: distances clipped to [-k, k]; table of 2k + 1 rows
     init_std: float = 0.02
+    RENAMED: ClassVar[dict[str, str]] = {"max_distance": "clip"}  # old names, refused with the new one
 
     def validate(self) -> None:
-        check_int("max_distance", self.max_distance, minimum=1, maximum=(MAX_TABLE_ROWS - 1) // 2)
+        check_int("clip", self.clip, minimum=1, maximum=(MAX_TABLE_ROWS - 1) // 2)
         check_range("init_std", self.init_std, 0.0, MAX_INIT_STD, low_inclusive=False)
 
 
@@ -64,32 +66,20 @@ class _RelativeKeyBase(PositionalEncoding):
 
     def __init__(self, config: RelativeKeyConfig, dims: Dims) -> None:
         super().__init__(config, dims)
-        k = config.max_distance
-        check_table_size("max_distance", k, dims.head_dim, "head_dim", rows_per=2, extra_rows=1)
-        self.weight = nn.Parameter(torch.randn(2 * config.max_distance + 1, dims.head_dim) * config.init_std)
-
-    def _clip(self, d: Tensor) -> Tensor:
-        k = self.config.max_distance
-        return d.clamp(-k, k)
+        k = config.clip
+        check_table_size("clip", k, dims.head_dim, "head_dim", rows_per=2, extra_rows=1)
+        self.weight = nn.Parameter(torch.randn(2 * k + 1, dims.head_dim) * config.init_std)  # row d + k
 
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> RelativeKeyState:
-        kmax = self.config.max_distance
-        lay = RelativeLayout.build(q_pos, k_pos, self._clip, (-kmax, kmax))
-        key_rows = self.weight[lay.key_distances() + kmax] if self.key_term else None  # (W, D)
-        return RelativeKeyState(lay, self.weight[lay.distances + kmax], key_rows)
+        return RelativeKeyState(DistanceBucket(-self.config.clip, self.config.clip))
 
-    def score(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
-        state: Any = None,
-    ) -> Tensor:
-        state = self.prepare(q_pos, k_pos) if state is None else state
-        lay = state.layout
-        # The scale goes on the (W, D) rows, not on the (B, H, Tq, Tk) result.
-        rows = (state.rows * scale).to(q.dtype)  # (W, D)
-        out = lay.query_pairs(q, rows.T)  # (B, H, Tq, Tk)
-        if state.key_rows is not None:
-            rows_k = (state.key_rows * scale).to(k.dtype)  # (W, D)
-            lay.key_pairs(k, rows_k.T, out=out)  # added in place: no second (B, H, Tq, Tk) buffer
+    def terms(self, q: Tensor, k: Tensor, state: RelativeKeyState, proj: QKProjection | None = None) -> list[TableTerm]:
+        """q·aᵀ (B, H, Tq, 2k + 1) and, with the key term, k·aᵀ (B, H, Tk, 2k + 1), scaled, float32 or wider."""
+        dt = torch.promote_types(q.dtype, torch.float32)
+        rows = self.weight.to(dt) * self.attention_scale(q.shape[-1])  # (R, D): the scale on R rows, not T·R
+        out = [TableTerm(q.to(dt) @ rows.T, "query", state.bucket)]  # (B, H, Tq, R)
+        if self.key_term:
+            out.append(TableTerm(k.to(dt) @ rows.T, "key", state.bucket))  # (B, H, Tk, R)
         return out
 
 

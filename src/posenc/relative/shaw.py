@@ -7,38 +7,43 @@ key minus query: j - i = k_pos_j - q_pos_i). Then
     e_ij = q_i·(k_j + a^K_ij) / sqrt(D)              (the ``score`` hook: q_i·a^K_ij / sqrt(D))
     z_i  = sum_j alpha_ij (v_j + a^V_ij)             (the ``output`` hook: sum_j alpha_ij a^V_ij)
 
-Either part can be switched off (``use_key``, ``use_value``); the capability then disappears
-(``has_score``/``has_output`` follow the config), so a key-only Shaw keeps the SDPA path.
-The value term sums the probabilities of each query per table row (an unskew per block of
-queries, or a scatter-add, (B, H, Tq, 2k + 1)) and multiplies by w^V: no (T, T, D) tensor.
+Either part can be switched off (``use_key``, ``use_value``); the flags follow the config, so
+a key-only Shaw has no value term and can take any backend.
 
-``prepare`` builds the distance layout and gathers both tables' rows once per forward; every
-layer sharing the module and both hooks (``score`` and ``output``) reuse them.
+The ``terms`` hook returns both parts as :mod:`posenc.terms` objects over the 2k + 1 clipped
+distances: a^K as a query-side :class:`~posenc.terms.TableTerm` (q_i·w^K_r for every row r:
+a (B, H, Tq, 2k + 1) table, O(T·k), read by bucket), a^V as a :class:`~posenc.terms.ValueTerm`
+(w^V itself: the backend sums each query's probabilities per row and multiplies). No (T, T)
+tensor of edge vectors is built. The value term needs the probabilities, so FlexAttention
+(which returns only the output) cannot run Shaw with ``use_value``; the fused SDPA-backend
+kernel (:mod:`posenc.backends.fused`) can.
+
+``prepare`` puts both tables in bucket order once per forward; every layer sharing the module
+reuses them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
 from ..limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..config import EncodingConfig, check_int, check_range
-from ..encoding import Dims, PositionalEncoding
+from ..encoding import Dims, PositionalEncoding, QKProjection
 from ..registry import register
-from .distance import RelativeLayout
+from ..terms import TableTerm, ValueTerm
+from .distance import DistanceBucket
 
 __all__ = ["ShawConfig", "ShawRelative", "ShawState"]
 
 
 @dataclass
 class ShawState:
-    """Per-forward state: the layout of (q_pos, k_pos) and the rows (W, D) of each table it
-    reads (unscaled, in the table's dtype; None for a term that is off)."""
+    """Per-forward state: the bucket of a pair (its row r holds distance q_pos - k_pos =
+    r - k) and each table's rows in that order, (2k + 1, D) (None for a term that is off)."""
 
-    layout: RelativeLayout
+    bucket: DistanceBucket
     key_rows: Tensor | None
     value_rows: Tensor | None
 
@@ -78,42 +83,30 @@ class ShawRelative(PositionalEncoding):
         self.value_table = nn.Parameter(torch.randn(rows, d) * config.init_std) if config.use_value else None
 
     @property
-    def has_score(self) -> bool:
+    def has_terms(self) -> bool:
         return self.config.use_key
 
     @property
-    def has_output(self) -> bool:
+    def has_value_terms(self) -> bool:
         return self.config.use_value
 
-    def _clip(self, d: Tensor) -> Tensor:
-        k = self.config.clip
-        return d.clamp(-k, k)
-
-    def _layout(self, q_pos: Tensor, k_pos: Tensor) -> RelativeLayout:
-        k = self.config.clip
-        return RelativeLayout.build(q_pos, k_pos, self._clip, (-k, k))
-
-    def _rows(self, table: Tensor | None, distances: Tensor) -> Tensor | None:
-        # distances are q_pos - k_pos; the paper's index is j - i = -(q_pos - k_pos).
-        return None if table is None else table[self.config.clip - distances]  # (R, D)
-
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> ShawState:
-        lay = self._layout(q_pos, k_pos)
-        return ShawState(lay, self._rows(self.key_table, lay.distances), self._rows(self.value_table, lay.distances))
+        k = self.config.clip
+        # Bucket r is distance q_pos - k_pos = r - k; the paper's index is j - i = k - r, i.e.
+        # table row 2k - r: the rows in bucket order are the table flipped.
+        flip = lambda t: None if t is None else t.flip(0)  # noqa: E731
+        return ShawState(DistanceBucket(-k, k), flip(self.key_table), flip(self.value_table))
 
-    def score(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float, layer: nn.Module | None = None,
-        state: Any = None,
-    ) -> Tensor:
-        if self.key_table is None:
-            raise RuntimeError("shaw has no key term (use_key=False)")
-        state = self.prepare(q_pos, k_pos) if state is None else state
-        rows = (state.key_rows * scale).to(q.dtype)  # (W, D), scaled here: no T^2 copy
-        return state.layout.query_pairs(q, rows.T)  # (B, H, Tq, Tk)
+    def terms(self, q: Tensor, k: Tensor, state: ShawState, proj: QKProjection | None = None) -> list[TableTerm | ValueTerm]:
+        """a^K: q_i·w^K_r scaled, (B, H, Tq, 2k + 1) in float32 or wider; a^V: w^V (1, 2k + 1, D).
 
-    def output(self, probs: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, state: Any = None) -> Tensor:
-        if self.value_table is None:
-            raise RuntimeError("shaw has no value term (use_value=False)")
-        state = self.prepare(q_pos, k_pos) if state is None else state
-        rows = state.value_rows.to(probs.dtype)  # (W, D)
-        return state.layout.query_output(probs, rows)  # (B, H, Tq, D)
+        ``q`` may be None when only the value term is wanted (the base class's ``output``).
+        """
+        out: list[TableTerm | ValueTerm] = []
+        if state.key_rows is not None and q is not None:
+            dt = torch.promote_types(q.dtype, torch.float32)
+            rows = state.key_rows.to(dt) * self.attention_scale(q.shape[-1])  # (R, D): scaled here, not on T·R
+            out.append(TableTerm(q.to(dt) @ rows.T, "query", state.bucket))  # (B, H, Tq, R)
+        if state.value_rows is not None:
+            out.append(ValueTerm(state.value_rows[None], state.bucket))  # (1, R, D)
+        return out
