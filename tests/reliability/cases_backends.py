@@ -1,0 +1,72 @@
+"""Attention backends, the mask description and the encoding hooks (issue 11)."""
+
+from __future__ import annotations
+
+import torch
+
+from posenc import Attention, ModelConfig, SequenceInfo, Transformer, build
+from posenc.attention import AttentionContext
+from posenc.backends import flex
+from posenc.masks import AttentionMask
+
+from . import Case
+
+B = "backends"
+
+
+def _model(encoding: str, impl: str) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(vocab_size=50, d_model=32, n_head=4, n_layer=1, encoding=encoding, attn_impl=impl))
+
+
+def _flex_forward(encoding: str, grad: bool) -> None:
+    compile_before, flex.COMPILE = flex.COMPILE, False  # the refusal comes before any kernel
+    try:
+        with torch.set_grad_enabled(grad):
+            _model(encoding, "flex")(torch.zeros(1, 4, dtype=torch.long))
+    finally:
+        flex.COMPILE = compile_before
+
+
+def _padding_row() -> str:
+    """A left-padded row's padding queries see no valid key: they see every key instead of NaN."""
+    seq = SequenceInfo.from_padding_mask(torch.tensor([[0, 0, 1, 1]]))
+    mask = AttentionMask.build(seq, causal=True)
+    rows = mask.empty_rows()[0].tolist()
+    assert mask.dense()[0, 0, 0].all() and rows == [True, True, False, False]
+    return f"rows that see no key: {rows}; those rows see all 4 keys (no NaN)"
+
+
+def _auto_on_cpu() -> str:
+    model = _model("alibi", "auto").eval()
+    with torch.no_grad():
+        want = _model("alibi", "sdpa").eval()(torch.arange(6)[None])
+        got = model(torch.arange(6)[None])
+    assert torch.equal(got, want)
+    return "impl='auto' on CPU runs sdpa (bit-identical output)"
+
+
+CASES = [
+    Case(B, "Attention(impl='flash')", r"^impl must be one of 'eager', 'sdpa', 'flex', 'auto', got 'flash'$",
+         run=lambda: Attention(32, 4, impl="flash")),
+    Case(B, "ModelConfig(attn_impl='flash')", r"attn_impl must be one of .*'flex'.*got 'flash'",
+         run=lambda: ModelConfig(attn_impl="flash")),
+    Case(B, "impl='flex' with Shaw's value terms (use_value)", r"^impl='flex' cannot apply value terms",
+         run=lambda: _flex_forward("shaw", grad=False)),
+    Case(B, "impl='flex' training on CPU (no flex backward on CPU)", r"^impl='flex' has no backward on CPU",
+         run=lambda: _flex_forward("alibi", grad=True)),
+    Case(B, "Attention(pe='alibi') (a name, not a module)", r"^pe must be a PositionalEncoding or None, got str$",
+         run=lambda: Attention(32, 4, pe="alibi"), error=TypeError),
+    Case(B, "attention called with encoding= of another encoding than the one it owns",
+         r"this Attention owns an encoding",
+         run=lambda: Attention(32, 4, pe=build("alibi", d_model=32, num_heads=4))(
+             torch.randn(1, 3, 32), AttentionContext.build(SequenceInfo.from_offset(1, 3), causal=True),
+             encoding=AttentionContext.build(SequenceInfo.from_offset(1, 3), causal=True).prepare(
+                 build("t5", d_model=32, num_heads=4)))),
+    Case(B, "causal mask with more queries than keys", r"^causal attention needs at most as many queries as keys, got Tq=5 > Tk=3$",
+         run=lambda: AttentionMask.build(SequenceInfo.from_offset(1, 5), SequenceInfo.from_offset(1, 3), causal=True)),
+    Case(B, "mask with causal='yes'", r"^causal must be a bool, got str 'yes'$",
+         run=lambda: AttentionMask.build(SequenceInfo.from_offset(1, 5), causal="yes"), error=TypeError),
+    Case(B, "left padding: padding queries that see no key", r"those rows see all 4 keys", run=_padding_row, error=None),
+    Case(B, "impl='auto' on CPU", r"runs sdpa", run=_auto_on_cpu, error=None),
+]
