@@ -70,7 +70,8 @@ class ProbeSettings:
     Attributes:
         layers: decoder layers to probe (0-based).
         heads: query heads averaged in the figure; None = all.
-        tokens: tokens of text the model reads (<= the trained length keeps it in distribution).
+        tokens: tokens of text the model reads (capped at the trained length L, so q and k come
+            from positions the model was trained at).
         extend: curves run to ``extend * L`` (L the trained length); also the scalings' factor.
         base_factor: the "base raised" curve uses ``base * base_factor``.
         points: at most this many distances, evenly spaced from 0 (every distance when fewer).
@@ -313,7 +314,7 @@ def variant_ropes(rope: RotaryEmbedding, L: int, extend: float, base_factor: flo
     ``original_max_position_embeddings`` L; dynamic NTK: factor 1, as it scales by the
     current length itself, s' = n / L)."""
     out = {"model": rope}
-    out[f"base x{base_factor:g}"] = RotaryEmbedding(dataclasses.replace(rope.config, base=rope.config.base * base_factor),
+    out[f"base x{base_factor:g}"] = RotaryEmbedding(rope.config.replace(base=rope.config.base * base_factor),
                                                     rope.dims)
     for s in scalings:
         params: dict[str, Any] = {"factor": 1.0 if s == "dynamic" else float(extend)}
@@ -377,7 +378,8 @@ def probe(
         if isinstance(n_layers, int) and layer >= n_layers:
             raise ValueError(f"--layer must be in [0, {n_layers - 1}] (the model has {n_layers} layers), got {layer}")
     tokenizer = load_tokenizer(ckpt)
-    ids = probe_text_ids(tokenizer, text, s.tokens)
+    # at most L tokens: q and k are read where the model was trained (the curves then go past L)
+    ids = probe_text_ids(tokenizer, text, min(s.tokens, L))
     if model is None:
         model = load_model(ckpt, DTYPES[s.dtype], progress=progress)
     taps = layer_taps(model)
