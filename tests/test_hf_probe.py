@@ -247,6 +247,7 @@ def test_report_model_section(ckpt, tmp_path):
     page = (out / "report.html").read_text()
     assert "Checkpoint probe: " + ckpt.resolve().name in page and '<table id="probe">' in page
     data = json.loads((out / "probe" / "probe.json").read_text())
+    assert data["text_tokens"] == L and data["text"] == "stdlib"  # default 512 tokens, capped at L
     assert page.count('alt="probe_layer0"') == 1
     first = data["layers"]["0"]["curves"]["model"]["full"][0]
     assert f"<td>model</td><td>{first:.4g}</td>" in page
