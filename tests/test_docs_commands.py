@@ -90,6 +90,8 @@ SMOKE: dict[str, Smoke] = {
         expect=("{tmp}/report/report.html",)),
     "posenc list": Smoke(),
     "posenc check [NAMES...] [--json]": Smoke(argv=("check", "alibi", "rope", "--json")),
+    # Run as quoted: the Llama-sized probe is the claim (seconds, not the hours it once took).
+    "posenc check rope --d-model 4096 --heads 32": Smoke(),
     "posenc plot KIND --out DIR": Smoke(argv=("plot", "rope-score", "--out", "{tmp}/plots"),
                                         expect=("{tmp}/plots/rope-score.png",)),
     "posenc report --out DIR [--bench BDIR]": Smoke(
