@@ -207,3 +207,12 @@ def test_families_import_lazily_in_a_fresh_interpreter():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["RotaryEmbedding", "posenc.relative", "posenc.absolute"], out.stderr
     assert out.stderr.strip().endswith("AttributeError: module 'posenc' has no attribute 'nonexistent'")
+
+
+@pytest.mark.parametrize("param", sorted({p for e in ENTRIES for p, t in field_types(e.config).items()
+                                          if "float" in str(t) and "tuple" not in str(t)}))
+def test_every_float_scaling_parameter_refuses_nan_and_inf(param):
+    entry = next(e for e in ENTRIES if param in e.params)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=rf"^{param} must be finite, got {bad}"):
+            posenc.build("rope", d_model=32, num_heads=2, scaling=entry.name, **{param: bad})
