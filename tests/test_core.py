@@ -409,11 +409,16 @@ def test_generate_refuses_an_empty_prompt():
 
 # ---- attention numerics ---------------------------------------------------------------------
 class _ThirdOfDistance(posenc.PositionalEncoding):
-    """A score hook returning (i - j) / 3 in the input dtype: not exact in float32."""
+    """A logit term (i - j) / 3 in the input dtype: not exact in float32."""
 
-    def score(self, q, k, q_pos, k_pos, scale, layer=None, state=None):
-        d = posenc.positions.relative_positions(q_pos, k_pos).to(q.dtype) / 3  # (B, Tq, Tk)
-        return d[:, None].expand(q.shape[0], q.shape[1], -1, -1)
+    def prepare(self, q_pos, k_pos):
+        return q_pos, k_pos
+
+    def terms(self, q, k, state, proj):
+        from posenc.terms import DenseTerm
+
+        d = posenc.positions.relative_positions(*state).to(q.dtype) / 3  # (B, Tq, Tk)
+        return [DenseTerm(d[:, None].expand(q.shape[0], q.shape[1], -1, -1))]
 
 
 @pytest.mark.parametrize("with_score", [False, True])

@@ -79,7 +79,13 @@ def test_left_padded_generation_matches_unpadded(name):
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 @pytest.mark.parametrize("name", ENCODINGS)
-def test_eager_matches_sdpa(name, causal):
+def test_eager_matches_sdpa(name, causal, monkeypatch):
+    # The sdpa model must not fall back to the eager backend: that would compare eager with itself.
+    import posenc.backends.eager as eager_backend
+
+    fallbacks = []
+    original = eager_backend.attention
+    monkeypatch.setattr(eager_backend, "attention", lambda *a, **kw: fallbacks.append(1) or original(*a, **kw))
     torch.manual_seed(0)
     fast = tiny_model(name, causal=causal, impl="sdpa", n_kv_head=2)
     slow = tiny_model(name, causal=causal, impl="eager", n_kv_head=2)
@@ -91,6 +97,7 @@ def test_eager_matches_sdpa(name, causal):
     with torch.no_grad():
         torch.testing.assert_close(fast(tokens), slow(tokens), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(fast(tokens, seq), slow(tokens, seq), atol=1e-5, rtol=1e-5)
+    assert fallbacks == [], "the sdpa path called the eager backend"
 
 
 @pytest.mark.parametrize("name", ENCODINGS)

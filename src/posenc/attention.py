@@ -242,8 +242,7 @@ class EncodingState:
 
     def layer_terms(self, q: Tensor, k: Tensor, v: Tensor, proj: QKProjection) -> LayerTerms:
         """The layer's terms: the shared bias plus ``pe.terms(q, k, state, proj)``."""
-        has_terms = self.pe is not None and (self.pe.has_terms or self.pe.has_value_terms)
-        terms = layer_terms(self.pe, q, k, v, self.q_pos, self.k_pos, self.state, proj) if has_terms else []
+        terms = [] if self.pe is None else layer_terms(self.pe, q, k, self.state, proj)
         return LayerTerms.of(self.q_pos, self.k_pos, self.bias, terms)
 
 

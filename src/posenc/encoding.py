@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from .config import EncodingConfig, check_int
 from .positions import SequenceInfo
-from .terms import BiasTerm, DenseTerm, TableTerm, Term, ValueTerm, dense_logit_terms
+from .terms import BiasTerm, TableTerm, Term, ValueTerm, dense_logit_terms
 
 __all__ = ["Dims", "PositionalEncoding", "QKProjection", "layer_terms"]
 
@@ -115,13 +115,6 @@ class PositionalEncoding(nn.Module):
     def _overrides(self, method: str) -> bool:
         return getattr(type(self), method) is not getattr(PositionalEncoding, method)
 
-    def _legacy(self, method: str, flag: str) -> bool:
-        # Transition: an encoding still on the old score/output hooks, whose own flag property
-        # (when it overrides one) says whether its config uses the hook.
-        if not self._overrides(method):
-            return False
-        return getattr(type(self), flag) is getattr(PositionalEncoding, flag) or getattr(self, flag)
-
     @property
     def has_embed(self) -> bool:
         return self._overrides("embed")
@@ -132,21 +125,22 @@ class PositionalEncoding(nn.Module):
 
     @property
     def has_bias(self) -> bool:
-        """``logit_bias()`` gives a content-independent logit bias."""
+        """``logit_bias()`` gives a content-independent logit bias (an old-style ``score_bias``
+        override counts too: the context takes its dense tensor)."""
         return self._overrides("logit_bias") or self._overrides("score_bias")
 
     @property
     def has_terms(self) -> bool:
         """``terms()`` gives content-dependent logit terms (per layer). Override when the
         config decides (a value-only Shaw has none)."""
-        return self._overrides("terms") or self._legacy("score", "has_score")
+        return self._overrides("terms")
 
     @property
     def has_value_terms(self) -> bool:
         """``terms()`` may include a :class:`~posenc.terms.ValueTerm` (it needs the
         probabilities, so backends without them cannot run this encoding). Encodings that
         return ValueTerms override this."""
-        return self._legacy("output", "has_output")
+        return False
 
     # Older names of the three flags above, kept for callers.
     @property
@@ -155,11 +149,11 @@ class PositionalEncoding(nn.Module):
 
     @property
     def has_score(self) -> bool:
-        return self._overrides("terms") or self._overrides("score")
+        return self.has_terms
 
     @property
     def has_output(self) -> bool:
-        return self._overrides("output") or self.has_value_terms
+        return self.has_value_terms
 
     # ---- hooks ----------------------------------------------------------------------------
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> Any:
@@ -269,37 +263,9 @@ class PositionalEncoding(nn.Module):
 
 
 def layer_terms(
-    pe: PositionalEncoding,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    state: Any,
-    proj: QKProjection | None,
+    pe: PositionalEncoding, q: Tensor, k: Tensor, state: Any, proj: QKProjection | None
 ) -> list[Term]:
-    """What attention calls per layer: ``pe.terms(q, k, state, proj)``.
-
-    Transition adapter: an encoding still on the old ``score``/``output`` hooks gets its dense
-    score wrapped as a :class:`~posenc.terms.DenseTerm` and its output as a value term.
-    """
-    if pe._overrides("terms") or not (pe._overrides("score") or pe._overrides("output")):
-        return pe.terms(q, k, state, proj) if pe.has_terms or pe.has_value_terms else []
-    out: list[Term] = []
-    if pe.has_terms:
-        scale = pe.attention_scale(q.shape[-1])
-        s = pe.score(q, k, q_pos, k_pos, scale, layer=proj, state=state)
-        out.append(DenseTerm(s.to(torch.promote_types(q.dtype, torch.float32))))
-    if pe.has_value_terms:
-        out.append(_LegacyValueTerm(None, None, lambda probs, qp, kp: pe.output(probs, v, qp, kp, state=state)))
-    return out
-
-
-@dataclass(frozen=True, eq=False)
-class _LegacyValueTerm(ValueTerm):
-    """Transition: an old-style ``output`` hook seen as a value term (removed with the last one)."""
-
-    fn: Any = None
-
-    def dense_output(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        return self.fn(probs, q_pos, k_pos)
+    """What attention calls per layer: ``pe.terms(q, k, state, proj)``, or [] without terms."""
+    if not (pe.has_terms or pe.has_value_terms):
+        return []
+    return pe.terms(q, k, state, proj)

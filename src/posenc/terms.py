@@ -21,7 +21,7 @@ Four kinds:
   on the query side (q·Eᵀ: Shaw's a^K, relative_key, DeBERTa c2p), or with row ``j`` on the
   key side (k·Eᵀ: relative_key_query, DeBERTa p2c). The table is O(T·R), not O(T²).
 * :class:`DenseTerm` — a precomputed (B|1, H, Tq, Tk) logit tensor, for schemes without a
-  bounded number of distinct distances (and old-style hooks during the transition).
+  bounded number of distinct distances.
 * :class:`ValueTerm` — Shaw's a^V: ``out_i += sum_j p_ij · values[h, bucket(q_pos_i, k_pos_j)]``.
   It needs the probabilities, so FlexAttention (which returns only the output) cannot take it.
 

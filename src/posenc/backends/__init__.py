@@ -17,8 +17,8 @@ picks among them:
   terms and the mask's ``BlockMask``: no (Tq, Tk) tensor. It cannot take value terms (it does
   not return the probabilities) and has no backward on CPU in this torch.
 * ``auto`` — ``flex`` on CUDA when there are logit terms (and no value terms), else ``sdpa``.
-  On CPU compiled flex was measured slower than SDPA with a dense bias
-  (docs/relative_bias.md), so CPU never picks it.
+  CPU never picks flex: it has no CPU backward in torch 2.13 (a training step would fail), and
+  compiling it costs about a minute per new shape on a small CPU.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class LayerTerms:
     def tensors(self) -> list[Tensor]:
         """Every tensor the terms read (to ask whether autograd needs a backward)."""
         out = [t.table if isinstance(t, TableTerm) else t.logits for t in self.logits]
-        out += [t.values for t in self.values if isinstance(t.values, Tensor)]
+        out += [t.values for t in self.values]
         return out
 
 

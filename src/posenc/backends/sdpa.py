@@ -7,9 +7,8 @@
   (:func:`causal_sdpa_with_bias`);
 * content-dependent logit terms or value terms: :func:`posenc.backends.fused.fused_attention`,
   which reads the (B, H, T, R) tables by bucket and never keeps (B, H, Tq, Tk) probabilities
-  for backward. Old-style encodings' value terms (no ``values`` tensor, see
-  :func:`posenc.encoding.layer_terms`) take the eager backend, and so does any call under
-  ``torch.compile``, which traces the dense composition instead.
+  for backward. Under ``torch.compile`` the dense composition (the eager backend) is traced
+  instead.
 
 Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
 """
@@ -59,7 +58,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
         if mask.plain_causal:
             return causal_sdpa_with_bias(q, k, v, masked, scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=masked, scale=scale)
-    if torch.compiler.is_compiling() or any(not isinstance(t.values, Tensor) for t in terms.values):
+    if torch.compiler.is_compiling():
         # Under torch.compile the dense composition is traced and fused by the compiler (the
         # fused autograd.Function's non-tensor spec does not trace with fullgraph=True).
         return eager.attention(q, k, v, scale=scale, mask=mask, terms=terms)
