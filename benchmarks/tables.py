@@ -118,6 +118,22 @@ RESULTS: dict[str, Result] = {
     ),
     "check_cpu": Result("check_cpu.json", ("check", "--json"), stdout="json"),
     "hf_parity": Result("hf_parity.json", ("python", "benchmarks/hf_parity.py", "--out", "benchmarks/results/hf_parity.json")),
+    # issue 13's real run: train a tiny byte-level Llama (out/tiny_llama, not committed), probe it
+    "probe_tiny_llama": Result(
+        "probe_tiny_llama.json",
+        ("python", "benchmarks/train_tiny_hf.py", "--out", "out/tiny_llama", "--probe", "out/probe_tiny_llama",
+         "--no-progress", "--probe-args", "--dtype", "float32", "--extend", "8"),
+        copy=(("out/probe_tiny_llama/probe.json", "benchmarks/results/probe_tiny_llama.json"),
+              ("out/probe_tiny_llama/probe_layer0.png", "docs/img/probe_tiny_llama.png")),
+        threads=1,
+    ),
+    "bench_model_tiny_llama": Result(
+        "bench_model_tiny_llama.json",
+        ("bench", "--model", "out/tiny_llama", "--out", "out/bench_tiny_llama", "--tasks", "lm", "--lm-eval-tokens", "8192",
+         "--threads", "1", "--overwrite", "--no-progress"),
+        copy=(("out/bench_tiny_llama/results.json", "benchmarks/results/bench_model_tiny_llama.json"),),
+        threads=1, note="needs out/tiny_llama: run --rerun probe_tiny_llama first",
+    ),
 }
 
 
@@ -422,6 +438,34 @@ def render_hf_parity(page: str) -> str:
     return mod.table(data["rows"]) + "\n\n" + caption("hf_parity", page, data)
 
 
+def render_probe_tiny_llama(page: str) -> str:
+    """README / docs/hf.md: the tiny Llama's training and its probe curves at d = 0, L, 8L."""
+    data = load("probe_tiny_llama")
+    tr, L = data["training"], data["trained_length"]
+    s = tr["settings"]
+    curves = data["layers"]["0"]["curves"]
+    assert curves, "probe_tiny_llama.json has no curves"
+    d = data["distances"]
+    at = {f"d = 0": 0, f"d = L = {L}": min(range(len(d)), key=lambda i: abs(d[i] - L)), f"d = {d[-1]}": len(d) - 1}
+    rows = [[name] + [f"{c['full'][i]:.3f}" for i in at.values()]  # already the heads' mean
+            for name, c in curves.items()]
+    head = (f"{tr['parameters']:,}-parameter byte-level Llama ({s['layers']} layers, width {s['width']}, {s['heads']} heads, "
+            f"RoPE base {s['rope_theta']:g}, L = {L}), {s['steps']} steps of batch {s['batch']} on the Python standard "
+            f"library in {duration(tr['train_seconds'])}: final training loss {tr['final_train_loss']:.3f} nats/byte "
+            f"(mean of the last {tr['final_train_loss_steps']} steps), validation byte perplexity at L "
+            f"{tr['val_at_L']['ppl']:.2f} ({tr['val_at_L']['tokens']:,} bytes).")
+    table = md_table(["layer 0, mean of all heads: logit at"] + list(at), rows)
+    return head + "\n\n" + table + "\n\n" + caption("probe_tiny_llama", page, data)
+
+
+def render_bench_model_tiny_llama(page: str) -> str:
+    """README / docs/hf.md: the tiny Llama's byte perplexity at 1x..8x L, plain and per scaling."""
+    from posenc.bench.report import format_table
+
+    data = load("bench_model_tiny_llama")
+    return "```\n" + format_table(data) + "\n```\n\n" + caption("bench_model_tiny_llama", page, data)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     "results_files": render_results_files,
     "bench_quick": render_bench_quick,
@@ -434,6 +478,8 @@ TABLES: dict[str, Callable[[str], str]] = {
     "model_cpu": render_model_cpu,
     "check_cpu": render_check_cpu,
     "hf_parity": render_hf_parity,
+    "probe_tiny_llama": render_probe_tiny_llama,
+    "bench_model_tiny_llama": render_bench_model_tiny_llama,
 }
 
 
