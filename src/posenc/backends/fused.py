@@ -190,7 +190,6 @@ class _Blocks:
         self.offset = self.Tk - self.Tq  # query i is stream index offset + i
         # Key-side tables are read as (B, H, R, Tk) so one gather along R serves a block.
         self.key_tables = [t.transpose(-1, -2) if side == "key" else None for t, side in zip(tables, spec.sides)]
-        self.neg = torch.finfo(q.dtype).min  # finite: exp(-inf) takes a slow path on CPU
 
     def ranges(self):
         """(i0, i1, z): query rows [i0, i1) and the keys [0, z) any of them may see."""
@@ -210,6 +209,9 @@ class _Blocks:
         see no key are zero."""
         s = self.spec
         x = torch.matmul(self.qs[:, :, i0:i1], self.kt[..., :z])  # (B, H, rows, z)
+        # The logits' own dtype, not q's: under autocast a float32 q gives bf16 logits, where
+        # float32's min overflows. Finite: exp(-inf) takes a slow path on CPU.
+        neg = torch.finfo(x.dtype).min
         if self.bias is not None:
             x.add_(self.bias[..., i0:i1, :z])
         for n, side in enumerate(s.sides):
@@ -221,15 +223,15 @@ class _Blocks:
                 t = self.key_tables[n][..., :z].expand(self.B, self.H, -1, -1)  # (B, H, R, z)
                 x.add_(t.gather(-2, idx))
         if s.mask is not None:
-            x.masked_fill_(~s.mask[..., i0:i1, :z], self.neg)
+            x.masked_fill_(~s.mask[..., i0:i1, :z], neg)
         if s.causal and self.offset + i0 < z - 1:  # the block crosses the diagonal
             c0 = max(self.offset + i0, 0)  # keys left of c0 are seen by every row of the block
             qi = torch.arange(self.offset + i0, self.offset + i1, device=x.device)
             above = torch.arange(c0, z, device=x.device)[None, :] > qi[:, None]  # (rows, z - c0)
-            x[..., c0:].masked_fill_(above, self.neg)
+            x[..., c0:].masked_fill_(above, neg)
         # Rows that see no key (padding queries, queries before the first key): all hidden.
         may_be_empty = s.mask is not None or (s.causal and self.offset + i0 < 0)
-        empty = (x.amax(-1, keepdim=True) == self.neg) if may_be_empty else None  # (B, H, rows, 1)
+        empty = (x.amax(-1, keepdim=True) == neg) if may_be_empty else None  # (B, H, rows, 1)
         p = torch.softmax(x, dim=-1)
         if empty is not None:
             p.masked_fill_(empty, 0.0)
