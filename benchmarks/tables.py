@@ -116,6 +116,14 @@ RESULTS: dict[str, Result] = {
               *((f"out/bench_results/plots/task_{t}.png", f"docs/img/task_{t}.png") for t in ("copy", "passkey", "lm"))),
         threads=1,
     ),
+    "bench_standard": Result(
+        "bench_standard.json",
+        ("bench", "--preset", "standard", "--threads", "1", "--out", "out/bench_standard", "--overwrite", "--no-progress"),
+        copy=(("out/bench_standard/results.json", "benchmarks/results/bench_standard.json"),
+              ("out/bench_standard/results.csv", "benchmarks/results/bench_standard.csv")),
+        threads=1,
+        note="every registered encoding x every task x 3 seeds: about an hour on a quiet 2-core CPU",
+    ),
     "check_cpu": Result("check_cpu.json", ("check", "--json"), stdout="json"),
     "hf_parity": Result("hf_parity.json", ("python", "benchmarks/hf_parity.py", "--out", "benchmarks/results/hf_parity.json")),
     # issue 13's real run: train a tiny byte-level Llama (out/tiny_llama, not committed), probe it
@@ -438,6 +446,109 @@ def render_hf_parity(page: str) -> str:
     return mod.table(data["rows"]) + "\n\n" + caption("hf_parity", page, data)
 
 
+# --------------------------------------------------------------------------- bench_standard
+# Thresholds behind the verdicts on Press et al.'s claims (the papers give curves, not numbers):
+# perplexity at the longest length over perplexity at L, in every seed.
+_COLLAPSE, _FLAT = 1.5, 1.1
+_SYNTHETIC = ("copy", "reverse", "sort", "addition", "parity", "summation")
+
+
+def render_bench_standard(page: str) -> str:
+    """docs/bench.md: the standard benchmark (every encoding, every task, 3 seeds)."""
+    from posenc.bench.report import ranking, settings_text, table_cells
+
+    data = load("bench_standard")
+    assert data["summary"], "bench_standard.json has no summary rows"
+    head, rows = table_cells(data)
+    rank = data.get("ranking") or ranking(data["summary"])
+    ahead = [f"{p['first']} > {p['second']}" for p in rank["pairs"] if p["significant"]]
+    m = rank["method"]
+    note = (f"Mean ± std over seeds; accuracy in %, ppl: byte perplexity. MRR over {m['cells']} (task, seed) cells, "
+            f"[{round(100 * m['confidence'])} % CI]: paired percentile bootstrap of the cells, {m['resamples']:,} "
+            f"resamples. {len(ahead)} of {len(rank['pairs'])} pairwise MRR differences are significant.")
+    return md_table(head, rows) + "\n\n" + note + "\n\n" + caption("bench_standard", page, data, settings_text(data))
+
+
+def _lm_ratios(data: dict) -> dict[str, list[float]]:
+    """``encoding`` or ``encoding+scaling`` -> per seed (in seed order): ppl at the longest
+    length / ppl at L of the same seed's unscaled model."""
+    from posenc.bench.report import run_scores
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for r in data["runs"]:
+        if r["task"] != "lm":
+            continue
+        scores = run_scores(r)
+        at_L = scores["base"][0]
+        for variant, (_, beyond) in scores.items():
+            key = r["encoding"] if variant == "base" else f"{r['encoding']}+{variant}"
+            out.setdefault(key, []).append((r["seed"], beyond / at_L))
+    return {k: [v for _, v in sorted(xs)] for k, xs in out.items()}
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{sum(xs) / len(xs):.2f}x [{min(xs):.2f}, {max(xs):.2f}]"
+
+
+def render_bench_standard_orderings(page: str) -> str:
+    """docs/bench.md: does each published ordering hold in the standard run? (verdict, the
+    number it rests on, and its interval)"""
+    from posenc.bench.report import ranking
+
+    data = load("bench_standard")
+    lm = _lm_ratios(data)
+    assert lm, "bench_standard.json has no lm runs"
+    longest = max(data["settings"]["lm_eval_factors"])
+    rows = []
+
+    def verdict_ratio(enc: str, claim: str, ok, bad) -> None:
+        xs = lm.get(enc)
+        if not xs:
+            rows.append(["Press et al. 2022", claim, "not run", "–"])
+            return
+        v = "holds" if all(map(ok, xs)) else "does not hold" if all(map(bad, xs)) else "mixed across seeds"
+        rows.append(["Press et al. 2022", claim, f"lm ppl {longest}L / L: {_spread(xs)}", v])
+
+    verdict_ratio("sinusoidal", f"sinusoidal collapses beyond L (ratio ≥ {_COLLAPSE})",
+                  lambda x: x >= _COLLAPSE, lambda x: x < _COLLAPSE)
+    verdict_ratio("learned", f"learned collapses beyond L (ratio ≥ {_COLLAPSE})",
+                  lambda x: x >= _COLLAPSE, lambda x: x < _COLLAPSE)
+    verdict_ratio("alibi", f"ALiBi stays flat (ratio ≤ {_FLAT})", lambda x: x <= _FLAT, lambda x: x > _FLAT)
+    verdict_ratio("rope", f"RoPE degrades (ratio > {_FLAT})", lambda x: x > _FLAT, lambda x: x <= _FLAT)
+    for scaling, label in _VARIANT.items():
+        key = f"rope+{scaling}"
+        if key not in lm or "rope" not in lm:
+            continue
+        paired = [s / b for s, b in zip(lm[key], lm["rope"])]  # same seed, same base model
+        v = "holds" if all(x < 1 for x in paired) else "does not hold" if all(x >= 1 for x in paired) else "mixed across seeds"
+        rows.append(["Press et al. 2022", f"{label} repairs RoPE (ppl at {longest}L below plain RoPE's)",
+                     f"ppl at {longest}L, {label} / plain: {_spread(paired)}", v])
+    synthetic = [r for r in data["summary"] if r["task"] in _SYNTHETIC]
+    rank = ranking(synthetic)
+    ci = {i["encoding"]: i for i in rank["intervals"]}
+    pairs = {(p["first"], p["second"]): p for p in rank["pairs"]}
+    for leader in ("none", "t5"):
+        for other in ("alibi", "rope", "learned", "sinusoidal"):
+            if leader not in ci or other not in ci:
+                continue
+            p = pairs.get((leader, other))
+            sign = 1
+            if p is None:
+                p, sign = pairs[(other, leader)], -1
+            diff, lo, hi = sign * p["diff"], min(sign * p["low"], sign * p["high"]), max(sign * p["low"], sign * p["high"])
+            v = "holds" if lo > 0 else "reversed" if hi < 0 else "not resolved (CI includes 0)"
+            name = "NoPE" if leader == "none" else "T5"
+            rows.append(["Kazemnejad et al. 2023", f"{name} ahead of {other} on the synthetic tasks",
+                         f"MRR {ci[leader]['mrr']:.2f} vs {ci[other]['mrr']:.2f}, difference {diff:+.2f} "
+                         f"[{lo:+.2f}, {hi:+.2f}]", v])
+    m = rank["method"]
+    note = (f"Intervals: lm ratios, mean [min, max] over the {data['settings']['seeds']} seeds (a verdict needs every "
+            f"seed to agree); MRR over the {m['cells']} synthetic (task, seed) cells with its "
+            f"{round(100 * m['confidence'])} % paired bootstrap CI ({m['resamples']:,} resamples).")
+    return (md_table(["paper", "claim", "measured", "verdict"], rows) + "\n\n" + note + "\n\n"
+            + caption("bench_standard", page, data))
+
+
 def render_probe_tiny_llama(page: str) -> str:
     """README / docs/hf.md: the tiny Llama's training and its probe curves at d = 0, L, 8L."""
     data = load("probe_tiny_llama")
@@ -480,6 +591,8 @@ TABLES: dict[str, Callable[[str], str]] = {
     "hf_parity": render_hf_parity,
     "probe_tiny_llama": render_probe_tiny_llama,
     "bench_model_tiny_llama": render_bench_model_tiny_llama,
+    "bench_standard": render_bench_standard,
+    "bench_standard_orderings": render_bench_standard_orderings,
 }
 
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 import torch
@@ -127,3 +128,64 @@ def test_every_preset_builds_a_model_for_every_encoding():
         task = max(s.tasks, key=lambda t: runner._max_positions(s, t))
         for enc in s.encodings:
             assert isinstance(build_model(s, enc, task, 0), Transformer)
+
+
+# --------------------------------------------------------------------------- published orderings
+
+
+def _tables(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tables.py"
+    spec = importlib.util.spec_from_file_location("tables_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(mod)
+    mod.RESULTS_DIR = tmp_path
+    return mod
+
+
+def _record(task, enc, seed, metric, L, points):
+    return dict(task=task, encoding=enc, seed=seed, train_length=L, metric=metric, train_loss=1.0,
+                train_seconds=1.0, parameters=1, points=[dict(variant=v, length=n, depth=None, value=x)
+                                                         for v, n, x in points])
+
+
+def test_orderings_verdicts_from_hand_made_results(tmp_path):
+    """Numbers chosen by hand so that every verdict is known: lm ppl ratios (4L / L) sinusoidal
+    3x and learned 2x in every seed (collapse), ALiBi 1.0x (flat), RoPE 2x (degrades), PI 0.5x
+    of plain RoPE (repairs), YaRN 1.2x in one seed and 0.8x in the others (mixed); copy beyond L:
+    NoPE 0.5, T5 0.4, the rest 0 in every seed, so NoPE's and T5's MRR lead by a constant."""
+    from posenc.bench.report import collect
+    from posenc.bench.files import write_json
+
+    tables = _tables(tmp_path)
+    ratio = {"sinusoidal": 3.0, "learned": 2.0, "alibi": 1.0, "rope": 2.0}
+    records = []
+    for seed in range(3):
+        for enc, r in ratio.items():
+            pts = [("base", 32, 10.0), ("base", 128, 10.0 * r)]
+            if enc == "rope":
+                pts += [("linear", 128, 10.0), ("yarn", 128, 20.0 * (1.2 if seed == 0 else 0.8))]
+            records.append(_record("lm", enc, seed, "ppl", 32, pts))
+        for enc, acc in dict(none=0.5, t5=0.4, alibi=0.0, rope=0.0, learned=0.0, sinusoidal=0.0).items():
+            records.append(_record("copy", enc, seed, "accuracy", 2, [("base", 1, 1.0), ("base", 2, 1.0),
+                                                                       ("base", 3, acc), ("base", 4, acc)]))
+    data = collect(settings_for("standard", seeds=3, lm_eval_factors=(1, 4)), records)
+    data["machine"] = "hand-made"
+    write_json(tmp_path / "bench_standard.json", data)
+    text = tables.render_bench_standard_orderings("docs/bench.md")
+    rows = {line.split(" | ")[1]: line.split(" | ")[-1].rstrip(" |") for line in text.splitlines()
+            if line.startswith("| Press") or line.startswith("| Kazemnejad")}
+    assert rows == {
+        "sinusoidal collapses beyond L (ratio ≥ 1.5)": "holds",
+        "learned collapses beyond L (ratio ≥ 1.5)": "holds",
+        "ALiBi stays flat (ratio ≤ 1.1)": "holds",
+        "RoPE degrades (ratio > 1.1)": "holds",
+        "linear (PI) repairs RoPE (ppl at 4L below plain RoPE's)": "holds",
+        "YaRN repairs RoPE (ppl at 4L below plain RoPE's)": "mixed across seeds",
+        **{f"{who} ahead of {o} on the synthetic tasks": "holds"
+           for who in ("NoPE", "T5") for o in ("alibi", "rope", "learned", "sinusoidal")},
+    }
+    assert "lm ppl 4L / L: 3.00x [3.00, 3.00]" in text and "PI) / plain: 0.50x [0.50, 0.50]" in text
