@@ -64,11 +64,21 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
         if mask.plain_causal:
             return causal_sdpa_with_bias(q, k, v, masked, scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=masked, scale=scale)
-    if compiling:
+    if compiling or (mask.tq <= _DECODE_ROWS and not _needs_grad(q, k, v)):
         # Under torch.compile the dense composition is traced and fused by the compiler (the
-        # fused autograd.Function's non-tensor spec does not trace with fullgraph=True).
+        # fused autograd.Function's non-tensor spec does not trace with fullgraph=True). A
+        # decoding step without autograd has (B, H, Tq <= 16, Tk) logits: the dense composition
+        # is small, and the fused call's per-call copies of the whole cache (kᵀ, v made
+        # contiguous) cost more than it saves.
         return eager.attention(q, k, v, scale=scale, mask=mask, terms=terms)
     return _fused(q, k, v, scale, mask, terms)
+
+
+_DECODE_ROWS = 16
+
+
+def _needs_grad(*tensors: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _learned_bias(terms: LayerTerms) -> bool:
