@@ -90,6 +90,13 @@ SMOKE: dict[str, Smoke] = {
         expect=("{tmp}/report/report.html",)),
     "posenc list": Smoke(),
     "posenc check [NAMES...] [--json]": Smoke(argv=("check", "alibi", "rope", "--json")),
+    # {hf}: a tiny random-init Llama saved with save_pretrained (no downloads on these machines).
+    "posenc probe MODEL_DIR --out DIR": Smoke(
+        argv=("probe", "{hf}", "--out", "{tmp}/probe", "--tokens", "32", "--points", "16", "--no-progress"),
+        expect=("{tmp}/probe/probe.json",)),
+    "posenc bench --model MODEL_DIR --out DIR": Smoke(
+        argv=("bench", "--model", "{hf}", "--preset", "micro", "--out", "{tmp}/bm", "--no-progress"),
+        expect=("{tmp}/bm/results.json",)),
     # Run as quoted: the Llama-sized probe is the claim (seconds, not the hours it once took).
     "posenc check rope --d-model 4096 --heads 32": Smoke(),
     "posenc plot KIND --out DIR": Smoke(argv=("plot", "rope-score", "--out", "{tmp}/plots"),
@@ -135,6 +142,7 @@ RESULT_SMOKE: dict[str, Smoke] = {
                                expect=("{tmp}/r8192.json",)),
     "model_cpu": Smoke(set={**_TINY_MODEL, "--json": ["{tmp}/model.json"]}, expect=("{tmp}/model.json",)),
     "bench_quick": Smoke(set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
+    "bench_standard": Smoke(set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
     "check_cpu": Smoke(add=("rope",)),
     "hf_parity": Smoke(set={"--out": ["{tmp}/hf.json"]}, add=("--case", "llama"), expect=("{tmp}/hf.json",),
                        how="script"),
@@ -260,6 +268,18 @@ def _make_recipe(target: str) -> list[str]:
     return recipe
 
 
+@pytest.fixture(scope="module")
+def tiny_hf_checkpoint(tmp_path_factory):
+    """A 2-layer random-init Llama saved as a local checkpoint folder (config.json + safetensors)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    d = tmp_path_factory.mktemp("tiny_llama")
+    transformers.LlamaForCausalLM(cfg).save_pretrained(d)
+    return d
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", list(dict.fromkeys([*(c for c in QUOTED if c in ALL_SMOKE), *RESULTS_COMMANDS])),
                          ids=lambda c: c[:60])
@@ -290,6 +310,8 @@ def test_quoted_command_runs(command, tmp_path, request, keep_threads):
     subs = {"tmp": str(tmp_path)}
     if "{bench}" in json.dumps([smoke.argv, smoke.set]):
         subs["bench"] = str(request.getfixturevalue("micro_bench"))
+    if "{hf}" in json.dumps([smoke.argv, smoke.set]):
+        subs["hf"] = str(request.getfixturevalue("tiny_hf_checkpoint"))
     argv, redirected = smoke_argv(command, smoke, subs)
     if smoke.how == "subprocess":
         exe = shutil.which(argv[0], path=str(Path(sys.executable).parent)) or shutil.which(argv[0])
