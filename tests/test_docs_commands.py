@@ -95,7 +95,7 @@ SMOKE: dict[str, Smoke] = {
         argv=("probe", "{hf}", "--out", "{tmp}/probe", "--tokens", "32", "--points", "16", "--no-progress"),
         expect=("{tmp}/probe/probe.json",)),
     "posenc bench --model MODEL_DIR --out DIR": Smoke(
-        argv=("bench", "--model", "{hf}", "--preset", "micro", "--out", "{tmp}/bm", "--no-progress"),
+        argv=("bench", "--model", "{hf}", "--preset", "micro", "--tasks", "lm", "--out", "{tmp}/bm", "--no-progress"),
         expect=("{tmp}/bm/results.json",)),
     # Run as quoted: the Llama-sized probe is the claim (seconds, not the hours it once took).
     "posenc check rope --d-model 4096 --heads 32": Smoke(),
@@ -143,7 +143,15 @@ RESULT_SMOKE: dict[str, Smoke] = {
     "model_cpu": Smoke(set={**_TINY_MODEL, "--json": ["{tmp}/model.json"]}, expect=("{tmp}/model.json",)),
     "bench_quick": Smoke(set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
     "bench_standard": Smoke(set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
-    "check_cpu": Smoke(add=("rope",)),
+    "check_cpu": Smoke(argv=("check", "rope", "--json")),
+    "probe_tiny_llama": Smoke(
+        argv=("benchmarks/train_tiny_hf.py", "--out", "{tmp}/tl", "--steps", "3", "--layers", "1", "--width", "32",
+              "--heads", "2", "--length", "32", "--train-bytes", "20000", "--eval-windows", "2", "--no-progress",
+              "--probe", "{tmp}/p"),
+        expect=("{tmp}/p/probe.json",), how="script"),
+    "bench_model_tiny_llama": Smoke(
+        argv=("bench", "--model", "{hf}", "--preset", "micro", "--tasks", "lm", "--out", "{tmp}/bmt", "--no-progress"),
+        expect=("{tmp}/bmt/results.json",)),
     "hf_parity": Smoke(set={"--out": ["{tmp}/hf.json"]}, add=("--case", "llama"), expect=("{tmp}/hf.json",),
                        how="script"),
 }
