@@ -107,10 +107,13 @@ def _import_raising():
 
     from posenc.cli import import_user_module
 
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "h8_raises.py"
-        path.write_text("raise RuntimeError('boom')\n")
-        import_user_module(str(path))
+    # A fixed folder, not a random temp name: the message (with the path) goes into the
+    # generated docs/reliability.md, which must come out the same on every run.
+    d = Path(tempfile.gettempdir()) / "posenc_reliability"
+    d.mkdir(exist_ok=True)
+    path = d / "h8_raises.py"
+    path.write_text("raise RuntimeError('boom')\n")
+    import_user_module(str(path))
 
 
 def _run_example(length):

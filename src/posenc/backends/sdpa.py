@@ -64,7 +64,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
         if mask.plain_causal:
             return causal_sdpa_with_bias(q, k, v, masked, scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=masked, scale=scale)
-    if compiling or (mask.tq <= _DECODE_ROWS and not _needs_grad(q, k, v)):
+    if compiling or (mask.tq <= _DECODE_ROWS < mask.tk and not _needs_grad(q, k, v)):
         # Under torch.compile the dense composition is traced and fused by the compiler (the
         # fused autograd.Function's non-tensor spec does not trace with fullgraph=True). A
         # decoding step without autograd has (B, H, Tq <= 16, Tk) logits: the dense composition
