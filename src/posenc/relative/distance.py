@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..positions import relative_positions
+from ..positions import contiguous_offset, relative_positions
 
 __all__ = ["DistanceBucket", "LookupBucket", "RelativeLayout", "saturation_bounds", "skew", "unskew", "uniform_offset"]
 
@@ -80,22 +80,8 @@ class LookupBucket:
         return self.lut[(q_pos - k_pos).clamp(self.lo, self.hi) - self.lo]
 
 
-def uniform_offset(q_pos: Tensor, k_pos: Tensor) -> int | None:
-    """``s`` when ``q_pos_i - k_pos_j == s + i - j`` for every batch row, else None.
-
-    q_pos (B, Tq), k_pos (B or 1, Tk). True for plain batches, cross-attention between two
-    contiguous ranges and KV-cache decoding with one offset for the batch. Under
-    ``torch.compile`` it returns None (the check needs the values): the gather path runs.
-    """
-    if torch.compiler.is_compiling() or q_pos.shape[1] == 0 or k_pos.shape[1] == 0:
-        return None
-    ok = torch.ones((), dtype=torch.bool, device=q_pos.device)
-    for pos in (q_pos, k_pos):
-        if pos.shape[1] > 1:
-            ok = ok & (pos.diff(dim=1) == 1).all()
-    off = q_pos[:, 0] - k_pos[:, 0]  # (B,)
-    ok = ok & (off == off[0]).all()
-    return int(off[0]) if bool(ok) else None
+# The Toeplitz test lives with the positions; the relative schemes use it under this name.
+uniform_offset = contiguous_offset
 
 
 def skew(scores: Tensor, tk: int) -> Tensor:
