@@ -28,6 +28,15 @@ _TABLE_END = "a table of max_len rows (Press et al. 2022: learned tables stop at
 _NO_ABS = "sees only i - j: no absolute position by construction"
 _LEARNED = "learned weights; the probe has them at random init"
 
+_HUANG = {
+    "absolute": (False, _NO_ABS),
+    "relative": (True, "Huang et al. 2020: " + _RELATIVE),
+    "bounded": (True, "distances clipped (Huang et al. 2020)"),
+    "decay": (UNTRAINED, _LEARNED),
+    "extrapolation": (True, "clipping makes every distance valid"),
+    "linear_attention": (False, _SU_LINEAR),
+}
+
 # encoding -> check -> (expected, source). Checks: absolute, relative, linear_map, bounded,
 # decay, extrapolation, linear_attention (cost is a measurement with no claim).
 EXPECTED: dict[str, dict[str, tuple[bool | str, str]]] = {
@@ -96,22 +105,8 @@ EXPECTED: dict[str, dict[str, tuple[bool | str, str]]] = {
         "extrapolation": (True, "clipping makes every distance valid (Shaw et al. 2018)"),
         "linear_attention": (False, _SU_LINEAR),
     },
-    "relative_key": {
-        "absolute": (False, _NO_ABS),
-        "relative": (True, "Huang et al. 2020: " + _RELATIVE),
-        "bounded": (True, "distances clipped (Huang et al. 2020)"),
-        "decay": (UNTRAINED, _LEARNED),
-        "extrapolation": (True, "clipping makes every distance valid"),
-        "linear_attention": (False, _SU_LINEAR),
-    },
-    "relative_key_query": {
-        "absolute": (False, _NO_ABS),
-        "relative": (True, "Huang et al. 2020: " + _RELATIVE),
-        "bounded": (True, "distances clipped (Huang et al. 2020)"),
-        "decay": (UNTRAINED, _LEARNED),
-        "extrapolation": (True, "clipping makes every distance valid"),
-        "linear_attention": (False, _SU_LINEAR),
-    },
+    "relative_key": _HUANG,
+    "relative_key_query": _HUANG,  # the same claims: Huang et al. 2020 define both variants
     "transformer_xl": {
         "absolute": (False, _NO_ABS),
         "relative": (True, "Dai et al. 2019: " + _RELATIVE),
