@@ -509,3 +509,72 @@ def test_state_prepared_once_per_forward_for_all_layers(name, config, monkeypatc
     assert len(calls) == 3
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(step, want[:, 5:6], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name,config",
+    [("deberta", {"position_buckets": 128, "max_relative_positions": 256}),
+     ("deberta", {"position_buckets": 64, "max_relative_positions": 128, "c2p": False}),
+     ("relative_key_query", {"clip": 40})],
+)
+def test_decoding_forms_match_full_forward(name, config, monkeypatch):
+    """A decoding step takes the key-side terms as gathered rows dotted with the cached keys
+    (TableTerm.dense without the (Tk, R) table) and DeBERTa's c2p through the queries taken to
+    P's width (no projection of P by pos_key_proj); the logits must equal one full forward.
+    D = 32 and up to 48 rows (the first DeBERTa config exact to 64, the second logarithmic past 32,
+    so only the later steps reach 32 rows), so both forms are chosen; spies assert they were."""
+    from posenc.relative.deberta import DebertaRelative
+    from posenc.terms import TableTerm
+
+    model = tiny_model(name, d_model=64, n_head=2, encoding_config=config, dtype=torch.float64)
+    tokens = torch.randint(0, 64, (2, 48), generator=torch.Generator().manual_seed(0))
+    taken = {"gather": 0, "c2p": 0}
+    gather, c2p = TableTerm._gather_rows, DebertaRelative._c2p_table
+
+    def spy_gather(self, idx):
+        taken["gather"] += 1
+        return gather(self, idx)
+
+    def spy_c2p(self, q, rows):
+        taken["c2p"] += 1
+        return c2p(self, q, rows)
+
+    with torch.no_grad():
+        want = model(tokens)
+        monkeypatch.setattr(TableTerm, "_gather_rows", spy_gather)
+        monkeypatch.setattr(DebertaRelative, "_c2p_table", spy_c2p)
+        cache = model.new_cache()
+        parts = [model(tokens[:, :8], cache=cache)]
+        parts += [model(tokens[:, t : t + 1], cache=cache) for t in range(8, 48)]
+    assert taken["gather"] > 0
+    assert taken["c2p"] > 0 if name == "deberta" and config.get("c2p", True) else taken["c2p"] == 0
+    torch.testing.assert_close(torch.cat(parts, dim=1), want, rtol=1e-10, atol=1e-10)
+
+
+def test_deberta_c2p_by_query_equals_projected_rows(monkeypatch):
+    """c2p from (q W_k)·P_r + q·b_k equals q·K^r_r with P projected, forward and backward
+    (gradients of q, P, W_k and b_k), for one decoding query over 29 rows (log buckets past 16)."""
+    enc = build("deberta", d_model=128, num_heads=2, position_buckets=32, max_relative_positions=64, p2c=False)
+    enc = enc.double()
+    with torch.no_grad():
+        enc.pos_key_proj.bias.normal_()  # nonzero: the q·b_k term is checked too
+    q_pos, k_pos = torch.tensor([[45]]), torch.arange(46)[None]
+    q = torch.randn(1, 2, 1, 64, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(1, 2, 1, 46, dtype=torch.float64)
+    params = [q, enc.rel_embeddings, enc.pos_key_proj.weight, enc.pos_key_proj.bias]
+
+    def run():
+        state = enc.prepare(q_pos, k_pos)
+        (term,) = enc.terms(q, q, state)
+        out = term.dense(q_pos, k_pos)
+        return out, state, torch.autograd.grad((out * w).sum(), params)
+
+    by_query, state, g1 = run()
+    assert state.keys is None and state.rows.shape[0] == 29, "one query over many rows: the by-query form"
+    monkeypatch.setattr(type(enc), "_c2p_by_query", lambda self, tq, rows: False)
+    projected, state, g2 = run()
+    assert state.keys is not None
+    torch.testing.assert_close(by_query, projected, rtol=1e-12, atol=1e-12)
+    for a, b in zip(g1, g2):
+        assert a.abs().sum() > 0
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

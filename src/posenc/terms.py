@@ -103,35 +103,71 @@ class BiasTerm:
         return mod
 
 
-@dataclass(frozen=True, eq=False)
 class TableTerm:
     """A content-dependent term read from a (B, H, T_side, R) table by relative bucket.
 
     ``side="query"``: ``logit[b, h, i, j] += table[b, h, i, bucket(q_pos_i, k_pos_j)]``;
     ``side="key"``: ``logit[b, h, i, j] += table[b, h, j, bucket(q_pos_i, k_pos_j)]``.
+
+    Given either as the table itself or, with :meth:`product`, as its two factors
+    ``table = x @ rows``: x (B, H, T_side, D) the queries or keys, rows (H|1, D, R) the
+    position vectors. From factors the table is computed on first use (the fused kernel and
+    ``score_mod`` read it), and ``dense`` may skip it (see :meth:`dense`).
     """
 
-    table: Tensor
-    side: Literal["query", "key"]
-    bucket: BucketFn
+    def __init__(self, table: Tensor | None, side: Literal["query", "key"], bucket: BucketFn) -> None:
+        if side not in ("query", "key"):
+            raise ValueError(f"side must be 'query' or 'key', got {side!r}")
+        self._table, self.side, self.bucket = table, side, bucket
+        self.x: Tensor | None = None
+        self.rows: Tensor | None = None
 
-    def __post_init__(self) -> None:
-        if self.side not in ("query", "key"):
-            raise ValueError(f"side must be 'query' or 'key', got {self.side!r}")
+    @classmethod
+    def product(cls, x: Tensor, rows: Tensor, side: Literal["query", "key"], bucket: BucketFn) -> "TableTerm":
+        """The term whose table is ``x @ rows``: x (B, H, T_side, D), rows (H|1, D, R)."""
+        term = cls(None, side, bucket)
+        term.x, term.rows = x, rows
+        return term
+
+    @property
+    def table(self) -> Tensor:
+        """(B, H, T_side, R), computed once from the factors if it was not given."""
+        if self._table is None:
+            self._table = self.x @ self.rows  # (B, H, T_side, R)
+        return self._table
 
     def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """(B|1, Tq, Tk) int64 buckets."""
         return self.bucket(q_pos[:, :, None], k_pos[:, None, :])
 
     def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """(B, H, Tq, Tk): the table gathered at every (query, key) pair."""
+        """(B, H, Tq, Tk): the table gathered at every (query, key) pair.
+
+        From factors, when the other side has few positions (a decoding step's one query
+        against a key-side table), the pair's row of ``rows`` is gathered and dotted with x
+        instead: x_j·rows[bucket(i, j)] costs Tq·Tk·D against the table's T_side·R·D, and it
+        is taken when its (B, H, Tq, Tk, D) rows are no larger than the (B, H, T_side, R)
+        table (Tq·D <= R on the key side; e.g. DeBERTa's p2c over a 512-key cache computed
+        k·Q^rᵀ for all R = 256 rows to read one per key).
+        """
         idx = self.index(q_pos, k_pos)  # (B|1, Tq, Tk)
+        other = q_pos.shape[1] if self.side == "key" else k_pos.shape[1]  # Tq or Tk
+        if self._table is None and other * self.x.shape[-1] <= self.rows.shape[-1]:
+            return self._gather_rows(idx)
         B, H = self.table.shape[:2]
         if self.side == "query":
             idx = idx[:, None].expand(B, H, -1, -1)  # (B, H, Tq, Tk)
             return self.table.gather(-1, idx)
         idx = idx.transpose(1, 2)[:, None].expand(B, H, -1, -1)  # (B, H, Tk, Tq)
         return self.table.gather(-1, idx).transpose(-2, -1)  # (B, H, Tq, Tk)
+
+    def _gather_rows(self, idx: Tensor) -> Tensor:
+        """(B, H, Tq, Tk) = x_(i or j)·rows[:, bucket(i, j)], without the table."""
+        rows = self.rows.transpose(-2, -1)  # (H|1, R, D)
+        # index_select, not rows[:, idx]: advanced indexing is several times slower on CPU.
+        picked = rows.index_select(-2, idx.flatten()).view(rows.shape[0], *idx.shape, -1)  # (H|1, B|1, Tq, Tk, D)
+        x = self.x[:, :, :, None] if self.side == "query" else self.x[:, :, None]  # (B, H, Tq, 1, D) or (B, H, 1, Tk, D)
+        return torch.linalg.vecdot(picked.transpose(0, 1), x)  # (B, H, Tq, Tk)
 
     def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
         """FlexAttention ``score_mod`` reading the table at (b, h, row, bucket)."""

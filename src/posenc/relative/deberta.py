@@ -35,13 +35,17 @@ those are then shared across layers (DeBERTa has one pair per layer: build the m
 The ``terms`` hook returns c2p as a query-side :class:`~posenc.terms.TableTerm` q·K^rᵀ
 (B, H, Tq, R) and p2c as a key-side one k·Q^rᵀ (B, H, Tk, R), R <= 2·span rows of P (the
 rows the step's distances reach), read by bucket delta(i, j) (a :class:`LookupBucket`: the
-log buckets are computed once per forward for the distances where they are not yet
-saturated, not for every pair). No (T, T) tensor.
+log buckets are computed once, at construction, for the distances where they are not yet
+saturated, not for every pair). No (T, T) tensor. Both are given by their factors
+(:meth:`~posenc.terms.TableTerm.product`), so in a decoding step p2c gathers one row of
+Q^r per cached key instead of computing k·Q^rᵀ for all R rows (issue 11).
 
 ``prepare`` (once per forward, or once per decoding step) picks those rows of P and
 layer-normalizes them and, with the encoding's own projections, projects them: every layer
 sharing the module reuses the result. With ``share_att_key`` only the projection is per
-layer (it uses the layer's own weights). ``layer_norm_eps`` is DeBERTa-v2's
+layer (it uses the layer's own weights). With few queries (decoding) c2p skips projecting P
+by ``pos_key_proj``: (q W_k)·P_r + q·b_k takes each query to P's width instead, H·Tq·C·(D + R)
+per layer against R·C·H·D (:meth:`DebertaRelative._c2p_by_query`). ``layer_norm_eps`` is DeBERTa-v2's
 ``layer_norm_eps`` (1e-7 by default there and here). DeBERTa's ``max_relative_positions``
 keeps its Hugging Face name (it is the clip span only without buckets, and the log scale's
 ``max_position`` with them).
@@ -152,6 +156,10 @@ class DebertaRelative(PositionalEncoding):
         self.pos_query_proj = nn.Linear(C, HD) if own and config.p2c else None
         # Distances beyond which the clamped buckets are constant: the table's static range.
         self.bounds = saturation_bounds(self._canon, config.span - 1, -config.span)
+        # The row of P of each distance in [lo, hi]: a config constant, so computed here once,
+        # not in every forward (a decoding step would recompute the log buckets for every token).
+        lo, hi = self.bounds
+        self.register_buffer("lut", self._canon(torch.arange(lo, hi + 1)) + config.span, persistent=False)  # (hi - lo + 1,)
 
     def _canon(self, d: Tensor) -> Tensor:
         c = self.config
@@ -165,7 +173,7 @@ class DebertaRelative(PositionalEncoding):
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> "DebertaState":
         span = self.config.span
         lo, hi = self.bounds  # canon is constant for d <= lo and d >= hi
-        lut = self._canon(torch.arange(lo, hi + 1, device=q_pos.device)) + span  # (hi - lo + 1,) rows of P
+        lut = self.lut  # (hi - lo + 1,) rows of P
         r0, r1 = 0, 2 * span - 1
         if not torch.compiler.is_compiling() and q_pos.numel() and k_pos.numel():
             # Only the rows the distances that occur reach (canon is monotone): a decoding step
@@ -179,14 +187,31 @@ class DebertaRelative(PositionalEncoding):
         bucket = LookupBucket((lut - r0).clamp(0, r1 - r0), lo, hi)
         state = DebertaState(bucket, p, None, None)
         if not self.config.share_att_key:  # the encoding's own projections: shared by layers too
-            state.keys = self._project(p, self.pos_key_proj) if self.config.c2p else None
+            if self.config.c2p and not self._c2p_by_query(q_pos.shape[1], p.shape[0]):
+                state.keys = self._project(p, self.pos_key_proj)
             state.queries = self._project(p, self.pos_query_proj) if self.config.p2c else None
         return state
+
+    def _c2p_by_query(self, tq: int, rows: int) -> bool:
+        """c2p as (q W_k)·P_r + q·b_k (each layer takes its queries to P's width C) rather than
+        q·K^r_r (P's R rows projected once, shared by the layers): H·Tq·C·(D + R) per layer
+        against R·C·H·D per forward. Taken when cheaper even with 16 layers sharing the
+        projection, i.e. in decoding, where the Tq = 1 query reaches all R rows."""
+        return not torch.compiler.is_compiling() and 16 * tq * (self.dims.head_dim + rows) <= rows * self.dims.head_dim
 
     def _project(self, p: Tensor, proj: nn.Linear) -> Tensor:
         """Normalized rows p (R, C) -> projected (H, D, R) with the encoding's own projection."""
         H, D = self.dims.num_heads, self.dims.head_dim
         return proj(p.to(proj.weight.dtype)).view(p.shape[0], H, D).permute(1, 2, 0)  # (H, D, R)
+
+    def _c2p_table(self, q: Tensor, rows: Tensor) -> Tensor:
+        """q·K^rᵀ unscaled without projecting P: with K^r_h = P W_hᵀ + b_h (W_h the head's
+        (D, C) slice of ``pos_key_proj``), q_h·K^r_h,r = (q_h W_h)·P_r + q_h·b_h.
+        q (B, H, Tq, D), rows P (R, C) -> (B, H, Tq, R) in q's dtype."""
+        H, D = self.dims.num_heads, self.dims.head_dim
+        w = self.pos_key_proj.weight.to(q.dtype).view(H, D, -1)  # (H, D, C)
+        b = self.pos_key_proj.bias.to(q.dtype).view(H, D, 1)  # (H, D, 1)
+        return (q @ w) @ rows.to(q.dtype).T + q @ b  # (B, H, Tq, C) @ (C, R) + (B, H, Tq, 1)
 
     def terms(self, q: Tensor, k: Tensor, state: "DebertaState", proj: QKProjection | None = None) -> list[TableTerm]:
         """c2p q·K^rᵀ (B, H, Tq, R) and p2c k·Q^rᵀ (B, H, Tk, R), scaled, float32 or wider."""
@@ -195,12 +220,14 @@ class DebertaRelative(PositionalEncoding):
         dt = torch.promote_types(q.dtype, torch.float32)
         scale = self.attention_scale(q.shape[-1])
         out: list[TableTerm] = []
-        if self.config.c2p:
+        if self.config.c2p and not self.config.share_att_key and state.keys is None:
+            out.append(TableTerm(self._c2p_table(q.to(dt), state.rows) * scale, "query", state.bucket))  # (B, H, Tq, R)
+        elif self.config.c2p:
             kr = state.keys if state.keys is not None else proj.key(state.rows).transpose(-1, -2)  # (H, D, R)
-            out.append(TableTerm(q.to(dt) @ (kr.to(dt) * scale), "query", state.bucket))  # (B, H, Tq, R)
+            out.append(TableTerm.product(q.to(dt), kr.to(dt) * scale, "query", state.bucket))  # table (B, H, Tq, R)
         if self.config.p2c:
             qr = state.queries if state.queries is not None else proj.query(state.rows).transpose(-1, -2)  # (H, D, R)
-            out.append(TableTerm(k.to(dt) @ (qr.to(dt) * scale), "key", state.bucket))  # (B, H, Tk, R)
+            out.append(TableTerm.product(k.to(dt), qr.to(dt) * scale, "key", state.bucket))  # table (B, H, Tk, R)
         return out
 
 

@@ -105,8 +105,8 @@ class ShawRelative(PositionalEncoding):
         out: list[TableTerm | ValueTerm] = []
         if state.key_rows is not None and q is not None:
             dt = torch.promote_types(q.dtype, torch.float32)
-            rows = state.key_rows.to(dt) * self.attention_scale(q.shape[-1])  # (R, D): scaled here, not on T·R
-            out.append(TableTerm(q.to(dt) @ rows.T, "query", state.bucket))  # (B, H, Tq, R)
+            rows = (state.key_rows.to(dt) * self.attention_scale(q.shape[-1])).T[None]  # (1, D, R): scaled here, not on T·R
+            out.append(TableTerm.product(q.to(dt), rows, "query", state.bucket))  # table (B, H, Tq, R)
         if state.value_rows is not None:
             out.append(ValueTerm(state.value_rows[None], state.bucket))  # (1, R, D)
         return out

@@ -123,8 +123,11 @@ class TransformerXLRelative(PositionalEncoding):
             inv_freq = self._inv_freq(q_pos.device)
             a = q_pos.to(torch.float64)[:, None, :, None] * inv_freq  # (B, 1, Tq, C/2), angles in float64
             b = k_pos.to(torch.float64)[:, None, :, None] * inv_freq  # (B|1, 1, Tk, C/2)
-            kf = torch.cat([b.cos(), b.sin()], dim=-1)  # (B|1, 1, Tk, C)
-            return TransformerXLState(None, None, a.sin(), a.cos(), kf)
+            # Cast once here, not in every layer: in decoding the (Tk, C) key factor is the
+            # largest tensor of the step. Float32, or float64 in a float64 model.
+            dt = torch.promote_types(self.r_net.weight.dtype, torch.float32)
+            kf = torch.cat([b.cos(), b.sin()], dim=-1).to(dt)  # (B|1, 1, Tk, C)
+            return TransformerXLState(None, None, a.sin().to(dt), a.cos().to(dt), kf)
         lo, hi = self._range(q_pos, k_pos)
         distances = torch.arange(lo, hi + 1, device=q_pos.device)  # (R,): row r is distance lo + r
         return TransformerXLState(DistanceBucket(lo, hi), self.relative_keys(distances), None, None, None)
@@ -140,7 +143,7 @@ class TransformerXLRelative(PositionalEncoding):
         if state.bucket is None:
             return [DenseTerm(self._angle_logits(qv, state, scale)), u_term]
         r = state.keys.to(dt) * scale  # (H, D, R): the scale on the R rows, not on T·R
-        return [TableTerm(qv @ r, "query", state.bucket), u_term]  # (B, H, Tq, R)
+        return [TableTerm.product(qv, r, "query", state.bucket), u_term]  # table (B, H, Tq, R)
 
     def _angle_logits(self, qv: Tensor, state: "TransformerXLState", scale: float) -> Tensor:
         """(q_i + v)·W_R R_(i-j) for any positions, by the angle-difference identities.
@@ -166,7 +169,7 @@ class TransformerXLState:
     Table form: ``bucket`` (row r is distance lo + r) and ``keys`` = W_R R_d (H, D, R) for
     those distances, unscaled, in W_R's dtype. Angle form (``bucket`` None): ``sin_q``/``cos_q``
     (B, 1, Tq, C/2) of the query angles and ``key_factor`` [cos | sin] (B|1, 1, Tk, C) of the
-    key angles, float64.
+    key angles, computed in float64 and stored in float32 (float64 in a float64 model).
     """
 
     bucket: DistanceBucket | None
