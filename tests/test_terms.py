@@ -39,7 +39,7 @@ def _loop(x, rows, side, bucket, q_pos, k_pos):
                 for j in range(Tk):
                     r = int(bucket(qp[i], kp[j]))
                     vec = x[b, h, i] if side == "query" else x[b, h, j]
-                    out[b, h, i, j] = vec @ rows[min(h, rows.shape[0] - 1), :, r]
+                    out[b, h, i, j] = vec @ (rows[:, r] if rows.dim() == 2 else rows[h, :, r])
     return out
 
 
@@ -47,12 +47,13 @@ def _inputs(side, B, H, rows_heads, Tq, Tk, seed=0):
     g = torch.Generator().manual_seed(seed)
     T_side = Tq if side == "query" else Tk
     x = torch.randn(B, H, T_side, D, generator=g, dtype=torch.float64, requires_grad=True)
-    rows = torch.randn(rows_heads, D, 2 * CLIP + 1, generator=g, dtype=torch.float64, requires_grad=True)
+    shape = (D, 2 * CLIP + 1) if rows_heads is None else (rows_heads, D, 2 * CLIP + 1)  # None: shared by heads
+    rows = torch.randn(*shape, generator=g, dtype=torch.float64, requires_grad=True)
     return x, rows
 
 
 @pytest.mark.parametrize("side", ["query", "key"])
-@pytest.mark.parametrize("rows_heads", [1, 3])
+@pytest.mark.parametrize("rows_heads", [None, 3])
 @pytest.mark.parametrize("layout", ["contiguous", "ragged"])
 def test_gathered_rows_equal_table_and_loop(side, rows_heads, layout):
     B, H = 2, 3
@@ -86,7 +87,7 @@ def test_many_positions_use_the_table(side):
     B, H, T = 1, 2, 16
     q_pos, k_pos = _positions(B, T, T, "contiguous")
     bucket = DistanceBucket(-CLIP, CLIP)
-    x, rows = _inputs(side, B, H, 1, T, T)
+    x, rows = _inputs(side, B, H, None, T, T)
     term = TableTerm.product(x, rows, side, bucket)
     got = term.dense(q_pos, k_pos)
     assert term._table is not None

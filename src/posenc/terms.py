@@ -110,8 +110,8 @@ class TableTerm:
     ``side="key"``: ``logit[b, h, i, j] += table[b, h, j, bucket(q_pos_i, k_pos_j)]``.
 
     Given either as the table itself or, with :meth:`product`, as its two factors
-    ``table = x @ rows``: x (B, H, T_side, D) the queries or keys, rows (H|1, D, R) the
-    position vectors. From factors the table is computed on first use (the fused kernel and
+    ``table = x @ rows``: x (B, H, T_side, D) the queries or keys, rows (H, D, R) the
+    position vectors, or (D, R) shared by the heads. From factors the table is computed on first use (the fused kernel and
     ``score_mod`` read it), and ``dense`` may skip it (see :meth:`dense`).
     """
 
@@ -124,7 +124,7 @@ class TableTerm:
 
     @classmethod
     def product(cls, x: Tensor, rows: Tensor, side: Literal["query", "key"], bucket: BucketFn) -> "TableTerm":
-        """The term whose table is ``x @ rows``: x (B, H, T_side, D), rows (H|1, D, R)."""
+        """The term whose table is ``x @ rows``: x (B, H, T_side, D), rows (H, D, R) or (D, R)."""
         term = cls(None, side, bucket)
         term.x, term.rows = x, rows
         return term
@@ -163,11 +163,12 @@ class TableTerm:
 
     def _gather_rows(self, idx: Tensor) -> Tensor:
         """(B, H, Tq, Tk) = x_(i or j)·rows[:, bucket(i, j)], without the table."""
-        rows = self.rows.transpose(-2, -1)  # (H|1, R, D)
-        # index_select, not rows[:, idx]: advanced indexing is several times slower on CPU.
-        picked = rows.index_select(-2, idx.flatten()).view(rows.shape[0], *idx.shape, -1)  # (H|1, B|1, Tq, Tk, D)
+        rows = self.rows.transpose(-2, -1)  # (H, R, D) or (R, D)
+        # index_select, not rows[..., idx, :]: advanced indexing is several times slower on CPU.
+        picked = rows.index_select(-2, idx.flatten()).unflatten(-2, idx.shape)  # ([H,] B|1, Tq, Tk, D)
+        picked = picked.transpose(0, 1) if rows.dim() == 3 else picked[:, None]  # (B|1, H|1, Tq, Tk, D)
         x = self.x[:, :, :, None] if self.side == "query" else self.x[:, :, None]  # (B, H, Tq, 1, D) or (B, H, 1, Tk, D)
-        return torch.linalg.vecdot(picked.transpose(0, 1), x)  # (B, H, Tq, Tk)
+        return torch.linalg.vecdot(picked, x)  # (B, H, Tq, Tk)
 
     def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
         """FlexAttention ``score_mod`` reading the table at (b, h, row, bucket)."""

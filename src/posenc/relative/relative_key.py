@@ -76,7 +76,7 @@ class _RelativeKeyBase(PositionalEncoding):
     def terms(self, q: Tensor, k: Tensor, state: RelativeKeyState, proj: QKProjection | None = None) -> list[TableTerm]:
         """q·aᵀ (B, H, Tq, 2k + 1) and, with the key term, k·aᵀ (B, H, Tk, 2k + 1), scaled, float32 or wider."""
         dt = torch.promote_types(q.dtype, torch.float32)
-        rows = (self.weight.to(dt) * self.attention_scale(q.shape[-1])).T[None]  # (1, D, R): scaled on R rows, not T·R
+        rows = (self.weight.to(dt) * self.attention_scale(q.shape[-1])).T  # (D, R): the scale on R rows, not T·R
         out = [TableTerm.product(q.to(dt), rows, "query", state.bucket)]  # table (B, H, Tq, R)
         if self.key_term:
             out.append(TableTerm.product(k.to(dt), rows, "key", state.bucket))  # table (B, H, Tk, R)

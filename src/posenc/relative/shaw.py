@@ -105,7 +105,7 @@ class ShawRelative(PositionalEncoding):
         out: list[TableTerm | ValueTerm] = []
         if state.key_rows is not None and q is not None:
             dt = torch.promote_types(q.dtype, torch.float32)
-            rows = (state.key_rows.to(dt) * self.attention_scale(q.shape[-1])).T[None]  # (1, D, R): scaled here, not on T·R
+            rows = (state.key_rows.to(dt) * self.attention_scale(q.shape[-1])).T  # (D, R): scaled here, not on T·R
             out.append(TableTerm.product(q.to(dt), rows, "query", state.bucket))  # table (B, H, Tq, R)
         if state.value_rows is not None:
             out.append(ValueTerm(state.value_rows[None], state.bucket))  # (1, R, D)

@@ -126,7 +126,7 @@ class TransformerXLRelative(PositionalEncoding):
             # Cast once here, not in every layer: in decoding the (Tk, C) key factor is the
             # largest tensor of the step. Float32, or float64 in a float64 model.
             dt = torch.promote_types(self.r_net.weight.dtype, torch.float32)
-            kf = torch.cat([b.cos(), b.sin()], dim=-1).to(dt)  # (B|1, 1, Tk, C)
+            kf = torch.cat([b.cos().to(dt), b.sin().to(dt)], dim=-1)  # (B|1, 1, Tk, C): cast, then concatenated
             return TransformerXLState(None, None, a.sin().to(dt), a.cos().to(dt), kf)
         lo, hi = self._range(q_pos, k_pos)
         distances = torch.arange(lo, hi + 1, device=q_pos.device)  # (R,): row r is distance lo + r
