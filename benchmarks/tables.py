@@ -391,11 +391,13 @@ def _model_rows(data: dict) -> tuple[list[list[str]], list[str]]:
     for name in train:
         if name == "none":
             continue
-        label, goal = data["goal"][name]
+        _, goal, mem_goal = (*data["goal"][name], None)[:3]  # older files have no memory goal
         r = [train[name][T] / train["none"][T]] + [decode["none"][c] / decode[name][c] for c in contexts]
         (Tm, m), = mem[name].items()
-        rows.append([name, ratio(goal), *map(ratio, r), ratio(m / mem["none"][Tm]),
-                     "yes" if all(x <= goal for x in r) else "no"])
+        m_ratio = m / mem["none"][Tm]
+        ok = all(x <= goal for x in r) and (mem_goal is None or m_ratio <= mem_goal)
+        goal_text = ratio(goal) + (f", memory {ratio(mem_goal)}" if mem_goal is not None else "")
+        rows.append([name, goal_text, *map(ratio, r), ratio(m_ratio), "yes" if ok else "no"])
     header = ["encoding", "goal", f"train step T={T}", *(f"decode at {c}" for c in contexts),
               "peak memory (train)", "within goal"]
     base = (f"ratios to NoPE: {train['none'][T]:.2f} s per training step, "

@@ -496,22 +496,35 @@ def test_toeplitz_path_equals_all_pairs(name, tq, tk, s):
             torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
-def test_masked_bias_is_built_once_per_forward(monkeypatch):
-    """SDPA's float mask (bias with -inf where masked) is memoized per forward, not rebuilt per layer."""
+@pytest.mark.parametrize("padded", [False, True])
+def test_bias_is_built_once_per_forward(monkeypatch, padded):
+    """The dense bias (and SDPA's masked float form of it) is built once per forward, not per layer."""
     from posenc.backends import SharedBias
+    from posenc.terms import BiasTerm
 
     model = tiny_model("alibi", n_layer=3)
-    calls = []
-    orig = SharedBias.masked
+    dense_calls, masked_calls = [], []
+    orig_dense, orig_masked = BiasTerm.dense, SharedBias.masked
 
-    def counting(self, dtype):
-        calls.append(dtype in self._masked)
-        return orig(self, dtype)
+    def counting_dense(self, q_pos, k_pos):
+        dense_calls.append(1)
+        return orig_dense(self, q_pos, k_pos)
 
-    monkeypatch.setattr(SharedBias, "masked", counting)
+    def counting_masked(self, dtype):
+        masked_calls.append(dtype in self._masked)
+        return orig_masked(self, dtype)
+
+    monkeypatch.setattr(BiasTerm, "dense", counting_dense)
+    monkeypatch.setattr(SharedBias, "masked", counting_masked)
+    tokens = torch.randint(0, 64, (2, 7))
+    valid = torch.tensor([[True] * 7, [False, False] + [True] * 5])
+    seq = SequenceInfo.from_padding_mask(valid) if padded else None
     with torch.no_grad():
-        model(torch.randint(0, 64, (2, 7)))
-    assert calls == [False, True, True]
+        model(tokens, seq)
+    assert len(dense_calls) == 1
+    # Plain causal attention takes the CPU flash kernel with the bias as it is; a padding mask
+    # folds -inf into one masked copy, built by the first layer and reused by the others.
+    assert masked_calls == ([False, True, True] if padded else [])
 
 
 @pytest.mark.parametrize("name", RELATIVE)

@@ -1,11 +1,15 @@
-"""``torch.nn.functional.scaled_dot_product_attention``, and the fused path for terms.
+"""``torch.nn.functional.scaled_dot_product_attention``, and the fused paths for terms.
 
 * no terms: ``is_causal`` when the mask is plain causal, else the bool mask;
-* a content-independent bias alone, fixed or without autograd (or under torch.compile): the bias with the mask folded in as
-  SDPA's float ``attn_mask`` — built once per forward and shared by every layer
-  (:class:`SharedBias`); plain causal runs in row blocks that skip the keys right of each
-  block (:func:`causal_sdpa_with_bias`). A learned bias in training (T5, KERPLE, FIRE) takes
-  the fused function below (its dense bias shared by the layers);
+* a content-independent bias alone, on CPU, plain causal or no mask:
+  :func:`posenc.backends.cpu_flash.flash_bias_attention` — the CPU flash kernel with the bias
+  and ``is_causal`` together, and a backward that gives the bias its gradient (T5, KERPLE,
+  FIRE) without keeping (B, H, T, T) probabilities. The bias is built once per forward and
+  shared by every layer (:class:`SharedBias`);
+* a bias alone otherwise (padding, documents, a GPU, or under torch.compile): the bias with the
+  mask folded in as SDPA's float ``attn_mask``; plain causal runs in row blocks that skip the
+  keys right of each block (:func:`causal_sdpa_with_bias`). A learned bias in training outside
+  those cases takes the fused function below;
 * content-dependent logit terms or value terms: :func:`posenc.backends.fused.fused_attention`,
   which reads the (B, H, T, R) tables by bucket and never keeps (B, H, Tq, Tk) probabilities
   for backward. Under ``torch.compile`` the dense composition (the eager backend) is traced
@@ -23,6 +27,7 @@ from torch import Tensor
 from ..masks import AttentionMask
 from ..terms import DenseTerm, TableTerm
 from . import LayerTerms, eager
+from .cpu_flash import flash_bias_attention
 from .fused import fused_attention
 
 __all__ = ["attention", "causal_sdpa_with_bias"]
@@ -59,7 +64,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
     # (measured: T5's peak memory falls from about 1.85x NoPE's to 1.15x, for about 15% more
     # time). A fixed bias (ALiBi) keeps SDPA, which is faster and has no bias gradient.
     compiling = torch.compiler.is_compiling()
-    if len(terms.logits) == 0 and len(terms.values) == 0 and (compiling or not _learned_bias(terms)):
+    bias_only = len(terms.logits) == 0 and len(terms.values) == 0
+    if bias_only and not compiling and q.device.type == "cpu" and (mask.plain_causal or mask.is_full):
+        # The CPU flash kernel with the bias and is_causal together; its backward (with the
+        # bias's gradient when the bias is learned) keeps no (B, H, T, T) probabilities.
+        return flash_bias_attention(q, k, v, terms.bias.dense(), scale=scale, causal=mask.plain_causal)
+    if bias_only and (compiling or not _learned_bias(terms)):
         masked = terms.bias.masked(q.dtype)  # (B|1, H, Tq, Tk), shared by the layers
         if mask.plain_causal:
             return causal_sdpa_with_bias(q, k, v, masked, scale)

@@ -31,12 +31,12 @@ from torch import Tensor, nn
 from ..limits import MAX_DISTANCE, Float32Params
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
-from ..positions import relative_positions
+from ..positions import contiguous_offset, relative_positions, shared_rows
 from ..registry import register
 from ..terms import BiasTerm
 from ._bias import bias_dtype
 
-__all__ = ["FireConfig", "Fire", "fire_normalized_distance"]
+__all__ = ["FireConfig", "Fire", "FireBias", "fire_normalized_distance"]
 
 MAX_MLP_WIDTH = 4096
 
@@ -52,6 +52,40 @@ def fire_normalized_distance(q_pos: Tensor, k_pos: Tensor, c: Tensor, L: Tensor,
     num = torch.log1p(c * dist)
     den = torch.log1p(c * i) + eps
     return num / den[:, :, None]
+
+
+@dataclass(frozen=True, eq=False)
+class FireBias(BiasTerm):
+    """FIRE's bias, whose dense form is Toeplitz for the queries at or below the threshold L.
+
+    b(i, j) depends on |i - j| and max(L, i) only, so every query at a position <= L has the
+    same normaliser psi(L) (strictly below L): for contiguous positions those rows form a Toeplitz block, from one
+    evaluation per distance (as T5's and ALiBi's whole bias does), and only the rows past L
+    evaluate every pair. Training at lengths <= L is then all Toeplitz: no (Tq, Tk) pass of the
+    piecewise-linear lookup, whose backward scatters into a (W + 1, H) table from every pair.
+    """
+
+    threshold: Tensor | None = None  # L, a 0-d float tensor
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        q_pos, k_pos = shared_rows(q_pos, k_pos)
+        s = contiguous_offset(q_pos, k_pos) if q_pos.shape[0] == 1 and k_pos.shape[0] == 1 else None
+        if s is None or self.threshold is None:
+            return self.all_pairs(q_pos, k_pos)
+        tq, tk = q_pos.shape[1], k_pos.shape[1]
+        # Positions q0, q0 + 1, ...: the rows strictly below L share psi(L) (a row at L itself
+        # is a tie of max(L, i), whose gradient torch splits; it stays with the pairs).
+        q0 = q_pos[0, 0]
+        rows = min(max(int(torch.ceil(self.threshold.detach())) - int(q0), 0), tq)
+        if rows == 0:
+            return self.all_pairs(q_pos, k_pos)
+        # The Toeplitz layout evaluates fn(h, d, 0) per distance d; here that is the pair
+        # (q0, q0 - d), whose query has the block's normaliser.
+        shifted = BiasTerm(lambda h, q, k: self.fn(h, q0, q0 - q + k), self.num_heads, toeplitz=True)
+        below = shifted._toeplitz(s, rows, tk, q_pos.device)  # (1, H, rows, Tk)
+        if rows == tq:
+            return below
+        return torch.cat([below, self.all_pairs(q_pos[:, rows:], k_pos)], dim=-2)  # (1, H, Tq, Tk)
 
 
 @dataclass
@@ -145,4 +179,4 @@ class Fire(Float32Params, PositionalEncoding):
             piece = torch.bucketize(x, knots)  # knots[piece - 1] < x <= knots[piece]
             return slopes[piece, h] * x + intercepts[piece, h]
 
-        return BiasTerm(fn, self.dims.num_heads, toeplitz=False)
+        return FireBias(fn, self.dims.num_heads, toeplitz=False, threshold=L)

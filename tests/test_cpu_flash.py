@@ -1,0 +1,147 @@
+"""The CPU flash path for a logit bias (posenc.backends.cpu_flash) and FIRE's Toeplitz rows.
+
+Every result is compared with attention written out from its formula, one query row at a time
+(softmax over the keys a row may see of q·k·scale + bias), and autograd through that loop.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posenc import ModelConfig, Transformer, build
+from posenc.backends.cpu_flash import backward_with_bias, flash_bias_attention
+from posenc.speed.model import GOALS, goal_for
+
+
+def reference(q, k, v, bias, scale, causal):
+    """softmax(q_i·k_j·scale + bias_ij over the visible j)·v, row by row, in float64."""
+    q, k, v, bias = (t.double() for t in (q, k, v, bias))
+    rows = []
+    for i in range(q.shape[2]):
+        z = i + 1 if causal else k.shape[2]
+        logits = (q[:, :, i : i + 1] @ k[:, :, :z].transpose(-1, -2)) * scale + bias[:, :, i : i + 1, :z]
+        rows.append(torch.softmax(logits, dim=-1) @ v[:, :, :z])
+    return torch.cat(rows, dim=2)
+
+
+def inputs(B, H, T, D, dtype, bias_batch, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=dtype).requires_grad_() for _ in range(3))
+    bias_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    bias = torch.randn(bias_batch, H, T, T, generator=g, dtype=bias_dtype).requires_grad_()
+    return q, k, v, bias
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("bias_batch", [1, 2])
+@pytest.mark.parametrize("T", [1, 70, 130])  # one block, several blocks with a ragged last one
+def test_forward_and_backward_equal_the_formula(causal, bias_batch, T):
+    q, k, v, bias = inputs(2, 3, T, 8, torch.float64, bias_batch)
+    out = flash_bias_attention(q, k, v, bias, scale=0.3, causal=causal)
+    ref = reference(q, k, v, bias, 0.3, causal)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    w = torch.randn_like(ref)
+    got = torch.autograd.grad((out * w).sum(), (q, k, v, bias))
+    want = torch.autograd.grad((ref * w).sum(), (q, k, v, bias))
+    for name, a, b in zip("q k v bias".split(), got, want):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=0, msg=f"d{name}")
+
+
+def test_fixed_bias_takes_the_kernel_backward_and_matches():
+    # A bias without a gradient (ALiBi) uses the kernel's own backward.
+    q, k, v, bias = inputs(2, 2, 90, 16, torch.float32, 1)
+    bias = bias.detach()
+    out = flash_bias_attention(q, k, v, bias, scale=0.25, causal=True)
+    ref = reference(q, k, v, bias, 0.25, True)
+    torch.testing.assert_close(out.double(), ref, atol=2e-6, rtol=0)
+    w = torch.randn_like(ref)
+    got = torch.autograd.grad((out * w.float()).sum(), (q, k, v))
+    want = torch.autograd.grad((ref * w).sum(), (q, k, v))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b.double(), atol=5e-5, rtol=0)
+
+
+def test_block_size_does_not_change_the_gradient():
+    q, k, v, bias = (t.detach() for t in inputs(1, 2, 100, 8, torch.float64, 1))
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True, attn_mask=bias, scale=0.5)
+    do = torch.randn_like(out)
+    a = backward_with_bias(q, k, v, bias, out, lse, do, scale=0.5, causal=True, block=7)
+    b = backward_with_bias(q, k, v, bias, out, lse, do, scale=0.5, causal=True, block=256)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, atol=1e-12, rtol=0)
+
+
+def test_bfloat16_inputs_give_their_dtypes_back():
+    q, k, v, bias = inputs(1, 2, 40, 16, torch.bfloat16, 1)
+    out = flash_bias_attention(q, k, v, bias, scale=0.25, causal=True)
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    assert (q.grad.dtype, bias.grad.dtype) == (torch.bfloat16, torch.float32)
+    ref = reference(q, k, v, bias, 0.25, True)
+    torch.testing.assert_close(out.double(), ref, atol=3e-2, rtol=0)
+
+
+def test_empty_sequence_gives_an_empty_output():
+    q = torch.zeros(2, 2, 0, 8, requires_grad=True)
+    out = flash_bias_attention(q, q, q, torch.zeros(1, 2, 0, 0), scale=0.3, causal=True)
+    out.sum().backward()
+    assert out.shape == (2, 2, 0, 8) and q.grad.shape == q.shape
+
+
+def test_bad_input_is_named():
+    q = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="Tq=3, Tk=4"):
+        flash_bias_attention(q[:, :, :3], q, q, torch.zeros(1, 2, 3, 4), scale=1.0, causal=True)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        flash_bias_attention(q, q, q, torch.zeros(1, 3, 4, 4), scale=1.0, causal=True)
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "kerple", "fire"])
+def test_model_training_step_equals_eager(name):
+    """The model's sdpa backend (flash with the shared bias) against the eager backend:
+    same logits and the same gradient for every parameter, the bias's own included."""
+    torch.manual_seed(0)
+    cfg = dict(encoding=name, d_model=32, n_head=4, n_layer=2, vocab_size=50)
+    if name == "fire":
+        cfg["encoding_config"] = {"init_L": 40.0}  # 70 tokens: Toeplitz rows and per-pair rows
+    fast = Transformer(ModelConfig(**cfg, attn_impl="sdpa")).double()
+    slow = Transformer(ModelConfig(**cfg, attn_impl="eager")).double()
+    slow.load_state_dict(fast.state_dict())
+    tokens = torch.randint(0, 50, (2, 70))
+    a, b = fast(tokens), slow(tokens)
+    torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+    a.square().mean().backward()
+    b.square().mean().backward()
+    for (n, p), q in zip(fast.named_parameters(), slow.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-9, rtol=0, msg=n)
+
+
+@pytest.mark.parametrize("L, start, T", [(20.0, 0, 30), (20.5, 5, 30), (20.0, 17, 8), (0.3, 0, 12), (100.0, 0, 12)])
+def test_fire_toeplitz_rows_equal_every_pair(L, start, T):
+    """FIRE's dense bias takes the rows strictly below L from one evaluation per distance;
+    values and gradients (c, L and the MLP) equal evaluating every pair."""
+    torch.manual_seed(1)
+    enc = build("fire", d_model=32, num_heads=4, init_L=L).double()
+    with torch.no_grad():
+        for n, p in enc.named_parameters():
+            if n != "L_multiplier":
+                p.normal_()
+    q_pos, k_pos = torch.arange(start, start + T)[None], torch.arange(0, start + T)[None]
+    fast = enc.logit_bias().dense(q_pos, k_pos)
+    slow = enc.logit_bias().all_pairs(q_pos, k_pos)
+    torch.testing.assert_close(fast, slow, atol=0, rtol=0)
+    w = torch.randn_like(slow)
+    params = list(enc.parameters())
+    for a, b in zip(torch.autograd.grad((fast * w).sum(), params), torch.autograd.grad((slow * w).sum(), params)):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=0)
+
+
+def test_speed_goals_follow_the_hooks():
+    """goal_for reads the encoding's hooks: a bias has a memory goal; two logit terms get 2x."""
+    goal = {n: goal_for(Transformer(ModelConfig(encoding=n, d_model=32, n_head=4)))[0]
+            for n in ("none", "rope", "alibi", "fire", "shaw", "relative_key", "relative_key_query", "deberta")}
+    assert goal["none"] == goal["rope"] == "rotary/absolute"
+    assert goal["alibi"] == goal["fire"] == "position bias" and GOALS["position bias"] == (1.15, 1.10)
+    assert goal["shaw"] == goal["relative_key"] == "content-dependent, one term"
+    assert goal["relative_key_query"] == goal["deberta"] == "content-dependent, two terms"
