@@ -145,3 +145,4 @@ def test_speed_goals_follow_the_hooks():
     assert goal["alibi"] == goal["fire"] == "position bias" and GOALS["position bias"] == (1.15, 1.10)
     assert goal["shaw"] == goal["relative_key"] == "content-dependent, one term"
     assert goal["relative_key_query"] == goal["deberta"] == "content-dependent, two terms"
+

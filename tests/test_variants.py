@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from posenc import build, get_info, list_encodings
+from posenc import ModelConfig, build, get_info, list_encodings
 from posenc.config import field_types
 from posenc.variants import EncodingVariant, format_value, parse_typed, parse_variant
 
@@ -112,3 +112,14 @@ def test_bad_specs_name_the_key_and_the_value(spec, error, message):
     assert message in str(e.value)
     if isinstance(spec, str) and ":" in spec:
         assert repr(spec) in str(e.value)  # the whole spec is quoted, so the user sees which one
+
+
+def test_renamed_clip_key_is_named_on_every_route():
+    """An old clip name (max_distance) gets the rename message from build, an encoding dict in
+    ModelConfig and a CLI variant spec, not an 'unknown key' error."""
+    with pytest.raises(TypeError, match="renamed to 'clip'"):
+        build("relative_key", d_model=32, num_heads=4, max_distance=4)
+    with pytest.raises(TypeError, match="renamed to 'clip'"):
+        ModelConfig(encoding={"name": "transformer_xl", "max_distance": 4})
+    with pytest.raises(ValueError, match="renamed to 'clip': write relative_key:clip=4"):
+        parse_variant("relative_key:max_distance=4")
