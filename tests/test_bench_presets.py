@@ -2,9 +2,11 @@
 
 * ``standard`` and ``paper`` run every registered encoding and every built-in task with >= 3
   seeds; an encoding registered later joins them without any edit (checked by registering one).
-* ``embedding="unit"``: token embeddings N(0, 1), untied from the output layer, so the absolute
-  codes designed for unit-scale embeddings (sinusoidal, FLOATER, recurrent) no longer drown
-  them; ``embedding="gpt2"`` is the former model, bitwise.
+* ``embedding="matched"`` (the default): GPT-2's tied N(0, 0.02) tokens; the absolute codes of
+  fixed amplitude (sinusoidal, FLOATER, recurrent) are computed on unit-scale tokens and scaled
+  back by 0.02, so they meet the tokens at their paper's ratio instead of drowning them; every
+  other encoding is the ``"gpt2"`` model bitwise. ``embedding="gpt2"`` is the former model,
+  bitwise; ``"unit"`` (N(0, 1) untied tokens) is kept for results taken with it.
 """
 
 from __future__ import annotations
@@ -65,9 +67,9 @@ def test_unknown_preset_lists_the_valid_ones(bad):
 
 
 def test_embedding_setting_is_checked():
-    with pytest.raises(ValueError, match=r"embedding must be one of 'unit', 'gpt2'; got 'sqrt'"):
+    with pytest.raises(ValueError, match=r"embedding must be one of 'matched', 'gpt2', 'unit'; got 'sqrt'"):
         settings_for("micro", embedding="sqrt")
-    assert set(EMBEDDINGS) == {"unit", "gpt2"}
+    assert set(EMBEDDINGS) == {"matched", "gpt2", "unit"}
 
 
 def _micro(**kw) -> BenchSettings:
@@ -88,8 +90,7 @@ def test_gpt2_convention_is_the_plain_model_bitwise():
 
 
 def test_unit_convention_puts_tokens_and_absolute_codes_on_one_scale():
-    s = _micro()
-    assert s.embedding == "unit"  # the default
+    s = _micro(embedding="unit")
     model = build_model(s, "learned", "copy", seed=0)
     tok = model.tok_emb.weight
     assert model.head.weight is not tok  # untied: the output layer keeps its small init
@@ -101,22 +102,108 @@ def test_unit_convention_puts_tokens_and_absolute_codes_on_one_scale():
     assert len(rows) == 1 and abs(rows[0].std().item() - 1.0) < 0.1  # the table at the tokens' scale
 
 
-@pytest.mark.parametrize("convention, low, high", [("unit", 0.5, 1.0), ("gpt2", 25.0, 45.0)])
-def test_sinusoidal_amplitude_against_the_tokens(convention, low, high):
-    """RMS of the sin/cos code over the RMS of a token embedding: 1/sqrt(2) / 1 under "unit",
-    1/sqrt(2) / 0.02 = 35 under "gpt2" (the waves drown the tokens)."""
-    model = build_model(_micro(embedding=convention), "sinusoidal", "copy", seed=0)
-    pe = [m for m in model.modules() if type(m).__name__ == "SinusoidalEncoding"]
+def _code(model, T=12):
+    """The code the model adds at positions 0..T-1: embed(0) (B=1, T, C), for additive encodings."""
+    from posenc.positions import SequenceInfo
+
+    pe = [m for m in model.encodings if m.has_embed]
     assert len(pe) == 1
-    code = pe[0].table(torch.arange(12)[None]).float()  # (1, 12, 64)
-    ratio = code.pow(2).mean().sqrt() / model.tok_emb.weight.pow(2).mean().sqrt()
+    zeros = torch.zeros(1, T, model.cfg.d_model)
+    return pe[0].embed(zeros, SequenceInfo.from_offset(1, T)).detach()
+
+
+@pytest.mark.parametrize("convention, low, high", [("matched", 0.5, 1.0), ("unit", 0.5, 1.0), ("gpt2", 25.0, 45.0)])
+def test_sinusoidal_amplitude_against_the_tokens(convention, low, high):
+    """RMS of the sin/cos code the model adds over the RMS of a token embedding: 1/sqrt(2) / 1 as in
+    Vaswani et al. under "matched" and "unit", 1/sqrt(2) / 0.02 = 35 under "gpt2" (the waves drown
+    the tokens)."""
+    model = build_model(_micro(embedding=convention), "sinusoidal", "copy", seed=0)
+    ratio = _code(model).pow(2).mean().sqrt() / model.tok_emb.weight.pow(2).mean().sqrt()
     assert low < ratio.item() < high
+
+
+def test_matched_sinusoidal_adds_the_paper_table_times_the_token_scale():
+    """Against the formula: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(...), times 0.02."""
+    import math
+
+    model = build_model(_micro(), "sinusoidal", "copy", seed=0)
+    T, d = 12, 64
+    ref = torch.tensor([[math.sin(p / 10000 ** (2 * (c // 2) / d)) if c % 2 == 0 else math.cos(p / 10000 ** (2 * (c // 2) / d))
+                         for c in range(d)] for p in range(T)])  # (T, d)
+    torch.testing.assert_close(_code(model, T)[0], 0.02 * ref, atol=1e-7, rtol=1e-5)
+
+
+def test_matched_is_gpt2_bitwise_for_every_encoding_without_a_fixed_amplitude_code():
+    """Same weights, same tied N(0, 0.02) tokens, same logits: the quick preset's five other encodings
+    (and any registered one outside FIXED_AMPLITUDE) train exactly as under the former convention."""
+    others = [e for e in settings_for("quick").encodings if e not in runner.FIXED_AMPLITUDE]
+    assert others == ["none", "learned", "rope", "alibi", "t5"]
+    x = torch.randint(0, VOCAB_SIZE, (2, 10))
+    for enc in others:
+        a = build_model(_micro(), enc, "copy", seed=1)
+        b = build_model(_micro(embedding="gpt2"), enc, "copy", seed=1)
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa.keys() == sb.keys()
+        assert all(torch.equal(sa[k], sb[k]) for k in sa), enc
+        assert a.head.weight is a.tok_emb.weight
+        assert torch.equal(a(x), b(x)), enc
+
+
+@pytest.mark.parametrize("enc", runner.FIXED_AMPLITUDE)
+def test_matched_runs_fixed_amplitude_codes_on_unit_scale_tokens(enc):
+    """x -> 0.02 * embed_gpt2(x / 0.02) with the gpt2 model's own weights (the same seed draws the
+    same weights under both conventions): FLOATER adds 0.02 p(t); recurrent's GRU reads unit tokens."""
+    from posenc.positions import SequenceInfo
+
+    a = build_model(_micro(), enc, "copy", seed=2)
+    b = build_model(_micro(embedding="gpt2"), enc, "copy", seed=2)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    (pa,), (pb,) = [m for m in a.encodings if m.has_embed], [m for m in b.encodings if m.has_embed]
+    x = 0.02 * torch.randn(2, 9, 64)  # tokens at their init scale
+    seq = SequenceInfo.from_offset(2, 9)
+    torch.testing.assert_close(pa.embed(x, seq), 0.02 * pb.embed(x / 0.02, seq))
+    code_a, code_b = (pa.embed(x, seq) - x), (pb.embed(x, seq) - x)
+    assert code_a.abs().max() < 0.25 * code_b.abs().max()  # the code no longer dwarfs the tokens
+    tokens = torch.randint(0, VOCAB_SIZE, (2, 9))
+    assert not torch.allclose(a(tokens), b(tokens))  # the model's forward takes the scaled embed
+
+
+@pytest.mark.parametrize("enc", runner.FIXED_AMPLITUDE)
+def test_matched_scaling_survives_deepcopy_and_kv_cache_decoding(enc):
+    """scaled_copies deep-copies models; exact_match decodes with the KV cache (recurrent carries its
+    GRU state in it): both must see the scaled code, equal to one full forward."""
+    import copy
+
+    model = build_model(_micro(), enc, "copy", seed=0).eval()
+    tokens = torch.randint(0, VOCAB_SIZE, (2, 8))
+    with torch.no_grad():
+        full = model(tokens)  # (2, 8, V)
+        twin = copy.deepcopy(model)
+        (pe,) = [m for m in twin.encodings if m.has_embed]
+        assert pe.embed.__self__ is pe  # bound to the copy, not to the original
+        assert torch.equal(twin(tokens), full)
+        cache = model.new_cache()
+        steps = [model(tokens[:, :5], cache=cache)] + [model(tokens[:, t : t + 1], cache=cache) for t in range(5, 8)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-4)
 
 
 def test_settings_record_the_convention():
     s = _micro()
-    assert s.comparable()["embedding"] == "unit"  # a resume under the other convention is refused
-    assert dataclasses.replace(s, embedding="gpt2").comparable() != s.comparable()
+    assert s.embedding == "matched"  # the default
+    assert s.comparable()["embedding"] == "matched"  # a resume under another convention is refused
+    for other in ("gpt2", "unit"):
+        assert dataclasses.replace(s, embedding=other).comparable() != s.comparable()
+
+
+def test_fixed_amplitude_names_registered_additive_encodings():
+    from posenc.registry import get_info
+
+    assert runner.FIXED_AMPLITUDE == ("sinusoidal", "floater", "recurrent")
+    for enc in runner.FIXED_AMPLITUDE:
+        assert get_info(enc).family == "absolute"
+        model = build_model(_micro(embedding="gpt2"), enc, "copy", seed=0)
+        assert _code(model).abs().max() > 0.1  # order-one codes, next to 0.02 tokens
 
 
 def test_every_preset_builds_a_model_for_every_encoding():

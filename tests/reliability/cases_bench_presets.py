@@ -38,6 +38,6 @@ CASES = [
     Case(A, "a preset that is not a string", r"unknown preset None; valid presets: ", run=_settings(None)),
     Case(A, "the former preset name 'full'", r"runs the paper preset .*preset 'full' is now called 'paper'",
          run=_full_is_paper, error=None),
-    Case(A, "an unknown token-embedding convention", r"embedding must be one of 'unit', 'gpt2'; got 'sqrt'",
+    Case(A, "an unknown token-embedding convention", r"embedding must be one of 'matched', 'gpt2', 'unit'; got 'sqrt'",
          run=_settings("micro", embedding="sqrt")),
 ]

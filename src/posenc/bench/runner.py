@@ -27,15 +27,19 @@ import hashlib
 import json
 import shutil
 import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
 from ..config import check_choice, check_int, check_positive
+from ..encoding import PositionalEncoding
 from ..model import ModelConfig, Transformer
+from ..positions import SequenceInfo
 from ..registry import get_info, list_encodings
 from .data import ByteCorpus, LMBatches, TaskBatches, load_corpus
 from .files import OutDirLock, write_json
@@ -44,19 +48,49 @@ from ..variants import parse_variant
 from .tasks import TASK_NAMES, PasskeyTask, get_task, task_names
 from .train import TrainConfig, distributed_info, init_distributed, save_weights, train, verify_weights
 
-__all__ = ["ALL", "BenchSettings", "EMBEDDINGS", "PRESETS", "settings_for", "run_bench", "check_out_dir", "check_runs", "run_settings"]
+__all__ = [
+    "ALL", "BenchSettings", "EMBEDDINGS", "EmbeddingConvention", "FIXED_AMPLITUDE", "PRESETS", "build_model",
+    "in_unit_coordinates", "settings_for", "run_bench", "check_out_dir", "check_runs", "run_settings",
+]
 
-# Token-embedding conventions: (init std of the token embeddings, or None for the model's own
-# N(0, 0.02); tie them to the output layer).
-# "unit" puts the tokens at the scale the absolute encodings were designed against: Vaswani et
-# al. 2017 (sec. 3.4) multiply embeddings by sqrt(d_model), i.e. unit-scale token vectors next to
-# sin/cos waves of amplitude 1 (RMS 1/sqrt 2). With GPT-2's 0.02 init (the "gpt2" convention),
-# sinusoidal, FLOATER's ODE codes and the recurrent x + W h start 20-35x larger than the tokens and
-# drown them (sinusoidal: 6 % copy accuracy within L). Unit-scale tokens are untied from the
-# output layer, whose 0.02 init keeps the initial logits small.
-EMBEDDINGS: dict[str, tuple[float | None, bool]] = {"unit": (1.0, False), "gpt2": (None, True)}
-# Under "unit", an absolute table that is *added* to the tokens starts at the tokens' scale too.
-UNIT_TABLE_CONFIG: dict[str, dict[str, Any]] = {"learned": {"init_std": 1.0}}
+@dataclass(frozen=True)
+class EmbeddingConvention:
+    """How the token embeddings, and the absolute codes added to them, are scaled.
+
+    ``token_std``: init std of the token embeddings (None: the model's own N(0, 0.02)).
+    ``tied``: share them with the output layer. ``code_scale``: the encodings named in
+    :data:`FIXED_AMPLITUDE` run in unit-scale coordinates, ``x -> code_scale * embed(x / code_scale)``,
+    so a code of fixed, order-one amplitude is added at ``code_scale`` (None: as built).
+    ``table_config``: encoding config overrides per encoding name (a learned table's init).
+    """
+
+    token_std: float | None
+    tied: bool
+    code_scale: float | None = None
+    table_config: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+# Absolute encodings that *add* a code of fixed, order-one amplitude, designed next to unit-scale
+# token embeddings (Vaswani et al. 2017, sec. 3.4, multiply the embeddings by sqrt(d_model)):
+# sin/cos waves of amplitude 1; FLOATER's ODE solution p(t) (Liu et al. 2020); x + W GRU(x)
+# with h in (-1, 1) (Neishi & Yoshinaga 2019). A learned table is not here: its init is a setting.
+FIXED_AMPLITUDE: tuple[str, ...] = ("sinusoidal", "floater", "recurrent")
+
+# Token-embedding conventions (docs/bench.md "Fair conventions"):
+# * "matched" (the default): GPT-2's tied N(0, 0.02) tokens, and each fixed-amplitude code computed
+#   on unit-scale tokens and scaled back by 0.02, so code and token keep the paper's ratio (sinusoidal:
+#   RMS 1/sqrt 2 next to RMS 1) at the scale the blocks' N(0, 0.02) weights write into the residual
+#   stream. Every other encoding is the "gpt2" model bitwise.
+# * "gpt2": the former model (fixed-amplitude codes 20-35x larger than the tokens: sinusoidal
+#   copied 6 % within L).
+# * "unit": N(0, 1) untied tokens and a learned table at N(0, 1). Superseded: in this pre-norm model
+#   unit-scale inputs dwarf the blocks' first outputs, and every encoding learned passkey far worse
+#   (kept so that results taken with it can be resumed and re-run).
+EMBEDDINGS: dict[str, EmbeddingConvention] = {
+    "matched": EmbeddingConvention(token_std=None, tied=True, code_scale=0.02),
+    "gpt2": EmbeddingConvention(token_std=None, tied=True),
+    "unit": EmbeddingConvention(token_std=1.0, tied=False, table_config={"learned": {"init_std": 1.0}}),
+}
 
 
 @dataclass(frozen=True)
@@ -93,8 +127,8 @@ class BenchSettings:
     data: str | None = None
     scalings: tuple[str, ...] = tuple(SCALINGS)
     eval_seed: int = 1234
-    # token-embedding convention (see EMBEDDINGS): "unit" (fair to fixed-amplitude absolute codes)
-    embedding: str = "unit"
+    # token-embedding convention (see EMBEDDINGS): "matched" (fair to fixed-amplitude absolute codes)
+    embedding: str = "matched"
 
     def __post_init__(self) -> None:
         for name in ("seeds", "d_model", "n_layer", "n_head", "steps", "batch_size", "eval_examples",
@@ -336,10 +370,9 @@ def build_model(s: BenchSettings, encoding: str, task: str, seed: int) -> Transf
     variant = parse_variant(encoding)  # a name or a variant label (rope@base=500000.0)
     fields = {f.name for f in dataclasses.fields(get_info(variant.name).config_cls)}
     enc_cfg = {"max_len": _max_positions(s, task)} if "max_len" in fields else {}
-    if s.embedding == "unit":
-        enc_cfg.update(UNIT_TABLE_CONFIG.get(variant.name, {}))
+    conv = EMBEDDINGS[s.embedding]
+    enc_cfg.update(conv.table_config.get(variant.name, {}))
     enc_cfg.update(variant.config_dict())  # the variant's own values win
-    token_std, tied = EMBEDDINGS[s.embedding]
     cfg = ModelConfig(
         vocab_size=256 if task == "lm" else get_task(task).vocab_size,
         d_model=s.d_model,
@@ -347,14 +380,34 @@ def build_model(s: BenchSettings, encoding: str, task: str, seed: int) -> Transf
         n_head=s.n_head,
         encoding=variant.name,
         encoding_config=enc_cfg,
-        tie_weights=tied,
+        tie_weights=conv.tied,
     )
     torch.manual_seed(seed)
     model = Transformer(cfg)
-    if token_std is not None:
+    if conv.token_std is not None:
         with torch.no_grad():  # replaces the model's own N(0, 0.02) init
-            model.tok_emb.weight.normal_(0.0, token_std)
+            model.tok_emb.weight.normal_(0.0, conv.token_std)
+    if conv.code_scale is not None and variant.name in FIXED_AMPLITUDE:
+        for pe in model.encodings:
+            if pe.has_embed:
+                in_unit_coordinates(pe, conv.code_scale)
     return model
+
+
+def in_unit_coordinates(pe: PositionalEncoding, scale: float) -> None:
+    """Make ``pe.embed`` run on unit-scale tokens: ``x -> scale * embed(x / scale)``.
+
+    For an added code c, ``x + c`` becomes ``x + scale * c``: tokens of std ``scale`` meet the
+    code at the ratio its paper designed; an encoding that reads the tokens (recurrent's GRU)
+    reads them at unit scale. Set on the instance (not stored in the weights): every bench model
+    is made by :func:`build_model`, and ``copy.deepcopy`` rebinds the method to the copy.
+    """
+    check_positive("scale", scale)
+
+    def embed(self: PositionalEncoding, x: Tensor, seq: SequenceInfo, state: dict | None = None) -> Tensor:
+        return type(self).embed(self, x / scale, seq, state) * scale  # (B, T, C)
+
+    pe.embed = types.MethodType(embed, pe)
 
 
 def _train_config(s: BenchSettings, seed: int) -> TrainConfig:
