@@ -111,8 +111,8 @@ class TableTerm:
 
     Given either as the table itself or, with :meth:`product`, as its two factors
     ``table = x @ rows``: x (B, H, T_side, D) the queries or keys, rows (H, D, R) the
-    position vectors, or (D, R) shared by the heads. From factors the table is computed on first use (the fused kernel and
-    ``score_mod`` read it), and ``dense`` may skip it (see :meth:`dense`).
+    position vectors, or (D, R) shared by the heads. From factors the table is computed on
+    first use (the fused kernel and ``score_mod`` read it), and ``dense`` may skip it.
     """
 
     def __init__(self, table: Tensor | None, side: Literal["query", "key"], bucket: BucketFn) -> None:
