@@ -281,3 +281,34 @@ def test_table_shape_and_positions_are_checked():
     ok = TableTerm(torch.zeros(1, 2, 3, 3), "query", clip_bucket(1))
     with pytest.raises(ValueError, match=r"q_pos must be an int tensor of shape \(1 or 1, 3\)"):
         fused_attention(q, k, v, scale=1.0, tables=[ok])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shared_rows", [True, False])
+@pytest.mark.parametrize("padded", [False, True])
+def test_factored_query_table_equals_the_table(causal, shared_rows, padded):
+    """A query-side TableTerm.product (x @ rows) is read block by block from its factors,
+    never as a (B, H, Tq, R) table: output and the gradients of q, k, v, x and rows equal the
+    loop reference over the full table, with buckets spread over many rows (R = 2T - 1, as
+    Transformer-XL's unclipped distances) and per-row positions (left padding)."""
+    B, H, T, D = 2, 3, 11, 4
+    g, q, k, v = make(B=B, H=H, Hkv=H, Tq=T, Tk=T, D=D)
+    x = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    rows = torch.randn(*(() if shared_rows else (H,)), D, 2 * T - 1, generator=g, dtype=torch.float64)
+    offset = torch.tensor([[0], [3]]) if padded else torch.zeros(1, 1, dtype=torch.long)
+    pos = torch.arange(T)[None] - offset  # (B|1, T): row 1 starts at -3 (left padding)
+    mask = None
+    if padded:
+        mask = (pos >= 0)[:, None, None, :].expand(B, 1, T, T)  # padding keys hidden
+    bucket = lambda qp, kp: (qp - kp).clamp(-(T - 1), T - 1) + (T - 1)
+
+    def kw(leaves, fused, block):
+        q_, k_, v_, x_, r_ = leaves
+        term = TableTerm.product(x_, r_, "query", bucket) if fused else TableTerm(x_ @ r_, "query", bucket)
+        args = dict(scale=0.5, causal=causal, tables=[term], q_pos=pos, k_pos=pos, mask=mask)
+        if fused:
+            return fused_attention(q_, k_, v_, block=block, **args)
+        return reference(q_, k_, v_, **args)
+
+    for block in (3, 256):
+        compare(kw, [q, k, v, x, rows], block)

@@ -58,6 +58,7 @@ class _Spec:
     k_pos: Tensor | None  # (B|1, Tk) int64
     mask: Tensor | None  # (B|1, 1|H, Tq, Tk) bool, True = attend
     sides: tuple[str, ...]  # per table term: "query" or "key"
+    factored: tuple[bool, ...]  # per table term: given as factors x (B, H, Tq, D), rows (H|, D, R)
     table_buckets: tuple[BucketFn, ...]
     value_buckets: tuple[BucketFn, ...]
     has_bias: bool
@@ -97,6 +98,12 @@ def _check(q: Tensor, k: Tensor, v: Tensor, scale, mask, bias, tables, values, q
         if not isinstance(t, TableTerm):
             raise TypeError(f"tables must hold TableTerm objects, got {type(t).__name__}")
         rows = Tq if t.side == "query" else Tk
+        if _factored(t):
+            x, r = t.x, t.rows
+            if x.dim() != 4 or x.shape[:3] != (B, H, Tq) or r.dim() not in (2, 3) or r.shape[-2] != x.shape[-1]:
+                raise ValueError(f"a factored query-side TableTerm needs x (B={B}, H={H}, Tq={Tq}, D) and rows "
+                                 f"(H, D, R) or (D, R), got {tuple(x.shape)} and {tuple(r.shape)}")
+            continue
         tb = t.table
         if tb.dim() != 4 or tb.shape[0] not in (1, B) or tb.shape[1] not in (1, H) or tb.shape[2] != rows or tb.shape[3] < 1:
             raise ValueError(
@@ -163,11 +170,23 @@ def fused_attention(
     _check(q, k, v, scale, mask, bias, tables, values, q_pos, k_pos, causal, block)
     spec = _Spec(
         float(scale), causal, block, q_pos, k_pos, mask,
-        tuple(t.side for t in tables), tuple(t.bucket for t in tables), tuple(t.bucket for t in values),
+        tuple(t.side for t in tables), tuple(_factored(t) for t in tables),
+        tuple(t.bucket for t in tables), tuple(t.bucket for t in values),
         bias is not None,
     )
-    extra = ([bias] if bias is not None else []) + [t.table for t in tables] + [t.values for t in values]
+    extra = [bias] if bias is not None else []
+    for t in tables:
+        extra += [t.x, t.rows] if _factored(t) else [t.table]
+    extra += [t.values for t in values]
     return _Fused.apply(spec, q, k, v, *extra)
+
+
+def _factored(t: TableTerm) -> bool:
+    """A query-side term given as factors (``TableTerm.product``) whose table was not built:
+    each block of query rows computes just the columns its buckets reach, x_rows @ rows[:, lo:hi],
+    so no (B, H, Tq, R) table exists (Transformer-XL's R = Tq + Tk - 1 made it twice the size
+    of the logits, per layer)."""
+    return t.side == "query" and t._table is None and t.x is not None
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -190,6 +209,11 @@ class _Blocks:
         self.offset = self.Tk - self.Tq  # query i is stream index offset + i
         # Key-side tables are read as (B, H, R, Tk) so one gather along R serves a block.
         self.key_tables = [t.transpose(-1, -2) if side == "key" else None for t, side in zip(tables, spec.sides)]
+        # Factored query-side terms: x (B, H, Tq, D) and rows (H|1, D, R) in the compute dtype.
+        self.factors = [
+            (t[0].to(q.dtype), (t[1] if t[1].dim() == 3 else t[1][None]).to(q.dtype)) if f else None
+            for t, f in zip(tables, spec.factored)
+        ]
 
     def ranges(self):
         """(i0, i1, z): query rows [i0, i1) and the keys [0, z) any of them may see."""
@@ -204,6 +228,13 @@ class _Blocks:
         idx = fn(s.q_pos[:, i0:i1, None], s.k_pos[:, None, :z])  # (B|1, rows, z)
         return idx[:, None].expand(self.B, self.H, i1 - i0, z)
 
+    def block_table(self, n: int, idx: Tensor, i0: int, i1: int) -> tuple[int, Tensor]:
+        """(lo, table): a factored term's columns [lo, hi) that the block's buckets reach,
+        x[rows] @ rows[:, lo:hi] (B, H, rows, hi - lo)."""
+        lo, hi = bucket_range(idx)
+        x, rows = self.factors[n]
+        return lo, torch.matmul(x[:, :, i0:i1], rows[..., lo:hi])
+
     def probs(self, i0: int, i1: int, z: int, idx_of) -> Tensor:
         """(B, H, rows, z) softmax probabilities of the block in the compute dtype; rows that
         see no key are zero."""
@@ -216,7 +247,10 @@ class _Blocks:
             x.add_(self.bias[..., i0:i1, :z])
         for n, side in enumerate(s.sides):
             idx = idx_of(s.table_buckets[n])
-            if side == "query":
+            if s.factored[n]:
+                lo, t = self.block_table(n, idx, i0, i1)  # (B, H, rows, hi - lo)
+                x.add_(t.gather(-1, idx - lo))
+            elif side == "query":
                 t = self.tables[n][..., i0:i1, :].expand(self.B, self.H, -1, -1)  # (B, H, rows, R)
                 x.add_(t.gather(-1, idx))
             else:
@@ -236,6 +270,13 @@ class _Blocks:
         if empty is not None:
             p.masked_fill_(empty, 0.0)
         return p
+
+
+def bucket_range(idx: Tensor) -> tuple[int, int]:
+    """[lo, hi): the buckets a block's (expanded) index reaches; read from the unexpanded rows."""
+    base = idx[:1] if idx.stride(0) == 0 else idx  # batch and heads expanded: read one copy
+    base = base[:, :1] if base.stride(1) == 0 else base
+    return int(base.min()), int(base.max()) + 1
 
 
 def _memo_buckets(geo: _Blocks, i0: int, i1: int, z: int):
@@ -265,8 +306,13 @@ def _expand_heads(x: Tensor, H: int) -> Tensor:
 
 
 def _split(spec: _Spec, extra: Sequence[Tensor]):
-    nb, nt = int(spec.has_bias), len(spec.sides)
-    return (extra[0] if nb else None), extra[nb : nb + nt], extra[nb + nt :]
+    """(bias or None, per table term its table or its (x, rows) factors, value tensors)."""
+    n = int(spec.has_bias)
+    tables: list = []
+    for f in spec.factored:
+        tables.append((extra[n], extra[n + 1]) if f else extra[n])
+        n += 2 if f else 1
+    return (extra[0] if spec.has_bias else None), tables, extra[n:]
 
 
 class _Fused(torch.autograd.Function):
@@ -308,10 +354,16 @@ class _Fused(torch.autograd.Function):
         dq, dk, dv = torch.zeros_like(qc), torch.zeros_like(kc), torch.zeros_like(vc)
         need_bias = bias is not None and ctx.needs_input_grad[4]
         dbias = qc.new_zeros(B, H, Tq, Tk) if need_bias else None
-        dtabs = []  # query side (B, H, Tq, R); key side (B, H, R, Tk), transposed at the end
-        for t, side in zip(tables, spec.sides):
-            R = t.shape[-1]
-            dtabs.append(qc.new_zeros(B, H, Tq, R) if side == "query" else qc.new_zeros(B, H, R, Tk))
+        # query side (B, H, Tq, R); key side (B, H, R, Tk), transposed at the end; factored:
+        # (dx (B, H, Tq, D), drows (H, D, R)).
+        dtabs = []
+        for t, side, f in zip(tables, spec.sides, spec.factored):
+            if f:
+                x, rows = geo.factors[len(dtabs)]
+                dtabs.append((torch.zeros_like(x), torch.zeros_like(rows.expand(H, -1, -1))))
+            else:
+                R = t.shape[-1]
+                dtabs.append(qc.new_zeros(B, H, Tq, R) if side == "query" else qc.new_zeros(B, H, R, Tk))
         dvals = [qc.new_zeros(B, H, *val.shape[-2:]) for val in vals]
         for i0, i1, z in geo.ranges():
             if z == 0:
@@ -331,7 +383,13 @@ class _Fused(torch.autograd.Function):
                 dbias[:, :, i0:i1, :z] = ds
             for n, side in enumerate(spec.sides):
                 idx = idx_of(spec.table_buckets[n])
-                if side == "query":
+                if spec.factored[n]:
+                    lo, hi = bucket_range(idx)
+                    x, rows = geo.factors[n]
+                    dt = ds.new_zeros(B, H, i1 - i0, hi - lo).scatter_add_(-1, idx - lo, ds)  # (B, H, rows, hi - lo)
+                    dtabs[n][0][:, :, i0:i1].add_(torch.matmul(dt, rows[..., lo:hi].transpose(-1, -2)))
+                    dtabs[n][1][..., lo:hi].add_(torch.matmul(x[:, :, i0:i1].transpose(-1, -2), dt).sum(0))
+                elif side == "query":
                     dtabs[n][:, :, i0:i1].scatter_add_(-1, idx, ds)
                 else:
                     dtabs[n][..., :z].scatter_add_(-2, idx, ds)
@@ -345,6 +403,11 @@ class _Fused(torch.autograd.Function):
         if bias is not None:
             grads.append(_sum_to(dbias, bias.shape).to(bias.dtype) if dbias is not None else None)
         for t, side, g in zip(tables, spec.sides, dtabs):
+            if isinstance(t, tuple):  # factored: dx, and drows summed to rows' own shape
+                (x, rows), (dx, drows) = t, g
+                grads.append(dx.to(x.dtype))
+                grads.append((drows if rows.dim() == 3 else drows.sum(0)).to(rows.dtype))
+                continue
             g = g if side == "query" else g.transpose(-1, -2)
             grads.append(_sum_to(g, t.shape).to(t.dtype))
         for val, g in zip(vals, dvals):
