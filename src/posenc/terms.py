@@ -163,10 +163,12 @@ class TableTerm:
 
     def _gather_rows(self, idx: Tensor) -> Tensor:
         """(B, H, Tq, Tk) = x_(i or j)·rows[:, bucket(i, j)], without the table."""
-        rows = self.rows.transpose(-2, -1)  # (H, R, D) or (R, D)
-        # index_select, not rows[..., idx, :]: advanced indexing is several times slower on CPU.
-        picked = rows.index_select(-2, idx.flatten()).unflatten(-2, idx.shape)  # ([H,] B|1, Tq, Tk, D)
-        picked = picked.transpose(0, 1) if rows.dim() == 3 else picked[:, None]  # (B|1, H|1, Tq, Tk, D)
+        # Rows first: the encodings' rows are projections stored (R, H, D) or (R, D), so this is
+        # a view and index_select copies whole rows (index_select, not rows[idx]: advanced
+        # indexing is several times slower on CPU).
+        rows = self.rows.movedim(-1, 0)  # (R, H, D) or (R, D)
+        picked = rows.index_select(0, idx.flatten()).unflatten(0, idx.shape)  # (B|1, Tq, Tk, [H,] D)
+        picked = picked.movedim(-2, 1) if rows.dim() == 3 else picked[:, None]  # (B|1, H|1, Tq, Tk, D)
         x = self.x[:, :, :, None] if self.side == "query" else self.x[:, :, None]  # (B, H, Tq, 1, D) or (B, H, 1, Tk, D)
         return torch.linalg.vecdot(picked, x)  # (B, H, Tq, Tk)
 
