@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ..backends import IMPLS
-from ..cli_args import default_device, output_file, positive_int
+from ..cli_args import add_json_option, default_device, emit_json, positive_int
 from ..cli_args import device as device_arg
 from ..model import ModelConfig, Transformer
 from ..registry import get_info, list_encodings
@@ -241,7 +241,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model dtype (default: float32 on CPU, bfloat16 on GPU)")
     p.add_argument("--impl", choices=IMPLS, default="sdpa",
                    help="attention backend of every model: eager, sdpa, flex or auto (default: sdpa)")
-    p.add_argument("--json", type=output_file, default=None, help="also write the results to this JSON file")
+    add_json_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -256,8 +256,7 @@ def run(args: argparse.Namespace) -> int:
         rounds=args.rounds, decode_contexts=args.decode_contexts, decode_tokens=args.decode_tokens,
         device=args.device, dtype=dtype, impl=args.impl,
     )
-    print(format_table(res))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1, default=str, allow_nan=False)
+    table = format_table(res)  # before the JSON round trip turns the int keys into strings
+    if not emit_json(args.json, json.loads(json.dumps(res, default=str))):  # dtypes as their names
+        print(table)
     return 0

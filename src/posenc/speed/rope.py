@@ -34,7 +34,6 @@ On CUDA the time is measured with CUDA events over a few back-to-back calls.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -42,7 +41,7 @@ from typing import Callable
 
 import torch
 
-from ..cli_args import default_device, even_positive_int, positive_int
+from ..cli_args import add_json_option, default_device, emit_json, even_positive_int, positive_int
 from ..cli_args import device as device_arg
 from .timing import describe_machine, time_fn
 
@@ -78,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="implementations to time (default: all available; the copy is always timed)")
     p.add_argument("--repeat", type=positive_int, default=5, help="timed repetitions (median reported)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    add_json_option(p)
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
@@ -265,9 +264,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     rows = measure(args)
     shape = dict(B=args.batch if args.batch is not None else f"{CUDA_TOKENS} // T", H=args.heads, D=args.head_dim)
-    if args.json:
-        print(json.dumps({"target": "rope", "device": args.device, "machine": describe_machine(), **shape,
-                          "rows": rows}, indent=1))
+    if emit_json(args.json, {"target": "rope", "device": args.device, "machine": describe_machine(), **shape, "rows": rows}):
         return 0
     print(f"# RoPE speed: rotate q and k (B={shape['B']}, H={args.heads}, T, D={args.head_dim}) on {args.device}; "
           f"median of {args.repeat}; {describe_machine()}")
