@@ -493,13 +493,23 @@ def test_state_prepared_once_per_forward_for_all_layers(name, config, monkeypatc
     encs = [m for m in model.modules() if isinstance(m, PositionalEncoding)]
     assert len(encs) == 1, encs
     cls = type(encs[0])
-    prepare = cls.prepare
+    prepare, cached, inside = cls.prepare, cls.prepare_cached, []
 
-    def counting(self, *a, **k):
-        calls.append(1)
+    def counting(self, *a, **k):  # prepare, or prepare_cached (decoding), counted once a forward
+        if not inside:
+            calls.append(1)
         return prepare(self, *a, **k)
 
+    def counting_cached(self, *a, **k):
+        calls.append(1)
+        inside.append(1)
+        try:
+            return cached(self, *a, **k)
+        finally:
+            inside.pop()
+
     monkeypatch.setattr(cls, "prepare", counting)
+    monkeypatch.setattr(cls, "prepare_cached", counting_cached)
     with torch.no_grad():
         got = model(tokens)
         assert len(calls) == 1
@@ -543,6 +553,9 @@ def test_decoding_forms_match_full_forward(name, config, monkeypatch):
         want = model(tokens)
         monkeypatch.setattr(TableTerm, "_gather_rows", spy_gather)
         monkeypatch.setattr(DebertaRelative, "_c2p_table", spy_c2p)
+        # The forms prepare() picks per step; prepare_cached (the projections kept across steps)
+        # is tested in test_decoding_reuses_parameter_work_across_steps.
+        monkeypatch.setattr(DebertaRelative, "prepare_cached", lambda self, q_pos, k_pos, memo: self.prepare(q_pos, k_pos))
         cache = model.new_cache()
         parts = [model(tokens[:, :8], cache=cache)]
         parts += [model(tokens[:, t : t + 1], cache=cache) for t in range(8, 48)]
@@ -578,3 +591,37 @@ def test_deberta_c2p_by_query_equals_projected_rows(monkeypatch):
     for a, b in zip(g1, g2):
         assert a.abs().sum() > 0
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["transformer_xl", "deberta"])
+def test_decoding_reuses_parameter_work_across_steps(name, monkeypatch):
+    """Decoding without autograd keeps the projected position rows in the cache's memo: each
+    step projects only the distances it adds (Transformer-XL) or nothing (DeBERTa), and every
+    step's logits equal the full forward's. With autograd, no memo is used."""
+    model = tiny_model(name, n_layer=2)
+    tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(tokens)
+    enc = next(m for m in model.modules() if isinstance(m, PositionalEncoding))
+    projected = []  # rows projected per call
+    if name == "transformer_xl":
+        orig = type(enc).relative_keys
+        monkeypatch.setattr(type(enc), "relative_keys", lambda self, d: projected.append(d.numel()) or orig(self, d))
+    else:
+        orig = type(enc)._project
+        monkeypatch.setattr(type(enc), "_project", lambda self, p, proj: projected.append(p.shape[0]) or orig(self, p, proj))
+    cache = model.new_cache()
+    with torch.no_grad():
+        steps = [model(tokens[:, :6], cache=cache)]
+        after_prompt = len(projected)
+        steps += [model(tokens[:, t : t + 1], cache=cache) for t in range(6, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), want, rtol=1e-5, atol=1e-5)
+    assert after_prompt > 0 and cache.prepare_memo
+    if name == "transformer_xl":
+        assert projected[after_prompt:] == [1] * 6  # one new distance per step
+    else:
+        assert len(projected) == after_prompt  # all rows projected once, with the prompt
+    cache = model.new_cache()
+    model(tokens[:, :6], cache=cache)
+    model(tokens[:, 6:7], cache=cache)  # autograd on: prepare(), nothing kept
+    assert not cache.prepare_memo

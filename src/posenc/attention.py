@@ -109,7 +109,11 @@ class KVCache:
         detach: store keys/values without gradient (Transformer-XL's memory).
 
     ``seq`` holds the positions/segments/validity of the cached tokens (shared by all layers);
-    ``embed_state`` is where stateful ``embed`` hooks (recurrent, convolutional) keep context.
+    ``embed_state`` is where stateful ``embed`` hooks (recurrent, convolutional) keep context;
+    ``prepare_memo`` where ``prepare_cached`` hooks keep what they computed from parameters and
+    positions alone (Transformer-XL's projected distance rows), one dict per encoding module.
+    Those entries assume the weights do not change while the cache is in use (one decoding run,
+    without autograd); start a new cache after changing them.
     """
 
     def __init__(self, num_layers: int, max_length: int | None = None, detach: bool = False) -> None:
@@ -124,6 +128,7 @@ class KVCache:
         self.seq: SequenceInfo | None = None
         self.seen = 0  # tokens processed so far (stream index of the next token)
         self.embed_state: dict = {}
+        self.prepare_memo: dict = {}
 
     @property
     def batch_size(self) -> int | None:
@@ -291,8 +296,13 @@ class AttentionContext:
             k_seq, _, _ = cache.keys_info(q_seq)
         return cls(AttentionMask.build(q_seq, k_seq, causal=causal))
 
-    def prepare(self, pe: PositionalEncoding | None) -> EncodingState:
-        """``pe``'s state for this forward: ``pe.prepare(q_pos, k_pos)`` and its bias."""
+    def prepare(self, pe: PositionalEncoding | None, memo: dict | None = None) -> EncodingState:
+        """``pe``'s state for this forward: ``pe.prepare(q_pos, k_pos)`` and its bias.
+
+        ``memo``: the cache's dict for this encoding module (``KVCache.prepare_memo``) when the
+        forward continues a cache without autograd; then ``pe.prepare_cached`` is called instead,
+        which may reuse what earlier steps computed.
+        """
         q_pos, k_pos = self.q_seq.positions, self.k_seq.positions
         if pe is None:
             return EncodingState(None, q_pos, k_pos)
@@ -303,7 +313,8 @@ class AttentionContext:
             bias = SharedBias(pe.logit_bias(), self.mask)
         elif pe.has_bias:  # an old-style score_bias override, taken as its dense tensor
             bias = SharedBias(DenseTerm(pe.score_bias(q_pos, k_pos)), self.mask)
-        return EncodingState(pe, q_pos, k_pos, pe.prepare(q_pos, k_pos), bias)
+        state = pe.prepare(q_pos, k_pos) if memo is None else pe.prepare_cached(q_pos, k_pos, memo)
+        return EncodingState(pe, q_pos, k_pos, state, bias)
 
 
 class Attention(nn.Module):

@@ -167,6 +167,16 @@ class PositionalEncoding(nn.Module):
         """
         return None
 
+    def prepare_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict[str, Any]) -> Any:
+        """``prepare`` for a forward that continues a KV cache without autograd (decoding).
+
+        ``memo`` is a dict owned by the cache for this encoding module: an encoding may keep
+        there what depends on its parameters and positions only (e.g. projected rows per
+        distance) and extend it step by step instead of recomputing it. The result must equal
+        ``prepare``'s. Default: ``prepare``.
+        """
+        return self.prepare(q_pos, k_pos)
+
     def embed(self, x: Tensor, seq: SequenceInfo, state: dict[str, Any] | None = None) -> Tensor:
         """Return embeddings (B, T, C) with position information.
 

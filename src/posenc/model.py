@@ -419,7 +419,9 @@ class Transformer(nn.Module):
         # The per-forward state: one mask description, one EncodingState per encoding module
         # (prepare state, bias), handed to each layer explicitly.
         ctx = AttentionContext.build(seq, causal=self.cfg.causal, cache=cache)
-        states = [ctx.prepare(pe) for pe in self.encodings]
+        # Decoding without autograd: each encoding may keep parameter-only work across steps.
+        memo = cache is not None and not torch.is_grad_enabled()
+        states = [ctx.prepare(pe, cache.prepare_memo.setdefault(i, {}) if memo else None) for i, pe in enumerate(self.encodings)]
         no_encoding = ctx.prepare(None)
         x = self.drop(self.tok_emb(tokens) if inputs_embeds is None else inputs_embeds)  # (B, T, C)
         embed_at = self._embed_layer()

@@ -170,27 +170,49 @@ class DebertaRelative(PositionalEncoding):
     def attention_scale(self, head_dim: int) -> float:
         return 1.0 / math.sqrt(head_dim * (1 + self.config.num_position_terms))
 
-    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> "DebertaState":
-        span = self.config.span
+    def _reached(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, int, LookupBucket]:
+        """Rows [r0, r1] of P that the distances occurring reach, and the bucket into them."""
         lo, hi = self.bounds  # canon is constant for d <= lo and d >= hi
         lut = self.lut  # (hi - lo + 1,) rows of P
-        r0, r1 = 0, 2 * span - 1
+        r0, r1 = 0, 2 * self.config.span - 1
         if not torch.compiler.is_compiling() and q_pos.numel() and k_pos.numel():
             # Only the rows the distances that occur reach (canon is monotone): a decoding step
             # or a short sequence projects a few rows, not all 2·span.
             dlo = int(q_pos.min()) - int(k_pos.max())
             dhi = int(q_pos.max()) - int(k_pos.min())
             r0, r1 = (int(lut[min(max(d, lo), hi) - lo]) for d in (dlo, dhi))
+        return r0, r1, LookupBucket((lut - r0).clamp(0, r1 - r0), lo, hi)
+
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> "DebertaState":
+        r0, r1, bucket = self._reached(q_pos, k_pos)
         p = self.rel_embeddings[r0 : r1 + 1]  # (R, C)
         if self.norm is not None:
             p = self.norm(p)  # row-wise: the same as normalizing the whole table, then indexing
-        bucket = LookupBucket((lut - r0).clamp(0, r1 - r0), lo, hi)
         state = DebertaState(bucket, p, None, None)
         if not self.config.share_att_key:  # the encoding's own projections: shared by layers too
             if self.config.c2p and not self._c2p_by_query(q_pos.shape[1], p.shape[0]):
                 state.keys = self._project(p, self.pos_key_proj)
             state.queries = self._project(p, self.pos_query_proj) if self.config.p2c else None
         return state
+
+    def prepare_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict) -> "DebertaState":
+        """Decoding: the encoding's own projections of all 2·span rows of P, made once per cache
+        and kept in ``memo``; each step slices the rows it reaches (``prepare`` would project
+        them again at every step)."""
+        if self.config.share_att_key or torch.compiler.is_compiling() or q_pos.numel() == 0 or k_pos.numel() == 0:
+            return self.prepare(q_pos, k_pos)  # share_att_key: each layer projects with its own weights
+        if "projected" not in memo:
+            p = self.rel_embeddings if self.norm is None else self.norm(self.rel_embeddings)  # (2·span, C)
+            memo["projected"] = (
+                self._project(p, self.pos_key_proj) if self.config.c2p else None,  # (H, D, 2·span)
+                self._project(p, self.pos_query_proj) if self.config.p2c else None,
+            )
+        keys, queries = memo["projected"]
+        r0, r1, bucket = self._reached(q_pos, k_pos)
+        p = self.rel_embeddings[r0 : r1 + 1]
+        p = p if self.norm is None else self.norm(p)
+        pick = lambda t: None if t is None else t[..., r0 : r1 + 1]
+        return DebertaState(bucket, p, pick(keys), pick(queries))
 
     def _c2p_by_query(self, tq: int, rows: int) -> bool:
         """c2p as (q W_k)·P_r + q·b_k (each layer takes its queries to P's width C) rather than

@@ -132,6 +132,27 @@ class TransformerXLRelative(PositionalEncoding):
         distances = torch.arange(lo, hi + 1, device=q_pos.device)  # (R,): row r is distance lo + r
         return TransformerXLState(DistanceBucket(lo, hi), self.relative_keys(distances), None, None, None)
 
+    def prepare_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict) -> "TransformerXLState":
+        """Decoding: the table form with W_R R_d kept in ``memo`` and extended by the distances
+        each step adds (one per step), so no step projects a row per cached key (the table
+        form's cost) or multiplies (Tk, C) angle factors per layer (the angle form's)."""
+        if self.config.clip is not None or torch.compiler.is_compiling() or q_pos.numel() == 0 or k_pos.numel() == 0:
+            return self.prepare(q_pos, k_pos)
+        lo, hi = self._range(q_pos, k_pos)
+        dev = q_pos.device
+        if "keys" not in memo:
+            memo["keys"] = (lo, hi, self.relative_keys(torch.arange(lo, hi + 1, device=dev)))  # (H, D, R)
+        lo0, hi0, keys = memo["keys"]
+        if lo < lo0 or hi > hi0:  # new distances: project only those rows
+            parts = [self.relative_keys(torch.arange(lo, lo0, device=dev))] if lo < lo0 else []
+            parts.append(keys)
+            if hi > hi0:
+                parts.append(self.relative_keys(torch.arange(hi0 + 1, hi + 1, device=dev)))
+            lo0, hi0 = min(lo, lo0), max(hi, hi0)
+            memo["keys"] = (lo0, hi0, torch.cat(parts, dim=-1))
+            keys = memo["keys"][2]
+        return TransformerXLState(DistanceBucket(lo, hi), keys[..., lo - lo0 : hi - lo0 + 1], None, None, None)
+
     def terms(self, q: Tensor, k: Tensor, state: "TransformerXLState", proj: QKProjection | None = None) -> list:
         """u·k_j and (q_i + v)·W_R R_(i-j), scaled, float32 or wider (see the module docstring)."""
         dt = torch.promote_types(q.dtype, torch.float32)
