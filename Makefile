@@ -33,8 +33,8 @@ test: install-test
 # quiet 2-core CPU from a fresh clone: docs/bench.md "make demo"; an interrupted run resumes
 # where it stopped), every encoding's properties measured, and one self-contained HTML report.
 # The benchmark trains in two processes of one thread each (the models are too small for a
-# second thread to help much), split by task: passkey in one, copy and lm in the other (about
-# equal CPU time; split by encoding, one process idled for over a minute at the end). Both
+# second thread to help much), split by task: passkey in one, copy and lm in the other (the
+# passkey process finishes a few minutes early; a finer split would shorten the demo). Both
 # write their runs into $(OUT)/bench/runs (the background one's runs/ is a link to it); the
 # third bench call trains nothing unless a task was left out of both halves: it verifies and
 # collects every run into $(OUT)/bench. Then `posenc check` and the report (which runs the
