@@ -81,10 +81,15 @@ class BiasTerm:
         h = torch.arange(self.num_heads, device=q_pos.device)[:, None, None]  # (H, 1, 1)
         return self.fn(h, q_pos[:, None, :, None], k_pos[:, None, None, :])  # (B|1, H, Tq, Tk)
 
-    def _toeplitz(self, s: int, tq: int, tk: int, device: torch.device) -> Tensor:
-        # Distances q_pos_i - k_pos_j = s + i - j, evaluated once each as "query at d, key at 0".
+    def _toeplitz(self, s: int, tq: int, tk: int, device: torch.device, query: Tensor | None = None) -> Tensor:
+        # Distances q_pos_i - k_pos_j = s + i - j, evaluated once each as "query at d, key at 0",
+        # or, given ``query`` (a 0-d position), as "query at `query`, key at query - d": for a
+        # fn that depends on the distance only among queries like that one (FIRE below its L).
         d = s + torch.arange(tq - 1, -tk, -1, device=device)  # (Tq + Tk - 1,) descending
-        per_distance = self.all_pairs(d[None], d.new_zeros(1, 1))[..., 0]  # (1, H, Tq + Tk - 1)
+        if query is None:
+            per_distance = self.all_pairs(d[None], d.new_zeros(1, 1))[..., 0]  # (1, H, Tq + Tk - 1)
+        else:
+            per_distance = self.all_pairs(query.view(1, 1), (query - d)[None])[..., 0, :]  # (1, H, Tq + Tk - 1)
         # Window w holds distances s + Tq - 1 - w - j over keys j, i.e. query i = Tq - 1 - w;
         # picking the windows in reverse is one contiguous copy (flip would keep the windows'
         # overlapping strides).

@@ -79,10 +79,8 @@ class FireBias(BiasTerm):
         rows = min(max(int(torch.ceil(self.threshold.detach())) - int(q0), 0), tq)
         if rows == 0:
             return self.all_pairs(q_pos, k_pos)
-        # The Toeplitz layout evaluates fn(h, d, 0) per distance d; here that is the pair
-        # (q0, q0 - d), whose query has the block's normaliser.
-        shifted = BiasTerm(lambda h, q, k: self.fn(h, q0, q0 - q + k), self.num_heads, toeplitz=True)
-        below = shifted._toeplitz(s, rows, tk, q_pos.device)  # (1, H, rows, Tk)
+        # One evaluation per distance d at the pair (q0, q0 - d), whose query has the block's normaliser.
+        below = self._toeplitz(s, rows, tk, q_pos.device, query=q0)  # (1, H, rows, Tk)
         if rows == tq:
             return below
         return torch.cat([below, self.all_pairs(q_pos[:, rows:], k_pos)], dim=-2)  # (1, H, Tq, Tk)
