@@ -95,6 +95,12 @@ def test_bad_input_is_named():
         flash_bias_attention(q[:, :, :3], q, q, torch.zeros(1, 2, 3, 4), scale=1.0, causal=True)
     with pytest.raises(ValueError, match="bias must have shape"):
         flash_bias_attention(q, q, q, torch.zeros(1, 3, 4, 4), scale=1.0, causal=True)
+    with pytest.raises(ValueError, match="k must be a 4-D floating-point tensor"):
+        flash_bias_attention(q, q[0], q, torch.zeros(1, 2, 4, 4), scale=1.0, causal=True)
+    with pytest.raises(ValueError, match="must share B, H and dtype"):
+        flash_bias_attention(q, q.double(), q, torch.zeros(1, 2, 4, 4), scale=1.0, causal=True)
+    with pytest.raises(ValueError, match="bias must be a 4-D floating-point tensor"):
+        flash_bias_attention(q, q, q, torch.zeros(1, 2, 4, 4, dtype=torch.long), scale=1.0, causal=True)
 
 
 @pytest.mark.parametrize("name", ["alibi", "t5", "kerple", "fire"])

@@ -52,6 +52,13 @@ def flash_bias_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *, scale
         scale: multiplier of q·kᵀ.
         causal: query i sees keys j <= i; requires Tq == Tk.
     """
+    for name, t in (("q", q), ("k", k), ("v", v), ("bias", bias)):
+        if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
+            got = f"{t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a 4-D floating-point tensor, got {got}")
+    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv) must share B, H and dtype (k: D too), "
+                         f"got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
     if q.device.type != "cpu":
         raise ValueError(f"flash_bias_attention runs on the CPU kernel; got tensors on {q.device}")
     B, H, Tq, _ = q.shape
