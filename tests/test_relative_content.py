@@ -525,42 +525,51 @@ def test_state_prepared_once_per_forward_for_all_layers(name, config, monkeypatc
     "name,config",
     [("deberta", {"position_buckets": 128, "max_relative_positions": 256}),
      ("deberta", {"position_buckets": 64, "max_relative_positions": 128, "c2p": False}),
+     ("deberta", {"position_buckets": 64, "max_relative_positions": 64}),
      ("relative_key_query", {"clip": 40})],
 )
 def test_decoding_forms_match_full_forward(name, config, monkeypatch):
     """A decoding step takes the key-side terms as gathered rows dotted with the cached keys
     (TableTerm.dense without the (Tk, R) table) and DeBERTa's c2p through the queries taken to
     P's width (no projection of P by pos_key_proj); the logits must equal one full forward.
-    D = 32 and up to 48 rows (the first DeBERTa config exact to 64, the second logarithmic past 32,
-    so only the later steps reach 32 rows), so both forms are chosen; spies assert they were."""
+    D = 32 and up to 72 rows (the first DeBERTa config exact to 64, the second logarithmic past 32,
+    so only the later steps reach 32 rows), so both forms are chosen; spies assert they were.
+    The third DeBERTa config saturates at distance 62 and relative_key_query at 40, so the later
+    steps read their oldest keys' one saturated row without a gather (TableTerm._key_rows)."""
     from posenc.relative.deberta import DebertaRelative
     from posenc.terms import TableTerm
 
     model = tiny_model(name, d_model=64, n_head=2, encoding_config=config, dtype=torch.float64)
-    tokens = torch.randint(0, 64, (2, 48), generator=torch.Generator().manual_seed(0))
-    taken = {"gather": 0, "c2p": 0}
-    gather, c2p = TableTerm._gather_rows, DebertaRelative._c2p_table
+    tokens = torch.randint(0, 64, (2, 72), generator=torch.Generator().manual_seed(0))
+    taken = {"gather": 0, "c2p": 0, "saturated": 0}
+    gather, c2p, saturated = TableTerm._gather_rows, DebertaRelative._c2p_table, TableTerm._saturated
 
-    def spy_gather(self, idx):
+    def spy_gather(self, idx, x):
         taken["gather"] += 1
-        return gather(self, idx)
+        return gather(self, idx, x)
 
     def spy_c2p(self, q, rows):
         taken["c2p"] += 1
         return c2p(self, q, rows)
 
+    def spy_saturated(self, *args):
+        taken["saturated"] += 1
+        return saturated(self, *args)
+
     with torch.no_grad():
         want = model(tokens)
         monkeypatch.setattr(TableTerm, "_gather_rows", spy_gather)
         monkeypatch.setattr(DebertaRelative, "_c2p_table", spy_c2p)
+        monkeypatch.setattr(TableTerm, "_saturated", spy_saturated)
         # The forms prepare() picks per step; prepare_cached (the projections kept across steps)
         # is tested in test_decoding_reuses_parameter_work_across_steps.
         monkeypatch.setattr(DebertaRelative, "prepare_cached", lambda self, q_pos, k_pos, memo: self.prepare(q_pos, k_pos))
         cache = model.new_cache()
         parts = [model(tokens[:, :8], cache=cache)]
-        parts += [model(tokens[:, t : t + 1], cache=cache) for t in range(8, 48)]
+        parts += [model(tokens[:, t : t + 1], cache=cache) for t in range(8, 72)]
     assert taken["gather"] > 0
     assert taken["c2p"] > 0 if name == "deberta" and config.get("c2p", True) else taken["c2p"] == 0
+    assert (taken["saturated"] > 0) == (config.get("max_relative_positions") == 64 or name == "relative_key_query")
     torch.testing.assert_close(torch.cat(parts, dim=1), want, rtol=1e-10, atol=1e-10)
 
 

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from .positions import contiguous_offset, shared_rows
 
-__all__ = ["BiasTerm", "DenseTerm", "TableTerm", "ValueTerm", "Term", "dense_logit_terms"]
+__all__ = ["BiasTerm", "DenseTerm", "SaturatingBucket", "TableTerm", "ValueTerm", "Term", "dense_logit_terms"]
 
 # fn(h, q_pos, k_pos) -> bias; the three arguments broadcast against each other.
 BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -108,6 +108,26 @@ class BiasTerm:
         return mod
 
 
+class SaturatingBucket:
+    """The contract of a bucket function that depends on the distance ``d = q_pos - k_pos``
+    only and is constant for ``d >= hi`` and for ``d <= lo`` (``lo <= hi``, ints): a clipped
+    or log-bucketed table. Subclasses (:class:`~posenc.relative.distance.DistanceBucket`,
+    :class:`~posenc.relative.distance.LookupBucket`) set ``lo``/``hi`` and define ``__call__``;
+    :class:`TableTerm` uses the bounds to treat saturated keys as one row (see its ``dense``).
+    """
+
+    lo: int
+    hi: int
+
+    def __call__(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def at(self, d: int, device: torch.device) -> int:
+        """The bucket of distance ``d``."""
+        zero = torch.zeros((), dtype=torch.long, device=device)
+        return int(self(zero + d, zero))
+
+
 class TableTerm:
     """A content-dependent term read from a (B, H, T_side, R) table by relative bucket.
 
@@ -153,12 +173,15 @@ class TableTerm:
         instead: x_j·rows[bucket(i, j)] costs Tq·Tk·D against the table's T_side·R·D, and it
         is taken when its (B, H, Tq, Tk, D) rows are no larger than the (B, H, T_side, R)
         table (Tq·D <= R on the key side; e.g. DeBERTa's p2c over a 512-key cache computed
-        k·Q^rᵀ for all R = 256 rows to read one per key).
+        k·Q^rᵀ for all R = 256 rows to read one per key). See :meth:`_key_rows` for the keys
+        whose bucket is saturated.
         """
-        idx = self.index(q_pos, k_pos)  # (B|1, Tq, Tk)
         other = q_pos.shape[1] if self.side == "key" else k_pos.shape[1]  # Tq or Tk
         if self._table is None and other * self.x.shape[-1] <= self.rows.shape[-1]:
-            return self._gather_rows(idx)
+            if self.side == "key":
+                return self._key_rows(q_pos, k_pos)
+            return self._gather_rows(self.index(q_pos, k_pos), self.x)
+        idx = self.index(q_pos, k_pos)  # (B|1, Tq, Tk)
         B, H = self.table.shape[:2]
         if self.side == "query":
             idx = idx[:, None].expand(B, H, -1, -1)  # (B, H, Tq, Tk)
@@ -166,15 +189,52 @@ class TableTerm:
         idx = idx.transpose(1, 2)[:, None].expand(B, H, -1, -1)  # (B, H, Tk, Tq)
         return self.table.gather(-1, idx).transpose(-2, -1)  # (B, H, Tq, Tk)
 
-    def _gather_rows(self, idx: Tensor) -> Tensor:
-        """(B, H, Tq, Tk) = x_(i or j)·rows[:, bucket(i, j)], without the table."""
+    def _key_rows(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Key side from factors, few queries: (B, H, Tq, Tk).
+
+        With a :class:`SaturatingBucket` and contiguous positions (pair (i, j) at distance
+        s + i - j), the keys j <= s - hi are at distance >= hi from every query, so they all
+        read the one row bucket(hi): x_j·rows[bucket(hi)] is one matrix-vector product over
+        them, not a gathered row per key (likewise keys at distance <= lo from every query).
+        Only the keys in between, at most hi - lo + Tq of them, gather their rows. A long
+        decoding cache is mostly saturated: DeBERTa's p2c at a 4096-token context gathers the
+        rows of 511 keys instead of 4096.
+        """
+        s = contiguous_offset(q_pos, k_pos) if isinstance(self.bucket, SaturatingBucket) else None
+        if s is None:
+            return self._gather_rows(self.index(q_pos, k_pos), self.x)
+        tq, tk = q_pos.shape[1], k_pos.shape[1]
+        j0 = min(max(s - self.bucket.hi + 1, 0), tk)  # keys [0, j0): distance >= hi for every query
+        j1 = min(max(s + tq - 1 - self.bucket.lo, j0), tk)  # keys [j1, Tk): distance <= lo for every query
+        parts = []
+        if j0:
+            parts.append(self._saturated(self.bucket.hi, 0, j0, tq, q_pos.device))
+        if j1 > j0:
+            idx = self.index(q_pos, k_pos[:, j0:j1])  # (B|1, Tq, j1 - j0)
+            parts.append(self._gather_rows(idx, self.x[:, :, j0:j1]))
+        if j1 < tk:
+            parts.append(self._saturated(self.bucket.lo, j1, tk, tq, q_pos.device))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def _saturated(self, d: int, j0: int, j1: int, tq: int, device: torch.device) -> Tensor:
+        """(B, H, Tq, j1 - j0): keys [j0, j1) of a key-side term, all reading the row of distance d."""
+        b = self.bucket.at(d, device)
+        row = self.rows[..., b]  # (H, D) or (D,)
+        row = row[:, None] if row.dim() == 2 else row  # (H, 1, D) or (D,), against x (B, H, keys, D)
+        # vecdot, not x @ row: a batched matrix-vector product is several times slower on CPU.
+        per_key = torch.linalg.vecdot(self.x[:, :, j0:j1], row)  # (B, H, j1 - j0)
+        return per_key[:, :, None].expand(-1, -1, tq, -1)
+
+    def _gather_rows(self, idx: Tensor, x: Tensor) -> Tensor:
+        """(B, H, Tq, Tk) = x_(i or j)·rows[:, bucket(i, j)], without the table; x is the
+        term's x, or the keys idx covers."""
         # Rows first: the encodings' rows are projections stored (R, H, D) or (R, D), so this is
         # a view and index_select copies whole rows (index_select, not rows[idx]: advanced
         # indexing is several times slower on CPU).
         rows = self.rows.movedim(-1, 0)  # (R, H, D) or (R, D)
         picked = rows.index_select(0, idx.flatten()).unflatten(0, idx.shape)  # (B|1, Tq, Tk, [H,] D)
         picked = picked.movedim(-2, 1) if rows.dim() == 3 else picked[:, None]  # (B|1, H|1, Tq, Tk, D)
-        x = self.x[:, :, :, None] if self.side == "query" else self.x[:, :, None]  # (B, H, Tq, 1, D) or (B, H, 1, Tk, D)
+        x = x[:, :, :, None] if self.side == "query" else x[:, :, None]  # (B, H, Tq, 1, D) or (B, H, 1, Tk, D)
         return torch.linalg.vecdot(picked, x)  # (B, H, Tq, Tk)
 
     def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:

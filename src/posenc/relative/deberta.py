@@ -38,7 +38,9 @@ rows the step's distances reach), read by bucket delta(i, j) (a :class:`LookupBu
 log buckets are computed once, at construction, for the distances where they are not yet
 saturated, not for every pair). No (T, T) tensor. Both are given by their factors
 (:meth:`~posenc.terms.TableTerm.product`), so in a decoding step p2c gathers one row of
-Q^r per cached key instead of computing k·Q^rᵀ for all R rows (issue 11).
+Q^r per cached key instead of computing k·Q^rᵀ for all R rows (issue 11), and only for the
+keys within the log buckets' saturation distance: the older keys all read the last row, one
+matrix-vector product (:class:`~posenc.terms.SaturatingBucket`).
 
 ``prepare`` (once per forward, or once per decoding step) picks those rows of P and
 layer-normalizes them and, with the encoding's own projections, projects them: every layer

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..positions import contiguous_offset, relative_positions
+from ..terms import SaturatingBucket
 
 __all__ = ["DistanceBucket", "LookupBucket", "RelativeLayout", "saturation_bounds", "skew", "unskew", "uniform_offset"]
 
@@ -48,7 +49,7 @@ BLOCK = 128
 
 
 @dataclass(frozen=True)
-class DistanceBucket:
+class DistanceBucket(SaturatingBucket):
     """``bucket(q_pos, k_pos) = clamp(q_pos - k_pos, lo, hi) - lo``: the row of a table whose
     row r holds distance ``lo + r`` (distances beyond [lo, hi] share the boundary rows).
 
@@ -67,7 +68,7 @@ class DistanceBucket:
 
 
 @dataclass(frozen=True, eq=False)
-class LookupBucket:
+class LookupBucket(SaturatingBucket):
     """``bucket(q_pos, k_pos) = lut[clamp(q_pos - k_pos, lo, hi) - lo]``: a bucketing that is
     constant beyond [lo, hi] (DeBERTa's log buckets), read from a table of its values
     ``lut`` (hi - lo + 1,) int64 instead of recomputing logarithms for every pair."""

@@ -19,7 +19,8 @@ The ``terms`` hook returns q·aᵀ as a query-side :class:`~posenc.terms.TableTe
 by bucket d + k by the attention backend (fused kernel, FlexAttention ``score_mod`` or the
 dense reference). No (T, T) tensor. Both are given by their factors
 (:meth:`~posenc.terms.TableTerm.product`): in a decoding step the key side gathers one row
-per cached key instead of multiplying every key by all 2k + 1 rows (issue 11). The clip was called ``max_distance`` before; that name
+per cached key within the clip instead of multiplying every key by all 2k + 1 rows, and keys
+beyond it read the clip's row together (issue 11). The clip was called ``max_distance`` before; that name
 is now an error naming ``clip`` (T5's ``max_distance`` is a bucketing bound, not a clip).
 """
 

@@ -135,23 +135,31 @@ class TransformerXLRelative(PositionalEncoding):
     def prepare_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict) -> "TransformerXLState":
         """Decoding: the table form with W_R R_d kept in ``memo`` and extended by the distances
         each step adds (one per step), so no step projects a row per cached key (the table
-        form's cost) or multiplies (Tk, C) angle factors per layer (the angle form's)."""
+        form's cost) or multiplies (Tk, C) angle factors per layer (the angle form's).
+
+        The rows live in an (H, D, capacity) buffer that doubles when full, as the KV cache
+        does: a step writes its new row in place instead of copying all R rows (concatenating
+        them cost a copy of the whole (H, D, R) table per step)."""
         if self.config.clip is not None or torch.compiler.is_compiling() or q_pos.numel() == 0 or k_pos.numel() == 0:
             return self.prepare(q_pos, k_pos)
         lo, hi = self._range(q_pos, k_pos)
         dev = q_pos.device
         if "keys" not in memo:
-            memo["keys"] = (lo, hi, self.relative_keys(torch.arange(lo, hi + 1, device=dev)))  # (H, D, R)
-        lo0, hi0, keys = memo["keys"]
-        if lo < lo0 or hi > hi0:  # new distances: project only those rows
-            parts = [self.relative_keys(torch.arange(lo, lo0, device=dev))] if lo < lo0 else []
-            parts.append(keys)
-            if hi > hi0:
-                parts.append(self.relative_keys(torch.arange(hi0 + 1, hi + 1, device=dev)))
-            lo0, hi0 = min(lo, lo0), max(hi, hi0)
-            memo["keys"] = (lo0, hi0, torch.cat(parts, dim=-1))
-            keys = memo["keys"][2]
-        return TransformerXLState(DistanceBucket(lo, hi), keys[..., lo - lo0 : hi - lo0 + 1], None, None, None)
+            memo["keys"] = (lo, hi, self.relative_keys(torch.arange(lo, hi + 1, device=dev)))  # (H, D, capacity)
+        lo0, hi0, buf = memo["keys"]
+        if lo < lo0:  # distances below the buffer's first (not reached by decoding): rebuild it
+            buf = torch.cat([self.relative_keys(torch.arange(lo, lo0, device=dev)), buf[..., : hi0 - lo0 + 1]], dim=-1)
+            lo0 = lo
+        if hi > hi0:  # new distances past the end: project only those rows
+            need = hi - lo0 + 1
+            if need > buf.shape[-1]:
+                grown = buf.new_empty(*buf.shape[:-1], max(need, 2 * buf.shape[-1]))
+                grown[..., : hi0 - lo0 + 1] = buf[..., : hi0 - lo0 + 1]
+                buf = grown
+            buf[..., hi0 - lo0 + 1 : need] = self.relative_keys(torch.arange(hi0 + 1, hi + 1, device=dev))
+            hi0 = hi
+        memo["keys"] = (lo0, hi0, buf)
+        return TransformerXLState(DistanceBucket(lo, hi), buf[..., lo - lo0 : hi - lo0 + 1], None, None, None)
 
     def terms(self, q: Tensor, k: Tensor, state: "TransformerXLState", proj: QKProjection | None = None) -> list:
         """u·k_j and (q_i + v)·W_R R_(i-j), scaled, float32 or wider (see the module docstring)."""
@@ -164,7 +172,11 @@ class TransformerXLRelative(PositionalEncoding):
         u_term = TableTerm(uk, "key", DistanceBucket(0, 0))
         if state.bucket is None:
             return [DenseTerm(self._angle_logits(qv, state, scale)), u_term]
-        r = state.keys.to(dt) * scale  # (H, D, R): the scale on the R rows, not on T·R
+        r = state.keys.to(dt)  # (H, D, R)
+        if qv.numel() < r.numel():  # the scale on the smaller factor (the query in decoding)
+            qv = qv * scale
+        else:
+            r = r * scale
         return [TableTerm.product(qv, r, "query", state.bucket), u_term]  # table (B, H, Tq, R)
 
     def _angle_logits(self, qv: Tensor, state: "TransformerXLState", scale: float) -> Tensor:
