@@ -634,3 +634,25 @@ def test_decoding_reuses_parameter_work_across_steps(name, monkeypatch):
     model(tokens[:, :6], cache=cache)
     model(tokens[:, 6:7], cache=cache)  # autograd on: prepare(), nothing kept
     assert not cache.prepare_memo
+
+
+def test_transformer_xl_kept_rows_follow_any_distance_range():
+    """Transformer-XL's decoding memo keeps W_R R_d in a buffer that grows in place past its
+    end (doubling) and is rebuilt when a step reaches distances below its start (positions
+    given by the caller may go back): every step's rows equal a fresh projection of exactly
+    that step's distances."""
+    enc = build("transformer_xl", d_model=16, num_heads=2).double()
+    memo: dict = {}
+    steps = [(torch.arange(4, 6), torch.arange(0, 6)),  # distances -1 .. 5: the first buffer
+             (torch.tensor([6]), torch.arange(0, 7)),  # 0 .. 6: one row past the end (grows)
+             (torch.tensor([13]), torch.arange(0, 14)),  # 0 .. 13: past the doubled capacity (grows again)
+             (torch.tensor([0, 1]), torch.arange(-2, 9)),  # -8 .. 3: below the start (rebuilt)
+             (torch.tensor([14]), torch.arange(0, 15))]  # 0 .. 14: past the end again
+    with torch.no_grad():
+        for q_pos, k_pos in steps:
+            state = enc.prepare_cached(q_pos[None], k_pos[None], memo)
+            lo, hi = int(q_pos.min() - k_pos.max()), int(q_pos.max() - k_pos.min())
+            assert (state.bucket.lo, state.bucket.hi) == (lo, hi)
+            torch.testing.assert_close(state.keys, enc.relative_keys(torch.arange(lo, hi + 1)), rtol=0, atol=1e-14)
+    lo0, hi0, buf = memo["keys"]
+    assert (lo0, hi0) == (-8, 14) and buf.shape[-1] >= hi0 - lo0 + 1
