@@ -146,3 +146,37 @@ def test_apply_rotary_rejects_mismatched_tables():
     cos, sin = angles_cos_sin(torch.arange(4)[None], base_inv_freq(10, 10000.0))
     with pytest.raises(ValueError, match="do not fit"):
         apply_rotary(x, cos, sin)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_small_step_rolled_form_is_the_eager_kernel_bit_for_bit(dtype, monkeypatch):
+    """A small step on CPU without autograd (a decoding step) rotates by
+    x·[cos | cos] + roll(x, D/2)·[-sin | sin] (three ops): the same bits as the eager kernel,
+    within one rounding of the complex-number reference; with grad enabled, or more than
+    SMALL_STEP positions, or partial rotary, the state carries no rolled tables."""
+    from posenc.rotary import functional, rope as rope_module
+
+    H, D = 4, 16
+    rope = posenc.build("rope", d_model=H * D, num_heads=H, base=500.0)
+    pos = torch.tensor([[37, 38, 39]])
+    q, k = torch.randn(2, H, 3, D).to(dtype), torch.randn(2, 2, 3, D).to(dtype)
+    taken = []
+    real = functional.rotate_half_rolled
+    monkeypatch.setattr(rope_module, "rotate_half_rolled", lambda *a: taken.append(1) or real(*a))
+    with torch.no_grad():
+        state = rope.prepare(pos, pos)
+        assert state.rolled is not None
+        rq, rk = rope.rotate(q, k, pos, pos, state=state)
+        eq, ek = apply_rotary(q, state.cos, state.sin, "half", kernel="eager"), apply_rotary(k, state.cos, state.sin, "half", kernel="eager")
+    assert taken == [1, 1] and rq.dtype == dtype
+    assert torch.equal(rq, eq) and torch.equal(rk, ek)
+    tol = dict(atol=1e-2, rtol=2**-8) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=0)
+    torch.testing.assert_close(rq.double(), reference_complex(q, pos, D, 500.0, "half"), **tol)
+
+    assert rope.prepare(pos, pos).rolled is None  # autograd on
+    with torch.no_grad():
+        long = torch.arange(rope_module.SMALL_STEP + 1)[None]
+        assert rope.prepare(long, long).rolled is None
+        partial = posenc.build("rope", d_model=H * D, num_heads=H, rotary_dim=8)
+        interleaved = posenc.build("rope", d_model=H * D, num_heads=H, layout="interleaved")
+        assert partial.prepare(pos, pos).rolled is None and interleaved.prepare(pos, pos).rolled is None
