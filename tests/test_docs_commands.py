@@ -75,8 +75,8 @@ _TINY_RELATIVE = {"--lengths": ["16"], "--repeat": ["1"]}
 _TINY_MODEL = {"--lengths": ["16"], "--batch": ["1"], "--layers": ["1"], "--width": ["32"], "--heads": ["2"],
                "--rounds": ["1"], "--decode-contexts": ["8"], "--decode-tokens": ["1"]}
 _TINY_BENCH = ("--steps", "2", "--encodings", "rope", "--tasks", "copy", "--no-progress")
-_MODEL = ("posenc speed model --lengths 1024 --batch 2 --layers 6 --width 512 --heads 8 --rounds 2 "
-          "--decode-contexts 1024 4096 --decode-tokens 32")
+_MODEL = ("posenc speed model --lengths 1024 --batch 2 --layers 6 --width 512 --heads 8 --rounds 3 "
+          "--decode-contexts 1024 4096 --decode-tokens 16")
 
 SMOKE: dict[str, Smoke] = {
     "make demo": Smoke(how="make"),

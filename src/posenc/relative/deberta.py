@@ -224,9 +224,11 @@ class DebertaRelative(PositionalEncoding):
         return not torch.compiler.is_compiling() and 16 * tq * (self.dims.head_dim + rows) <= rows * self.dims.head_dim
 
     def _project(self, p: Tensor, proj: nn.Linear) -> Tensor:
-        """Normalized rows p (R, C) -> projected (H, D, R) with the encoding's own projection."""
+        """Normalized rows p (R, C) -> projected (H, D, R) with the encoding's own projection,
+        times the attention scale (once here, not in every layer that reads them)."""
         H, D = self.dims.num_heads, self.dims.head_dim
-        return proj(p.to(proj.weight.dtype)).view(p.shape[0], H, D).permute(1, 2, 0)  # (H, D, R)
+        rows = proj(p.to(proj.weight.dtype)).view(p.shape[0], H, D).permute(1, 2, 0)  # (H, D, R)
+        return rows * self.attention_scale(D)
 
     def _c2p_table(self, q: Tensor, rows: Tensor) -> Tensor:
         """q·K^rᵀ unscaled without projecting P: with K^r_h = P W_hᵀ + b_h (W_h the head's
@@ -246,12 +248,12 @@ class DebertaRelative(PositionalEncoding):
         out: list[TableTerm] = []
         if self.config.c2p and not self.config.share_att_key and state.keys is None:
             out.append(TableTerm(self._c2p_table(q.to(dt), state.rows) * scale, "query", state.bucket))  # (B, H, Tq, R)
-        elif self.config.c2p:
-            kr = state.keys if state.keys is not None else proj.key(state.rows).transpose(-1, -2)  # (H, D, R)
-            out.append(TableTerm.product(q.to(dt), kr.to(dt) * scale, "query", state.bucket))  # table (B, H, Tq, R)
+        elif self.config.c2p:  # the encoding's K^r come scaled; the layer's own are scaled here
+            kr = state.keys if state.keys is not None else proj.key(state.rows).transpose(-1, -2) * scale  # (H, D, R)
+            out.append(TableTerm.product(q.to(dt), kr.to(dt), "query", state.bucket))  # table (B, H, Tq, R)
         if self.config.p2c:
-            qr = state.queries if state.queries is not None else proj.query(state.rows).transpose(-1, -2)  # (H, D, R)
-            out.append(TableTerm.product(k.to(dt), qr.to(dt) * scale, "key", state.bucket))  # table (B, H, Tk, R)
+            qr = state.queries if state.queries is not None else proj.query(state.rows).transpose(-1, -2) * scale  # (H, D, R)
+            out.append(TableTerm.product(k.to(dt), qr.to(dt), "key", state.bucket))  # table (B, H, Tk, R)
         return out
 
 
@@ -259,7 +261,8 @@ class DebertaRelative(PositionalEncoding):
 class DebertaState:
     """Per-forward state: the bucket of a pair (a row of ``rows``), the layer-normalized rows
     of P it reads, (R, C), and with the encoding's own projections the position keys and
-    queries (H, D, R), unscaled (None with ``share_att_key``: each layer projects ``rows``)."""
+    queries (H, D, R), times the attention scale (None with ``share_att_key``: each layer
+    projects ``rows``)."""
 
     bucket: LookupBucket
     rows: Tensor

@@ -1,10 +1,11 @@
 """Whole-model cost of every encoding: a training step and KV-cache decoding, as ratios to NoPE.
 
 Each encoding is put in the same model (same width, depth, heads, seed) and timed side by side
-in one run. Measurements are interleaved in rounds (one step of every model per round, the
-median over rounds), so a machine that slows down mid-run affects all encodings alike.
-Decoding is timed step by step after a prefill of the context, and reported as tokens/s from
-the median step over all timed rounds.
+in one run. Training steps are interleaved in rounds (one step of every model per round; the
+fastest round counts, since interference only adds time), so a machine that slows down
+mid-run affects all encodings alike.
+Decoding: every model is prefilled with the context, then the models decode in turn, one token
+each, ``rounds * decode_tokens`` timed steps apiece; tokens/s comes from the median step.
 
 Goals (ratio to NoPE, :data:`GOALS`), by the hooks an encoding uses: rotary and absolute <= 1.05;
 content-independent biases (``logit_bias``) <= 1.15 in time and 1.10 in peak memory;
@@ -33,10 +34,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from ..backends import IMPLS
 from ..cli_args import add_json_option, default_device, emit_json, positive_int
 from ..cli_args import device as device_arg
+from ..attention import KVCache
 from ..model import ModelConfig, Transformer
 from ..registry import get_info, list_encodings
 from ..terms import ValueTerm
@@ -118,7 +121,7 @@ def run_model_speed(
                          "torch 2.13); use --impl sdpa/auto, or a CUDA device")
     if "none" not in encodings:
         encodings = ["none", *encodings]
-    max_len = max([*lengths, *(c + decode_tokens for c in decode_contexts)])
+    max_len = max([*lengths, *(c + rounds * decode_tokens + 1 for c in decode_contexts)])
     models: dict[str, Transformer] = {}
     opts: dict[str, torch.optim.Optimizer] = {}
     for name in encodings:
@@ -148,24 +151,23 @@ def run_model_speed(
         opt.step()
 
     @torch.no_grad()
-    def decode(name: str, ctx_len: int) -> list[float]:
-        """Seconds of each of ``decode_tokens`` greedy steps after a ``ctx_len``-token prefill."""
+    def prefill(name: str, ctx_len: int) -> tuple[KVCache, Tensor]:
+        """A KV cache holding ``ctx_len`` random tokens, and the model's next token."""
         m = models[name].eval()
         x = torch.randint(0, vocab, (decode_batch, ctx_len), generator=g).to(device)
         cache = m.new_cache()
-        logits = m(x, cache=cache)
-        nxt = logits[:, -1:].argmax(-1)
-        steps = []
-        for _ in range(decode_tokens):
-            _sync()
-            t0 = time.perf_counter()
-            nxt = m(nxt, cache=cache)[:, -1:].argmax(-1)
-            _sync()
-            steps.append(time.perf_counter() - t0)
-        m.train()
-        return steps
+        return cache, m(x, cache=cache)[:, -1:].argmax(-1)
 
-    total = len(encodings) * (len(lengths) + len(decode_contexts)) * (rounds + 1)
+    @torch.no_grad()
+    def step(name: str, cache: KVCache, nxt: Tensor) -> tuple[Tensor, float]:
+        """One greedy decoding step: the next token and the step's seconds."""
+        _sync()
+        t0 = time.perf_counter()
+        nxt = models[name](nxt, cache=cache)[:, -1:].argmax(-1)
+        _sync()
+        return nxt, time.perf_counter() - t0
+
+    total = len(encodings) * len(lengths) * (rounds + 1) + len(decode_contexts) * (len(encodings) + rounds * decode_tokens + 1)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -184,19 +186,32 @@ def run_model_speed(
                 if bar:
                     bar.update()
         for name in encodings:
-            results["train"].setdefault(name, {})[T] = statistics.median(times[name])
+            # The fastest round: interference from the rest of the machine only ever adds time,
+            # and on a shared 2-core machine a step varies by +-15% from round to round.
+            results["train"].setdefault(name, {})[T] = min(times[name])
     for C in decode_contexts:
-        # Tokens/s from the median step over all timed rounds: a step that meets a one-off cost
-        # (the KV cache doubling its buffers, a scheduler hiccup) does not move it.
-        steps: dict[str, list[float]] = {n: [] for n in encodings}
-        for r in range(rounds + 1):
-            for name in encodings:
-                times = decode(name, C)
-                if r:
-                    steps[name] += times
-                if bar:
-                    bar.update()
+        # Every model holds a cache of C tokens at once and they decode in turn, one token each,
+        # so a machine that slows down for a while slows every encoding's steps alike. Tokens/s
+        # from the median step: a step that meets a one-off cost (the KV cache doubling its
+        # buffers, a scheduler hiccup) does not move it. The first step of each is not timed.
+        live = {}
         for name in encodings:
+            live[name] = prefill(name, C)
+            if bar:
+                bar.update()
+        steps: dict[str, list[float]] = {n: [] for n in encodings}
+        for i in range(rounds * decode_tokens + 1):
+            for name in encodings:
+                cache, nxt = live[name]
+                nxt, dt = step(name, cache, nxt)
+                live[name] = (cache, nxt)
+                if i:
+                    steps[name].append(dt)
+            if bar:
+                bar.update()
+        del live
+        for name in encodings:
+            models[name].train()
             results["decode"].setdefault(name, {})[C] = decode_batch / statistics.median(steps[name])
     if bar:
         bar.close()
@@ -239,10 +254,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=positive_int, default=6, help="number of layers")
     p.add_argument("--width", type=positive_int, default=512, help="model width (divisible by --heads)")
     p.add_argument("--heads", type=positive_int, default=8, help="attention heads")
-    p.add_argument("--rounds", type=positive_int, default=3, help="timed rounds (median reported), after one warm-up")
+    p.add_argument("--rounds", type=positive_int, default=3, help="timed rounds after one warm-up (training: the fastest round counts)")
     p.add_argument("--decode-contexts", nargs="*", type=positive_int, default=[1024, 4096],
                    help="KV-cache contexts to decode at")
-    p.add_argument("--decode-tokens", type=positive_int, default=16, help="tokens decoded per measurement")
+    p.add_argument("--decode-tokens", type=positive_int, default=16, help="timed decoding steps per model per round (the models take turns, one token each)")
     p.add_argument("--device", type=device_arg, default=default_device(), help="cpu, cuda or cuda:N (default: cuda if available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                    help="model dtype (default: float32 on CPU, bfloat16 on GPU)")
