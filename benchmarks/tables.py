@@ -383,6 +383,8 @@ def render_relative_8192(page: str) -> str:
 
 
 def _model_rows(data: dict) -> tuple[list[list[str]], list[str]]:
+    from posenc.speed.model import row_ratios
+
     train, decode, mem = data["train"], data["decode"], data["memory"]
     assert train, "model results have no rows"
     (T,) = train["none"]  # one training length in the quoted command
@@ -392,7 +394,8 @@ def _model_rows(data: dict) -> tuple[list[list[str]], list[str]]:
         if name == "none":
             continue
         _, goal, mem_goal = (*data["goal"][name], None)[:3]  # older files have no memory goal
-        r = [train[name][T] / train["none"][T]] + [decode["none"][c] / decode[name][c] for c in contexts]
+        train_ratio, decode_ratio = row_ratios(data, name)  # paired ratios, or older files' quotients
+        r = [train_ratio[T]] + [decode_ratio[c] for c in contexts]
         (Tm, m), = mem[name].items()
         m_ratio = m / mem["none"][Tm]
         ok = all(x <= goal for x in r) and (mem_goal is None or m_ratio <= mem_goal)

@@ -1,11 +1,12 @@
 """Whole-model cost of every encoding: a training step and KV-cache decoding, as ratios to NoPE.
 
 Each encoding is put in the same model (same width, depth, heads, seed) and timed side by side
-in one run. Training steps are interleaved in rounds (one step of every model per round; the
-fastest round counts, since interference only adds time), so a machine that slows down
-mid-run affects all encodings alike.
-Decoding: every model is prefilled with the context, then the models decode in turn, one token
-each, ``rounds * decode_tokens`` timed steps apiece; tokens/s comes from the median step.
+with NoPE in one run, in pairs: only the encoding's model and NoPE's are alive while they
+alternate, so a machine that slows down for a while slows both alike. Training: one step of
+each per round, the ratio is the median over rounds of the two steps' ratio. Decoding: both
+models hold a cache of the context and decode in turn, one token each, ``rounds *
+decode_tokens`` timed steps apiece; the ratio is that of the median steps. NoPE's own
+numbers are the medians over all its pairs.
 
 Goals (ratio to NoPE, :data:`GOALS`), by the hooks an encoding uses: rotary and absolute <= 1.05;
 content-independent biases (``logit_bias``) <= 1.15 in time and 1.10 in peak memory;
@@ -34,12 +35,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
 
 from ..backends import IMPLS
 from ..cli_args import add_json_option, default_device, emit_json, positive_int
 from ..cli_args import device as device_arg
-from ..attention import KVCache
 from ..model import ModelConfig, Transformer
 from ..registry import get_info, list_encodings
 from ..terms import ValueTerm
@@ -119,107 +118,138 @@ def run_model_speed(
     if impl == "flex" and device == "cpu" and lengths:
         raise ValueError("impl='flex' cannot time training on CPU (flex_attention has no CPU backward in "
                          "torch 2.13); use --impl sdpa/auto, or a CUDA device")
-    if "none" not in encodings:
-        encodings = ["none", *encodings]
+    others = [n for n in dict.fromkeys(encodings) if n != "none"]
     max_len = max([*lengths, *(c + rounds * decode_tokens + 1 for c in decode_contexts)])
-    models: dict[str, Transformer] = {}
-    opts: dict[str, torch.optim.Optimizer] = {}
-    for name in encodings:
+    g = torch.Generator().manual_seed(0)
+
+    def build_model(name: str) -> tuple[Transformer, torch.optim.Optimizer]:
         torch.manual_seed(0)
         cfg = ModelConfig(
             vocab_size=vocab, d_model=width, n_layer=layers, n_head=heads,
             encoding=name, encoding_config=_config_for(name, max_len), attn_impl=impl,
         )
-        models[name] = Transformer(cfg).to(device=device, dtype=dtype)
-        opts[name] = torch.optim.AdamW(models[name].parameters(), lr=1e-4)
-    results: dict[str, Any] = {
-        "machine": describe_machine(),
-        "settings": dict(batch=batch, layers=layers, width=width, heads=heads, dtype=str(dtype),
-                         rounds=rounds, decode_tokens=decode_tokens, decode_batch=decode_batch, impl=impl),
-        "train": {}, "decode": {}, "memory": {}, "goal": {},
-    }
-    g = torch.Generator().manual_seed(0)
+        model = Transformer(cfg).to(device=device, dtype=dtype)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-    def train_step(name: str, T: int) -> None:
-        m, opt = models[name], opts[name]
+    def train_step(pair: tuple[Transformer, torch.optim.Optimizer], T: int) -> float:
+        """One training step's seconds."""
+        m, opt = pair
         x = torch.randint(0, vocab, (batch, T + 1), generator=g).to(device)
+        _sync()
+        t0 = time.perf_counter()
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16 and device == "cuda"):
             logits = m(x[:, :-1])
             loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        _sync()
+        return time.perf_counter() - t0
 
     @torch.no_grad()
-    def prefill(name: str, ctx_len: int) -> tuple[KVCache, Tensor]:
-        """A KV cache holding ``ctx_len`` random tokens, and the model's next token."""
-        m = models[name].eval()
-        x = torch.randint(0, vocab, (decode_batch, ctx_len), generator=g).to(device)
-        cache = m.new_cache()
-        return cache, m(x, cache=cache)[:, -1:].argmax(-1)
+    def decode_steps(models: list[Transformer], C: int) -> list[list[float]]:
+        """Seconds of each timed greedy step per model: every model holds a cache of C random
+        tokens and they decode in turn, one token each (the first step untimed)."""
+        live = []
+        for m in models:
+            m.eval()
+            cache = m.new_cache()
+            x = torch.randint(0, vocab, (decode_batch, C), generator=g).to(device)
+            live.append([cache, m(x, cache=cache)[:, -1:].argmax(-1)])
+        steps: list[list[float]] = [[] for _ in models]
+        for i in range(rounds * decode_tokens + 1):
+            for m, state, out in zip(models, live, steps):
+                _sync()
+                t0 = time.perf_counter()
+                state[1] = m(state[1], cache=state[0])[:, -1:].argmax(-1)
+                _sync()
+                if i:
+                    out.append(time.perf_counter() - t0)
+        for m in models:
+            m.train()
+        return steps
 
-    @torch.no_grad()
-    def step(name: str, cache: KVCache, nxt: Tensor) -> tuple[Tensor, float]:
-        """One greedy decoding step: the next token and the step's seconds."""
-        _sync()
-        t0 = time.perf_counter()
-        nxt = models[name](nxt, cache=cache)[:, -1:].argmax(-1)
-        _sync()
-        return nxt, time.perf_counter() - t0
-
-    total = len(encodings) * len(lengths) * (rounds + 1) + len(decode_contexts) * (len(encodings) + rounds * decode_tokens + 1)
+    results: dict[str, Any] = {
+        "machine": describe_machine(),
+        "settings": dict(batch=batch, layers=layers, width=width, heads=heads, dtype=str(dtype),
+                         rounds=rounds, decode_tokens=decode_tokens, decode_batch=decode_batch, impl=impl,
+                         method="paired: each encoding alternates with NoPE; ratios are medians of "
+                                "per-round training ratios and ratios of median decoding steps"),
+        "train": {"none": {}}, "decode": {"none": {}}, "memory": {}, "goal": {},
+        "ratio": {"train": {"none": {T: 1.0 for T in lengths}}, "decode": {"none": {C: 1.0 for C in decode_contexts}}},
+    }
+    per_encoding = len(lengths) * (rounds + 1) + len(decode_contexts) + 1
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=total, desc="speed model", unit="run")
-    for T in lengths:
-        times: dict[str, list[float]] = {n: [] for n in encodings}
-        for r in range(rounds + 1):  # round 0 is warm-up
-            for name in encodings:
-                _sync()
-                t0 = time.perf_counter()
-                train_step(name, T)
-                _sync()
+        bar = tqdm(total=max(len(others), 1) * per_encoding, desc="speed model", unit="run")
+    reference = build_model("none")
+    ref_train: dict[int, list[float]] = {T: [] for T in lengths}
+    ref_decode: dict[int, list[float]] = {C: [] for C in decode_contexts}
+    # Each encoding is measured against NoPE in alternation, with only the two models (and their
+    # optimizer state) alive: with every model of the registry alive at once, a training step
+    # varied by +-15% from round to round on a 2-core machine; in pairs, by about 5%.
+    for name in others or ["none"]:
+        model = reference if name == "none" else build_model(name)
+        for T in lengths:
+            pairs = []
+            for r in range(rounds + 1):  # round 0 is warm-up
+                t_ref = train_step(reference, T)
+                t = t_ref if name == "none" else train_step(model, T)
                 if r:
-                    times[name].append(time.perf_counter() - t0)
+                    pairs.append((t_ref, t))
                 if bar:
                     bar.update()
-        for name in encodings:
-            # The fastest round: interference from the rest of the machine only ever adds time,
-            # and on a shared 2-core machine a step varies by +-15% from round to round.
-            results["train"].setdefault(name, {})[T] = min(times[name])
+            ref_train[T] += [a for a, _ in pairs]
+            results["train"].setdefault(name, {})[T] = statistics.median(b for _, b in pairs)
+            results["ratio"]["train"].setdefault(name, {})[T] = statistics.median(b / a for a, b in pairs)
+        for C in decode_contexts:
+            # Tokens/s from the median step: a step that meets a one-off cost (the KV cache
+            # doubling its buffers, a scheduler hiccup) does not move it.
+            if name == "none":
+                (ref_steps,) = decode_steps([reference[0]], C)
+                steps = ref_steps
+            else:
+                ref_steps, steps = decode_steps([reference[0], model[0]], C)
+            ref_decode[C] += ref_steps
+            results["decode"].setdefault(name, {})[C] = decode_batch / statistics.median(steps)
+            results["ratio"]["decode"].setdefault(name, {})[C] = statistics.median(steps) / statistics.median(ref_steps)
+            if bar:
+                bar.update()
+        T_mem = min(lengths)
+        results["memory"][name] = {T_mem: peak_memory(lambda: train_step(model, T_mem))}
+        results["goal"][name] = goal_for(model[0])
+        if bar:
+            bar.update()
+        del model
+    for T in lengths:
+        results["train"]["none"][T] = statistics.median(ref_train[T])
     for C in decode_contexts:
-        # Every model holds a cache of C tokens at once and they decode in turn, one token each,
-        # so a machine that slows down for a while slows every encoding's steps alike. Tokens/s
-        # from the median step: a step that meets a one-off cost (the KV cache doubling its
-        # buffers, a scheduler hiccup) does not move it. The first step of each is not timed.
-        live = {}
-        for name in encodings:
-            live[name] = prefill(name, C)
-            if bar:
-                bar.update()
-        steps: dict[str, list[float]] = {n: [] for n in encodings}
-        for i in range(rounds * decode_tokens + 1):
-            for name in encodings:
-                cache, nxt = live[name]
-                nxt, dt = step(name, cache, nxt)
-                live[name] = (cache, nxt)
-                if i:
-                    steps[name].append(dt)
-            if bar:
-                bar.update()
-        del live
-        for name in encodings:
-            models[name].train()
-            results["decode"].setdefault(name, {})[C] = decode_batch / statistics.median(steps[name])
+        results["decode"]["none"][C] = decode_batch / statistics.median(ref_decode[C])
+    if "none" not in results["memory"]:
+        results["memory"]["none"] = {min(lengths): peak_memory(lambda: train_step(reference, min(lengths)))}
+        results["goal"]["none"] = goal_for(reference[0])
     if bar:
         bar.close()
-    T_mem = min(lengths)
-    for name in encodings:
-        results["memory"][name] = {T_mem: peak_memory(lambda: train_step(name, T_mem))}
-        results["goal"][name] = goal_for(models[name])
+    # Rows in the order asked for, NoPE first.
+    order = ["none", *others]
+    for key in ("train", "decode", "memory", "goal"):
+        results[key] = {n: results[key][n] for n in order}
+    for key in ("train", "decode"):
+        results["ratio"][key] = {n: results["ratio"][key][n] for n in order}
     return results
+
+
+def row_ratios(res: dict[str, Any], name: str) -> tuple[dict, dict]:
+    """``name``'s (training-step ratio per length, decoding-step ratio per context) to NoPE:
+    the paired ratios of the results (``res["ratio"]``), or, in files written before the
+    measurement was paired, the ratios of the absolute numbers."""
+    if "ratio" in res:
+        return res["ratio"]["train"][name], res["ratio"]["decode"][name]
+    train, decode = res["train"], res["decode"]
+    return ({T: train[name][T] / train["none"][T] for T in train[name]},
+            {C: decode["none"][C] / decode[name][C] for C in decode[name]})
 
 
 def format_table(res: dict[str, Any]) -> str:
@@ -232,9 +262,8 @@ def format_table(res: dict[str, Any]) -> str:
     rows = [head]
     for name in train:
         _, goal, mem_goal = (*res["goal"][name], None)[:3]
-        ratios = [train[name][T] / train["none"][T] for T in lengths]
-        # Decoding: time per token ratio = NoPE's tokens/s over this encoding's.
-        ratios += [decode["none"][C] / decode[name][C] for C in contexts]
+        train_ratio, decode_ratio = row_ratios(res, name)  # decoding: time per token
+        ratios = [train_ratio[T] for T in lengths] + [decode_ratio[C] for C in contexts]
         (T_mem, m), = mem[name].items()
         m0 = mem["none"][T_mem]
         ok = all(r <= goal for r in ratios) and (mem_goal is None or m / m0 <= mem_goal)
@@ -254,10 +283,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=positive_int, default=6, help="number of layers")
     p.add_argument("--width", type=positive_int, default=512, help="model width (divisible by --heads)")
     p.add_argument("--heads", type=positive_int, default=8, help="attention heads")
-    p.add_argument("--rounds", type=positive_int, default=3, help="timed rounds after one warm-up (training: the fastest round counts)")
+    p.add_argument("--rounds", type=positive_int, default=3, help="timed training rounds after one warm-up (the median ratio to NoPE counts)")
     p.add_argument("--decode-contexts", nargs="*", type=positive_int, default=[1024, 4096],
                    help="KV-cache contexts to decode at")
-    p.add_argument("--decode-tokens", type=positive_int, default=16, help="timed decoding steps per model per round (the models take turns, one token each)")
+    p.add_argument("--decode-tokens", type=positive_int, default=16, help="decoding steps per round: rounds x this many timed steps per model, in turn with NoPE")
     p.add_argument("--device", type=device_arg, default=default_device(), help="cpu, cuda or cuda:N (default: cuda if available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                    help="model dtype (default: float32 on CPU, bfloat16 on GPU)")

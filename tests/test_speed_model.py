@@ -1,0 +1,43 @@
+"""``posenc speed model``'s measurement: each encoding alternates with NoPE (paired), and the
+table reads the paired ratios, not quotients of numbers measured at different times."""
+
+from __future__ import annotations
+
+from posenc.speed.model import format_table, row_ratios, run_model_speed
+
+
+def _results(with_ratio: bool) -> dict:
+    res = {
+        "machine": "test machine",
+        "train": {"none": {64: 2.0}, "alibi": {64: 3.0}},
+        "decode": {"none": {128: 100.0}, "alibi": {128: 50.0}},
+        "memory": {"none": {64: 1000}, "alibi": {64: 1050}},
+        "goal": {"none": ("absolute", 1.05, None), "alibi": ("bias", 1.15, 1.10)},
+    }
+    if with_ratio:  # measured in pairs: alibi's steps were 1.10x and 1.05x its NoPE partner's
+        res["ratio"] = {"train": {"none": {64: 1.0}, "alibi": {64: 1.10}},
+                        "decode": {"none": {128: 1.0}, "alibi": {128: 1.05}}}
+    return res
+
+
+def test_table_reads_the_paired_ratios():
+    paired = format_table(_results(True)).splitlines()[2].split()
+    assert paired[0] == "alibi" and "1.10x" in paired and "1.05x" in paired and paired[-1] == "yes"
+    # An older file without paired ratios: quotients of the absolute numbers (3 / 2, 100 / 50).
+    assert row_ratios(_results(False), "alibi") == ({64: 1.5}, {128: 2.0})
+    old = format_table(_results(False)).splitlines()[2].split()
+    assert "1.50x" in old and "2.00x" in old and old[-1] == "NO"
+
+
+def test_paired_run_has_every_row_and_nope_at_one():
+    res = run_model_speed(["learned", "none", "alibi", "learned"], [16], batch=1, layers=1, width=32, heads=2,
+                          rounds=2, decode_contexts=[8], decode_tokens=2, progress=False)
+    assert list(res["train"]) == list(res["decode"]) == list(res["memory"]) == ["none", "learned", "alibi"]
+    assert res["ratio"]["train"]["none"] == {16: 1.0} and res["ratio"]["decode"]["none"] == {8: 1.0}
+    for name in ("learned", "alibi"):
+        (r_train,), (r_decode,) = res["ratio"]["train"][name].values(), res["ratio"]["decode"][name].values()
+        assert 0 < r_train < 100 and 0 < r_decode < 100
+        assert res["train"][name][16] > 0 and res["decode"][name][8] > 0 and res["memory"][name][16] > 0
+    alone = run_model_speed(["none"], [16], batch=1, layers=1, width=32, heads=2, rounds=1,
+                            decode_contexts=[8], decode_tokens=1, progress=False)
+    assert list(alone["train"]) == ["none"] and alone["ratio"]["train"]["none"] == {16: 1.0}
