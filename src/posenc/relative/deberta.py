@@ -185,11 +185,14 @@ class DebertaRelative(PositionalEncoding):
             r0, r1 = (int(lut[min(max(d, lo), hi) - lo]) for d in (dlo, dhi))
         return r0, r1, LookupBucket((lut - r0).clamp(0, r1 - r0), lo, hi)
 
+    def _rows(self, r0: int, r1: int) -> Tensor:
+        """Rows [r0, r1] of P, layer-normalized: (R, C)."""
+        p = self.rel_embeddings[r0 : r1 + 1]
+        return p if self.norm is None else self.norm(p)  # row-wise: as normalizing P, then indexing
+
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> "DebertaState":
         r0, r1, bucket = self._reached(q_pos, k_pos)
-        p = self.rel_embeddings[r0 : r1 + 1]  # (R, C)
-        if self.norm is not None:
-            p = self.norm(p)  # row-wise: the same as normalizing the whole table, then indexing
+        p = self._rows(r0, r1)  # (R, C)
         state = DebertaState(bucket, p, None, None)
         if not self.config.share_att_key:  # the encoding's own projections: shared by layers too
             if self.config.c2p and not self._c2p_by_query(q_pos.shape[1], p.shape[0]):
@@ -204,17 +207,15 @@ class DebertaRelative(PositionalEncoding):
         if self.config.share_att_key or torch.compiler.is_compiling() or q_pos.numel() == 0 or k_pos.numel() == 0:
             return self.prepare(q_pos, k_pos)  # share_att_key: each layer projects with its own weights
         if "projected" not in memo:
-            p = self.rel_embeddings if self.norm is None else self.norm(self.rel_embeddings)  # (2·span, C)
+            p = self._rows(0, 2 * self.config.span - 1)  # (2·span, C)
             memo["projected"] = (
                 self._project(p, self.pos_key_proj) if self.config.c2p else None,  # (H, D, 2·span)
                 self._project(p, self.pos_query_proj) if self.config.p2c else None,
             )
         keys, queries = memo["projected"]
         r0, r1, bucket = self._reached(q_pos, k_pos)
-        p = self.rel_embeddings[r0 : r1 + 1]
-        p = p if self.norm is None else self.norm(p)
-        pick = lambda t: None if t is None else t[..., r0 : r1 + 1]
-        return DebertaState(bucket, p, pick(keys), pick(queries))
+        pick = lambda t: None if t is None else t[..., r0 : r1 + 1]  # noqa: E731
+        return DebertaState(bucket, self._rows(r0, r1), pick(keys), pick(queries))
 
     def _c2p_by_query(self, tq: int, rows: int) -> bool:
         """c2p as (q W_k)·P_r + q·b_k (each layer takes its queries to P's width C) rather than
