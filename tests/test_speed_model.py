@@ -41,3 +41,18 @@ def test_paired_run_has_every_row_and_nope_at_one():
     alone = run_model_speed(["none"], [16], batch=1, layers=1, width=32, heads=2, rounds=1,
                             decode_contexts=[8], decode_tokens=1, progress=False)
     assert list(alone["train"]) == ["none"] and alone["ratio"]["train"]["none"] == {16: 1.0}
+
+
+def test_bad_settings_are_refused_by_name():
+    import pytest
+
+    base = dict(batch=1, layers=1, width=32, heads=2, rounds=1, decode_contexts=[8], decode_tokens=1, progress=False)
+    for field, value, kind in (("rounds", 0, ValueError), ("decode_tokens", 0, ValueError), ("batch", 1.5, TypeError)):
+        with pytest.raises(kind, match=field):
+            run_model_speed(["none"], [16], **{**base, field: value})
+    with pytest.raises(ValueError, match="lengths"):
+        run_model_speed(["none"], [], **base)
+    with pytest.raises(ValueError, match="divisible by heads"):
+        run_model_speed(["none"], [16], **{**base, "heads": 3})
+    with pytest.raises(ValueError, match="decode_contexts"):
+        run_model_speed(["none"], [16], **{**base, "decode_contexts": [0]})

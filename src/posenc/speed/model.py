@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from ..backends import IMPLS
 from ..cli_args import add_json_option, default_device, emit_json, positive_int
+from ..config import check_int
 from ..cli_args import device as device_arg
 from ..model import ModelConfig, Transformer
 from ..registry import get_info, list_encodings
@@ -118,6 +119,17 @@ def run_model_speed(
     if impl == "flex" and device == "cpu" and lengths:
         raise ValueError("impl='flex' cannot time training on CPU (flex_attention has no CPU backward in "
                          "torch 2.13); use --impl sdpa/auto, or a CUDA device")
+    for field, value in (("batch", batch), ("layers", layers), ("width", width), ("heads", heads),
+                         ("rounds", rounds), ("decode_tokens", decode_tokens), ("decode_batch", decode_batch)):
+        check_int(field, value, minimum=1)
+    if width % heads:
+        raise ValueError(f"width ({width}) must be divisible by heads ({heads})")
+    if not lengths:
+        raise ValueError("lengths must name at least one training length (the memory column is measured at the shortest)")
+    for T in lengths:
+        check_int("lengths", T, minimum=1)
+    for C in decode_contexts:
+        check_int("decode_contexts", C, minimum=1)
     others = [n for n in dict.fromkeys(encodings) if n != "none"]
     max_len = max([*lengths, *(c + rounds * decode_tokens + 1 for c in decode_contexts)])
     g = torch.Generator().manual_seed(0)
