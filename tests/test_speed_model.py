@@ -56,3 +56,37 @@ def test_bad_settings_are_refused_by_name():
         run_model_speed(["none"], [16], **{**base, "heads": 3})
     with pytest.raises(ValueError, match="decode_contexts"):
         run_model_speed(["none"], [16], **{**base, "decode_contexts": [0]})
+
+
+def test_json_file_is_replaced_whole_by_concurrent_writers(tmp_path):
+    """Two writers of one --json file (two runs on one output path): every read sees one
+    writer's whole document, never a mix, and no temporary file is left behind."""
+    import json
+    import os
+    import threading
+
+    from posenc.cli_args import emit_json
+
+    path = tmp_path / "out" / "model.json"
+    payloads = [{"writer": "short"}, {"writer": "long", "pad": "x" * 50_000}]
+    stop = threading.Event()
+
+    def write(data):
+        while not stop.is_set():
+            emit_json(path, data)
+
+    threads = [threading.Thread(target=write, args=(p,)) for p in payloads]
+    emit_json(path, payloads[0])
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(300):
+            assert json.loads(path.read_text()) in payloads
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert [p.name for p in path.parent.iterdir()] == ["model.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # a plain file's permissions, not a temp file's 0600

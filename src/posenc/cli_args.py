@@ -22,6 +22,7 @@ import json
 import math
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -256,5 +257,15 @@ def emit_json(target: Path | str | None, data: Any) -> bool:
         return True
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
+    # Written beside the target, then renamed over it: a reader, an interrupted run or a second
+    # process writing the same file never leaves (or sees) half of one file and half of another.
+    # (A unique name opened with "x", not mkstemp: the file keeps the umask's permissions.)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "x") as f:
+            f.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return False
