@@ -351,6 +351,53 @@ def test_fire_contiguous_positions_past_the_threshold_against_reference():
             torch.testing.assert_close(bias[:, i, j], want, atol=1e-12, rtol=1e-12)
 
 
+def test_fire_pairs_function_equals_its_definition():
+    # FireBias.all_pairs (one x per pair, a per-piece scatter in backward, x recomputed) against
+    # BiasTerm.all_pairs on the same fn (gather per head, autograd): values and every
+    # parameter's gradient, with queries before and at L (a tie of max(L, i)), keys after
+    # their query, per-row positions and a unit with w1 = 0.
+    from posenc.terms import BiasTerm
+
+    torch.manual_seed(3)
+    enc = build("fire", d_model=12, num_heads=3, mlp_width=6, init_L=5.0).double()
+    with torch.no_grad():
+        for n, p in enc.named_parameters():
+            if n != "L_multiplier":
+                p.normal_()
+        enc.fc1.weight[1, 0] = 0.0
+    q_pos = torch.tensor([[0, 3, 4, 5, 6, 11], [2, 5, 5, 9, 20, 21]])
+    k_pos = torch.tensor([[0, 1, 5, 6, 7, 8, 30], [0, 2, 3, 4, 5, 6, 22]])
+    fast = enc.logit_bias().all_pairs(q_pos, k_pos)
+    slow = BiasTerm.all_pairs(enc.logit_bias(), q_pos, k_pos)
+    torch.testing.assert_close(fast, slow, atol=1e-13, rtol=0)
+    w = torch.randn_like(slow)
+    params = list(enc.parameters())
+    for (n, _), a, b in zip(enc.named_parameters(), torch.autograd.grad((fast * w).sum(), params),
+                            torch.autograd.grad((slow * w).sum(), params)):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=0, msg=n)
+
+
+@pytest.mark.parametrize("name", ["fire", "t5", "kerple"])
+@pytest.mark.parametrize("rows", ["shared", "per_row"])
+def test_dense_bias_keeps_nothing_per_pair_for_backward(name, rows):
+    # The bias is built once per forward and kept until the backward: what autograd saves to
+    # differentiate it must not grow with Tq x Tk. FIRE recomputes its per-pair x and pieces in
+    # backward; per-row positions (no Toeplitz form) are recomputed under a checkpoint.
+    enc = build(name, d_model=16, num_heads=4, **({"init_L": 8.0} if name == "fire" else {}))
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    T = 300
+    pos = torch.arange(T)[None] if rows == "shared" else torch.stack([torch.arange(T), torch.arange(T) + 5])
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        bias = enc.logit_bias().dense(pos, pos)
+    assert bias.shape == (pos.shape[0], 4, T, T) and bias.requires_grad
+    assert sum(saved) < 20 * pos.numel(), saved  # per position or per distance at most, not per pair
+
+
 def test_fire_progressive_interpolation():
     # Past the threshold, psi(i - j) / psi(i) maps each query's visible keys onto [0, 1]: the
     # first key gets 1 and the query itself 0, at any query position.

@@ -36,6 +36,7 @@ from typing import Callable, Literal
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from .positions import contiguous_offset, shared_rows
 
@@ -74,6 +75,10 @@ class BiasTerm:
             s = contiguous_offset(q_pos, k_pos)
         if s is not None:
             return self._toeplitz(s, q_pos.shape[1], k_pos.shape[1], q_pos.device)
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            # Recomputed in the backward: autograd would keep fn's per-pair intermediates (T5's
+            # bucket indices, KERPLE's distances) through every layer's forward, not only the bias.
+            return checkpoint(self.all_pairs, q_pos, k_pos, use_reentrant=False)
         return self.all_pairs(q_pos, k_pos)
 
     def all_pairs(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:

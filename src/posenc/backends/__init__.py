@@ -28,7 +28,6 @@ from typing import Callable, Literal, Protocol
 
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from ..masks import AttentionMask
 from ..terms import BiasTerm, DenseTerm, TableTerm, Term, ValueTerm
@@ -62,12 +61,7 @@ class SharedBias:
 
     def dense(self) -> Tensor:
         if self._dense is None:
-            if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-                # Recomputed in the backward: the intermediates of a learned bias (FIRE's per-pair
-                # lookups) are not kept through every layer's forward, only the bias itself.
-                self._dense = checkpoint(self.term.dense, self.q_pos, self.k_pos, use_reentrant=False)
-            else:
-                self._dense = self.term.dense(self.q_pos, self.k_pos)
+            self._dense = self.term.dense(self.q_pos, self.k_pos)
         return self._dense
 
     def masked(self, dtype: torch.dtype) -> Tensor:
