@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posenc import ModelConfig, Transformer, build
-from posenc.backends.cpu_flash import backward_with_bias, flash_bias_attention
+from posenc.backends.cpu_flash import SummedBias, backward_with_bias, flash_bias_attention
 from posenc.speed.model import GOALS, goal_for
 
 
@@ -70,6 +70,96 @@ def test_block_size_does_not_change_the_gradient():
     b = backward_with_bias(q, k, v, bias, out, lse, do, scale=0.5, causal=True, block=256)
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y, atol=1e-12, rtol=0)
+
+
+def _layers(q, k, v, bias, *, causal):
+    """Three attention calls in a chain sharing one bias, plus a direct use of the bias."""
+    x = q
+    for _ in range(3):
+        x = flash_bias_attention(x, k, v, bias, scale=0.3, causal=causal)
+    used = bias.tensor if isinstance(bias, SummedBias) else bias
+    return x, (used[:, :, :2] * 0.7).sum()  # a second consumer of the shared tensor
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("bias_batch", [1, 2])
+def test_summed_bias_gives_the_sum_of_every_use(causal, bias_batch):
+    """Calls sharing a SummedBias add their gradients into one buffer; the bias's gradient is
+    the same as autograd's sum over the calls and the other use, for q, k, v and the bias."""
+    q, k, v, base = inputs(2, 3, 70, 8, torch.float64, bias_batch)
+    w = torch.randn(2, 3, 70, 8, dtype=torch.float64)
+    grads = []
+    for summed in (False, True):
+        bias = base * 1.5  # a non-leaf, as a model's bias is: the gradient must flow on to `base`
+        out, extra = _layers(q, k, v, SummedBias(bias) if summed else bias, causal=causal)
+        grads.append(torch.autograd.grad((out * w).sum() + extra, (q, k, v, base)))
+    for name, a, b in zip("q k v bias".split(), *grads):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0, msg=f"d{name}")
+
+
+def test_summed_bias_starts_again_on_a_second_backward():
+    q, k, v, base = inputs(1, 2, 40, 8, torch.float64, 1)
+    out, _ = _layers(q, k, v, SummedBias(base * 1.0), causal=True)
+    out.sum().backward(retain_graph=True)
+    once = base.grad.clone()
+    out.sum().backward()
+    torch.testing.assert_close(base.grad, 2 * once, atol=1e-12, rtol=0)
+
+
+def test_summed_bias_without_autograd_is_the_bias_itself():
+    bias = torch.randn(1, 2, 5, 5, requires_grad=True)
+    with torch.no_grad():
+        assert SummedBias(bias).tensor is bias
+    assert SummedBias(bias.detach()).tensor is not bias  # no gradient wanted: no node
+    assert SummedBias(bias).tensor.grad_fn is not None
+
+
+def test_summed_bias_leaves_no_reference_cycle():
+    # The node's context holds the SummedBias, which must not hold the node's output: with
+    # the garbage collector off, the bias is freed as soon as the last reference goes.
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        q, k, v, base = inputs(1, 2, 20, 8, torch.float64, 1)
+        bias = base * 1.0
+        alive = weakref.ref(bias)
+        out, _ = _layers(q, k, v, SummedBias(bias), causal=True)
+        out.sum().backward()
+        del out, bias
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+def test_backward_into_a_buffer_adds_to_it():
+    q, k, v, bias = (t.detach() for t in inputs(2, 2, 50, 8, torch.float64, 1))
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True, attn_mask=bias, scale=0.5)
+    do = torch.randn_like(out)
+    *_, alone = backward_with_bias(q, k, v, bias, out, lse, do, scale=0.5, causal=True, block=16)
+    into = torch.full_like(bias, 0.25)
+    *_, none = backward_with_bias(q, k, v, bias, out, lse, do, scale=0.5, causal=True, block=16, into=into)
+    assert none is None
+    torch.testing.assert_close(into, alone + 0.25, atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="into must be a torch.float64 tensor of the bias's shape"):
+        backward_with_bias(q, k, v, bias, out, lse, do, scale=0.5, causal=True, into=into.float())
+    with pytest.raises(ValueError, match="into must be"):
+        backward_with_bias(q, k, v, bias, out, lse, do, scale=0.5, causal=True, into=into[:, :, 1:])
+
+
+def test_a_wider_bias_than_the_inputs_backward():
+    # A float64 bias with float32 q, k, v: the kernel reads it as float32; its gradient comes
+    # back float64, equal to the formula's within float32 rounding.
+    q, k, v, _ = inputs(1, 2, 30, 8, torch.float32, 1)
+    bias = torch.randn(1, 2, 30, 30, dtype=torch.float64, requires_grad=True)
+    out = flash_bias_attention(q, k, v, bias, scale=0.3, causal=True)
+    ref = reference(q, k, v, bias.float(), 0.3, True)
+    w = torch.randn_like(ref)
+    (got,) = torch.autograd.grad((out.double() * w).sum(), (bias,))
+    (want,) = torch.autograd.grad((ref * w).sum(), (bias,))
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
 def test_bfloat16_inputs_give_their_dtypes_back():

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from ..masks import AttentionMask
 from ..terms import BiasTerm, DenseTerm, TableTerm, Term, ValueTerm
+from .cpu_flash import SummedBias
 
 __all__ = ["IMPLS", "BACKENDS", "Backend", "Impl", "LayerTerms", "SharedBias", "choose", "logit_dtype", "run"]
 
@@ -58,11 +59,18 @@ class SharedBias:
         self.q_pos, self.k_pos = mask.q_seq.positions, mask.k_seq.positions
         self._dense: Tensor | None = None
         self._masked: dict[torch.dtype, Tensor] = {}
+        self._summed: SummedBias | None = None
 
     def dense(self) -> Tensor:
         if self._dense is None:
             self._dense = self.term.dense(self.q_pos, self.k_pos)
         return self._dense
+
+    def summed(self) -> SummedBias:
+        """``dense()`` for the CPU flash calls of every layer, which sum their gradients in one buffer."""
+        if self._summed is None:
+            self._summed = SummedBias(self.dense())
+        return self._summed
 
     def masked(self, dtype: torch.dtype) -> Tensor:
         if dtype not in self._masked:

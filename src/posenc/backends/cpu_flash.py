@@ -20,8 +20,13 @@ no softmax reductions), ``dP = dO·vᵀ`` and ``δ_i = dO_i·O_i`` (Dao et al. 2
 as five batched matmuls per block it costs about what the kernel's own backward does, whereas
 the kernel's backward followed by a second pass for dS recomputed P and dP twice. The bias is
 the tensor the model's context built once per forward for every layer, so keeping it costs no
-copy; its gradient is dense (B|1, H, T, T), summed by autograd over the layers and then mapped
-back to the encoding's parameters once (a Toeplitz bias's per-distance values, FIRE's pieces).
+copy; its gradient is dense (B|1, H, T, T), summed over the layers and then mapped back to the
+encoding's parameters once (a Toeplitz bias's per-distance values, FIRE's pieces).
+
+The layers' gradients are summed in place (:class:`SummedBias`): every layer's backward adds
+its dS into one buffer, instead of returning a fresh dense gradient for autograd to add up.
+On CPU a fresh tensor of that size costs several times more to allocate (its pages are faulted
+in on first touch) than to fill, once per layer.
 
 Shapes: q (B, H, T, D), k, v (B, H, T, D) (grouped heads already repeated), bias (B|1, H, T, T)
 float, finite. The kernel's causal mask is aligned top-left, so ``causal`` needs Tq == Tk.
@@ -32,7 +37,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["flash_bias_attention", "backward_with_bias", "BLOCK_ROWS"]
+__all__ = ["flash_bias_attention", "backward_with_bias", "SummedBias", "BLOCK_ROWS"]
 
 # Query rows per block of the backward with a learned bias: the scratch is (B, H, rows, T) in
 # float32; 64 rows kept it near cache and measured fastest among 64, 128 and 256 on a 2-core CPU.
@@ -42,16 +47,68 @@ _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
-def flash_bias_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *, scale: float, causal: bool) -> Tensor:
+class SummedBias:
+    """A bias used by several :func:`flash_bias_attention` calls (the layers of one forward),
+    whose gradients the calls' backwards add into one buffer.
+
+    ``SummedBias(bias).tensor`` is ``bias`` behind one autograd node. A call given the
+    SummedBias adds its gradient into the buffer block by block and returns none for the bias;
+    autograd runs the node's backward after every call's (the calls consume its output), and
+    that backward hands the buffer on as the bias's gradient, plus any gradient from other
+    uses of ``tensor``. This is how Megatron-LM's fused gradient accumulation writes weight
+    gradients into ``main_grad``; here it saves a dense allocation and an add per layer. The
+    buffer is handed on and forgotten, so a second backward (``retain_graph``) starts again.
+    """
+
+    def __init__(self, bias: Tensor) -> None:
+        # The node and the calls hold the sum, which holds no tensor of the graph: no cycle.
+        self.sum = _GradientSum(bias)
+        self.tensor = _Summed.apply(bias, self.sum) if bias.requires_grad and torch.is_grad_enabled() else bias
+
+
+class _GradientSum:
+    def __init__(self, bias: Tensor) -> None:
+        self.shape, self.dtype, self.device = bias.shape, bias.dtype, bias.device
+        self.buffer: Tensor | None = None  # the sum so far, in the backward's compute dtype
+
+    def accumulator(self, dtype: torch.dtype) -> Tensor:
+        """The buffer to add into (zeros on first use): (B|1, H, Tq, Tk) in ``dtype``."""
+        if self.buffer is None:
+            self.buffer = torch.zeros(self.shape, dtype=dtype, device=self.device)
+        return self.buffer
+
+
+class _Summed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, bias: Tensor, total: _GradientSum) -> Tensor:
+        ctx.total = total
+        ctx.set_materialize_grads(False)  # the calls return no gradient: none to add
+        return bias.view_as(bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor | None):
+        total, ctx.total.buffer = ctx.total.buffer, None
+        if grad is not None:
+            total = grad if total is None else total.add_(grad)
+        return (None if total is None else total.to(ctx.total.dtype)), None
+
+
+def flash_bias_attention(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | SummedBias, *, scale: float, causal: bool,
+) -> Tensor:
     """softmax(q·kᵀ·scale + bias [+ causal mask])·v on the CPU flash kernel: (B, H, T, D).
 
     Args:
         q, k, v: (B, H, T, D) CPU tensors of one floating dtype (k, v with Tk keys).
         bias: (B|1, H, Tq, Tk) float, finite (hide keys with ``causal``, not with -inf: the
-            gradient recomputes exp(bias − lse)). Differentiable.
+            gradient recomputes exp(bias − lse)). Differentiable. A :class:`SummedBias` when
+            several calls share it: their gradients are summed in its buffer.
         scale: multiplier of q·kᵀ.
         causal: query i sees keys j <= i; requires Tq == Tk.
     """
+    total = None
+    if isinstance(bias, SummedBias):
+        bias, total = bias.tensor, bias.sum
     for name, t in (("q", q), ("k", k), ("v", v), ("bias", bias)):
         if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
             got = f"{t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
@@ -69,28 +126,31 @@ def flash_bias_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *, scale
         raise ValueError(f"bias must have shape (1 or {B}, {H}, {Tq}, {Tk}), got {tuple(bias.shape)}")
     if Tq == 0 or Tk == 0:  # the kernel crashes on empty sequences; no query or no key: zeros
         return q.new_zeros(B, H, Tq, v.shape[-1]) + 0 * (q.sum() + k.sum() + v.sum() + bias.sum())
-    return _FlashBias.apply(q, k, v, bias, float(scale), causal)
+    return _FlashBias.apply(q, k, v, bias, float(scale), causal, total)
 
 
 class _FlashBias(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float, causal: bool) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float, causal: bool,
+                total: _GradientSum | None) -> Tensor:
         mask = _as_mask(bias, q.dtype)
         out, lse = _flash(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)  # lse (B, H, Tq) float32
         ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.scale, ctx.causal = scale, causal
+        ctx.scale, ctx.causal, ctx.total = scale, causal, total
         return out
 
     @staticmethod
     def backward(ctx, dout: Tensor):
         q, k, v, bias, out, lse = ctx.saved_tensors
         if ctx.needs_input_grad[3]:  # a learned bias: the whole backward here, dS kept per block
-            return *backward_with_bias(q, k, v, bias, out, lse, dout, scale=ctx.scale, causal=ctx.causal), None, None
+            into = None if ctx.total is None else ctx.total.accumulator(torch.promote_types(q.dtype, torch.float32))
+            grads = backward_with_bias(q, k, v, bias, out, lse, dout, scale=ctx.scale, causal=ctx.causal, into=into)
+            return *grads, None, None, None
         dq, dk, dv = _flash_backward(
             dout.contiguous(), q, k, v, out, lse, 0.0, ctx.causal,
             attn_mask=_as_mask(bias, q.dtype), scale=ctx.scale,
         )
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def _as_mask(bias: Tensor, dtype: torch.dtype) -> Tensor:
@@ -100,21 +160,28 @@ def _as_mask(bias: Tensor, dtype: torch.dtype) -> Tensor:
 
 def backward_with_bias(
     q: Tensor, k: Tensor, v: Tensor, bias: Tensor, out: Tensor, lse: Tensor, dout: Tensor,
-    *, scale: float, causal: bool, block: int = BLOCK_ROWS,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    *, scale: float, causal: bool, block: int = BLOCK_ROWS, into: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """dq, dk, dv and dbias = P ⊙ (dP − δ), block by block over query rows (Dao et al. 2022, Alg. 2).
 
     ``lse`` (B, H, Tq) is the forward's log-sum-exp of the biased logits, so a block's
     probabilities are one exp (no softmax reductions); with ``causal`` the keys right of a
     block are never touched. Computed in float32 (float64 stays float64); returned in the
     inputs' dtypes, dbias (B|1, H, Tq, Tk) summed over the batch when the bias is shared.
+    With ``into`` (a tensor of the bias's shape in the compute dtype), dbias is added into it
+    and None is returned in its place.
     """
     cdt = torch.promote_types(q.dtype, torch.float32)
     B, H, Tq, D = q.shape
     Tk, Dv = k.shape[2], v.shape[-1]
     batch_sum = bias.shape[0] == 1 and B > 1
-    # dbias: every entry is written below (the blocks, then the zeros right of a causal block).
-    dbias = torch.empty(bias.shape, dtype=cdt, device=q.device)  # (B|1, H, Tq, Tk)
+    if into is None:
+        dbias = torch.zeros(bias.shape, dtype=cdt, device=q.device)  # (B|1, H, Tq, Tk)
+    elif into.shape == bias.shape and into.dtype == cdt:
+        dbias = into
+    else:
+        raise ValueError(f"into must be a {cdt} tensor of the bias's shape {tuple(bias.shape)}, "
+                         f"got {into.dtype} {tuple(into.shape)}")
     qs = (q.to(cdt) * scale).flatten(0, 1)  # (B·H, Tq, D)
     kf = k.to(cdt).flatten(0, 1)  # (B·H, Tk, D)
     kt = kf.transpose(-1, -2).contiguous()  # (B·H, D, Tk): x @ kᵀ-as-a-view runs at half speed
@@ -126,29 +193,35 @@ def backward_with_bias(
     dk = torch.zeros(B * H, Tk, D, dtype=cdt, device=q.device)
     dv = torch.zeros(B * H, Tk, Dv, dtype=cdt, device=q.device)
     above = torch.ones(block, block, dtype=torch.bool, device=q.device).triu_(1) if causal else None
+    # Scratch for a block's P, dS and batch-summed dS, allocated once: a block's tensors are
+    # contiguous prefixes of it (the batched matmuls need contiguous outputs), and no block
+    # pays for fresh pages.
+    size = H * min(block, Tq) * Tk
+    p_buf, ds_buf = (torch.empty(B * size, dtype=cdt, device=q.device) for _ in range(2))
+    sum_buf = torch.empty(size, dtype=cdt, device=q.device) if batch_sum else None
     for i0 in range(0, Tq, block):
         i1 = min(i0 + block, Tq)
         rows, z = i1 - i0, (i1 if causal else Tk)  # z: keys any row of the block may see
+        n = H * rows * z
         # P = exp(q·kᵀ·scale + bias − lse): the sum written first, the product added in place.
-        p = torch.add(bias[..., i0:i1, :z], neg_lse[:, :, i0:i1]).to(cdt)  # (B, H, rows, z)
+        p = torch.add(bias[..., i0:i1, :z].to(cdt), neg_lse[:, :, i0:i1], out=p_buf[:B * n].view(B, H, rows, z))
         pf = p.view(B * H, rows, z)
         pf.baddbmm_(qs[:, i0:i1], kt[..., :z]).exp_()
         if causal:  # keys right of the diagonal: the forward gave them probability 0
             p[..., i0:].masked_fill_(above[:rows, :rows], 0.0)
-            dbias[..., i0:i1, z:].zero_()
         dv[:, :z].baddbmm_(pf.transpose(-1, -2), do[:, i0:i1])
-        ds = neg_delta[:, :, i0:i1].expand(B, H, rows, z).clone()  # dP − δ, as −δ + dO·vᵀ
+        ds = ds_buf[:B * n].view(B, H, rows, z)  # dP − δ, as −δ + dO·vᵀ
+        ds.copy_(neg_delta[:, :, i0:i1].expand(B, H, rows, z))
         dsf = ds.view(B * H, rows, z)
         dsf.baddbmm_(do[:, i0:i1], vt[..., :z])
         ds.mul_(p)  # (B, H, rows, z): dL/dlogits
         if batch_sum:
-            torch.sum(ds, 0, keepdim=True, out=dbias[..., i0:i1, :z])
-        else:
-            dbias[..., i0:i1, :z] = ds
+            ds = torch.sum(ds, 0, keepdim=True, out=sum_buf[:n].view(1, H, rows, z))
+        dbias[..., i0:i1, :z] += ds
         torch.bmm(dsf, kf[:, :z], out=dq[:, i0:i1])
         dk[:, :z].baddbmm_(dsf.transpose(-1, -2), qs[:, i0:i1])
     dq.mul_(scale)
     return (
         dq.view(B, H, Tq, D).to(q.dtype), dk.view(B, H, Tk, D).to(k.dtype),
-        dv.view(B, H, Tk, Dv).to(v.dtype), dbias.to(bias.dtype),
+        dv.view(B, H, Tk, Dv).to(v.dtype), None if into is not None else dbias.to(bias.dtype),
     )

@@ -68,7 +68,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
     if bias_only and not compiling and q.device.type == "cpu" and (mask.plain_causal or mask.is_full):
         # The CPU flash kernel with the bias and is_causal together; its backward (with the
         # bias's gradient when the bias is learned) keeps no (B, H, T, T) probabilities.
-        return flash_bias_attention(q, k, v, terms.bias.dense(), scale=scale, causal=mask.plain_causal)
+        return flash_bias_attention(q, k, v, terms.bias.summed(), scale=scale, causal=mask.plain_causal)
     if bias_only and (compiling or not _learned_bias(terms)):
         masked = terms.bias.masked(q.dtype)  # (B|1, H, Tq, Tk), shared by the layers
         if mask.plain_causal:
