@@ -85,7 +85,7 @@ class Result:
 
 
 _MODEL_FLAGS = ("--lengths", "1024", "--batch", "2", "--layers", "6", "--width", "512", "--heads", "8",
-                "--rounds", "3", "--decode-contexts", "1024", "4096", "--decode-tokens", "16")
+                "--rounds", "5", "--decode-contexts", "1024", "4096", "--decode-tokens", "16")
 
 RESULTS: dict[str, Result] = {
     "rope_cpu": Result(

@@ -38,6 +38,8 @@ def test_paired_run_has_every_row_and_nope_at_one():
         (r_train,), (r_decode,) = res["ratio"]["train"][name].values(), res["ratio"]["decode"][name].values()
         assert 0 < r_train < 100 and 0 < r_decode < 100
         assert res["train"][name][16] > 0 and res["decode"][name][8] > 0 and res["memory"][name][16] > 0
+        spread = res["rounds"][name][16]  # every round's ratio is kept; the reported one is their median
+        assert len(spread) == 2 and abs(sorted(spread)[0] + sorted(spread)[1] - 2 * r_train) < 1e-3
     alone = run_model_speed(["none"], [16], batch=1, layers=1, width=32, heads=2, rounds=1,
                             decode_contexts=[8], decode_tokens=1, progress=False)
     assert list(alone["train"]) == ["none"] and alone["ratio"]["train"]["none"] == {16: 1.0}

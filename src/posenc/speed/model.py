@@ -189,6 +189,7 @@ def run_model_speed(
                                 "per-round training ratios and ratios of median decoding steps"),
         "train": {"none": {}}, "decode": {"none": {}}, "memory": {}, "goal": {},
         "ratio": {"train": {"none": {T: 1.0 for T in lengths}}, "decode": {"none": {C: 1.0 for C in decode_contexts}}},
+        "rounds": {},  # every round's training ratio to NoPE, per encoding and length
     }
     per_encoding = len(lengths) * (rounds + 1) + len(decode_contexts) + 1
     bar = None
@@ -216,6 +217,7 @@ def run_model_speed(
             ref_train[T] += [a for a, _ in pairs]
             results["train"].setdefault(name, {})[T] = statistics.median(b for _, b in pairs)
             results["ratio"]["train"].setdefault(name, {})[T] = statistics.median(b / a for a, b in pairs)
+            results["rounds"].setdefault(name, {})[T] = [round(b / a, 4) for a, b in pairs]  # the spread, kept
         for C in decode_contexts:
             # Tokens/s from the median step: a step that meets a one-off cost (the KV cache
             # doubling its buffers, a scheduler hiccup) does not move it.
