@@ -27,8 +27,9 @@ scale_base a length needs. Below that position a key can still overflow float16 
 overflow is an error too. Under torch.compile these checks (host syncs) are skipped: a scale
 past the range is inf or 0 there.
 
-xPos has no tables: cos/sin and the scales are computed from the positions in every call,
-eager or compiled.
+xPos has no cached tables: the scaled cos/sin of q and of k are computed from the positions
+once per forward (``prepare``, an :class:`XPosState` shared by every layer), eager or
+compiled; a decoding step on CPU rotates with the three-op form RoPE uses (``rolled``).
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ from torch import Tensor
 
 from ..config import check_positive
 from ..registry import register
-from .functional import apply_rotary_qk
+from .functional import apply_rotary_qk, half_rolled_tables, rotate_half_rolled
 from .rope import RotaryConfig, RotaryEmbedding
 
-__all__ = ["XPosConfig", "XPos", "xpos_max_position", "xpos_scale"]
+__all__ = ["XPosConfig", "XPos", "XPosState", "xpos_max_position", "xpos_scale"]
 
 
 @dataclass(init=False, eq=False, repr=False)  # RotaryConfig's __init__ takes the scaling parameters too
@@ -109,10 +110,21 @@ class XPos(RotaryEmbedding):
         cos, sin = ang.cos() * (scale * factor), ang.sin() * (scale * factor)
         return cos.float(), sin.float()
 
-    def _check_range(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
+    def _state(self, q_pos: Tensor, k_pos: Tensor, small_step: bool = False) -> "XPosState":
+        """q's tables at q_pos, k's at k_pos; positions checked (>= 0) once, here."""
+        hi = None
+        if not torch.compiler.is_compiling():  # a host sync: eager only
+            if q_pos.numel() and int(q_pos.min()) < 0 or k_pos.numel() and int(k_pos.min()) < 0:
+                raise ValueError("positions must be >= 0")
+            hi = max([int(p.max()) for p in (q_pos, k_pos) if p.numel()], default=0)
+        seq_len = self.current_length(q_pos, k_pos)
+        q_cs, k_cs = self._scaled_cos_sin(q_pos, 1.0, seq_len), self._scaled_cos_sin(k_pos, -1.0, seq_len)
+        rolled = (half_rolled_tables(*q_cs), half_rolled_tables(*k_cs)) if small_step else None
+        return XPosState(hi, q_cs, k_cs, rolled)
+
+    def _check_range(self, q: Tensor, k: Tensor, hi: int) -> None:
         # See the module docstring: past this position a scale is inf or subnormal in the
         # dtype the rotated q/k are stored in (float16: NaN logits from about 4600 on).
-        hi = max([int(p.max()) for p in (q_pos, k_pos) if p.numel()], default=0)
         sb, gamma = self.config.scale_base, self.config.gamma
         dtype = _storage_dtype(torch.promote_types(q.dtype, k.dtype))
         limit = xpos_max_position(sb, gamma, dtype)
@@ -125,18 +137,22 @@ class XPos(RotaryEmbedding):
                 f"Use scale_base >= {math.ceil(need * (1 + 1e-9))} for this length, or a wider dtype"
             )
 
-    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> None:
-        return None  # the scale differs for q and k: computed per call
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> "XPosState":
+        """q's and the new keys' tables, once per forward for every layer: in self-attention
+        the new keys sit at the query positions (``k_pos``, every key with the cache, is not
+        rotated again)."""
+        return self._state(q_pos, q_pos, small_step=self._small_step(q_pos))
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: None = None) -> tuple[Tensor, Tensor]:
-        if not torch.compiler.is_compiling():  # a host sync: eager only
-            if q_pos.numel() and int(q_pos.min()) < 0 or k_pos.numel() and int(k_pos.min()) < 0:
-                raise ValueError("positions must be >= 0")
-            self._check_range(q, k, q_pos, k_pos)
-        seq_len = self.current_length(q_pos, k_pos)
-        cq, sq = self._scaled_cos_sin(q_pos, 1.0, seq_len)
-        ck, sk = self._scaled_cos_sin(k_pos, -1.0, seq_len)
-        rq, rk = apply_rotary_qk(q, k, cq, sq, ck, sk, self.config.layout, self.config.kernel)
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: "XPosState | None" = None) -> tuple[Tensor, Tensor]:
+        if state is None or k_pos is not q_pos:  # a standalone or cross-attention call: its own tables
+            state = self._state(q_pos, k_pos)
+        if state.hi is not None:
+            self._check_range(q, k, state.hi)
+        if state.rolled is not None:  # a small step (see RotaryEmbedding._small_step)
+            (q_cos2, q_sin2), (k_cos2, k_sin2) = state.rolled
+            rq, rk = rotate_half_rolled(q, q_cos2, q_sin2), rotate_half_rolled(k, k_cos2, k_sin2)
+        else:
+            rq, rk = apply_rotary_qk(q, k, *state.q, *state.k, self.config.layout, self.config.kernel)
         if not torch.compiler.is_compiling() and torch.finfo(_storage_dtype(rk.dtype)).max < 1e6:
             # float16: k's scale (<= 16383 at the largest allowed position) times |k| may still
             # pass 65504. q's scale is <= 1, so only k can overflow; one pass, float16 only.
@@ -148,3 +164,16 @@ class XPos(RotaryEmbedding):
                     f"{self.config.scale_base:g}; use a larger scale_base or a wider dtype"
                 )
         return rq, rk
+
+
+@dataclass(frozen=True, eq=False)
+class XPosState:
+    """Per-forward xPos state: q's scaled cos/sin (zeta^(m/scale_base)) and k's
+    (zeta^(-n/scale_base)), each a pair (B|1, T, r/2) float32; ``hi`` the largest position
+    (None under torch.compile, where the range checks are skipped); ``rolled`` the
+    :func:`~posenc.rotary.functional.half_rolled_tables` of both for a small step, else None."""
+
+    hi: int | None
+    q: tuple[Tensor, Tensor]
+    k: tuple[Tensor, Tensor]
+    rolled: tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
