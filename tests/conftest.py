@@ -17,3 +17,16 @@ def _no_auto_compile(request, monkeypatch):
 
         monkeypatch.setattr(functional, "AUTO_COMPILE_MIN_NUMEL", None)
     yield
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """``spy(module, name)``: a list that gets one entry per call of ``module.name``, which
+    still runs (to assert that a fast path is taken)."""
+
+    def install(module, name):
+        calls, real = [], getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, **kw: calls.append(1) or real(*a, **kw))
+        return calls
+
+    return install

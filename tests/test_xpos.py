@@ -128,20 +128,18 @@ def test_float16_key_overflow_below_the_limit_is_an_error():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_prepared_state_and_small_step_equal_a_standalone_call(dtype, monkeypatch):
+def test_prepared_state_and_small_step_equal_a_standalone_call(dtype, spy):
     """prepare() computes q's and k's scaled tables once per forward; a decoding-sized step
     without autograd rotates with the three-op rolled form. Both give the same bits as a
     standalone rotate (its own tables, the eager kernel), and the scores match the complex
     reference."""
-    from posenc.rotary import functional, xpos as xpos_module
+    from posenc.rotary import xpos as xpos_module
 
     H, D = 2, 16
     enc = posenc.build("xpos", d_model=H * D, num_heads=H, scale_base=64.0)
     pos = torch.tensor([[40, 41]])
     q, k = torch.randn(1, H, 2, D, dtype=torch.float64).to(dtype), torch.randn(1, H, 2, D, dtype=torch.float64).to(dtype)
-    taken = []
-    real = functional.rotate_half_rolled
-    monkeypatch.setattr(xpos_module, "rotate_half_rolled", lambda *a: taken.append(1) or real(*a))
+    taken = spy(xpos_module, "rotate_half_rolled")
     with torch.no_grad():
         state = enc.prepare(pos, pos)
         assert state.rolled is not None
