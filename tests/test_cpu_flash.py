@@ -148,6 +148,19 @@ def test_backward_into_a_buffer_adds_to_it():
         backward_with_bias(q, k, v, bias, out, lse, do, scale=0.5, causal=True, into=into[:, :, 1:])
 
 
+def test_summed_float64_bias_with_float32_inputs_and_another_use():
+    q, k, v, _ = inputs(1, 2, 30, 8, torch.float32, 1)
+    base = torch.randn(1, 2, 30, 30, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for summed in (False, True):
+        bias = base * 1.0
+        out, extra = _layers(q, k, v, SummedBias(bias) if summed else bias, causal=True)
+        (g,) = torch.autograd.grad(out.double().sum() + extra, (base,))
+        grads.append(g)
+    assert grads[1].dtype == torch.float64
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-5, rtol=0)
+
+
 def test_a_wider_bias_than_the_inputs_backward():
     # A float64 bias with float32 q, k, v: the kernel reads it as float32; its gradient comes
     # back float64, equal to the formula's within float32 rounding.

@@ -88,8 +88,8 @@ class _Summed(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor | None):
         total, ctx.total.buffer = ctx.total.buffer, None
-        if grad is not None:
-            total = grad if total is None else total.add_(grad)
+        if grad is not None:  # other uses of the tensor (rare): out of place, dtypes may differ
+            total = grad if total is None else total + grad
         return (None if total is None else total.to(ctx.total.dtype)), None
 
 
