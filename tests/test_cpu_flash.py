@@ -114,6 +114,13 @@ def test_summed_bias_without_autograd_is_the_bias_itself():
     assert SummedBias(bias).tensor.grad_fn is not None
 
 
+def test_summed_bias_refuses_what_is_not_a_float_tensor():
+    with pytest.raises(TypeError, match="bias must be a floating-point tensor, got list"):
+        SummedBias([[0.0]])
+    with pytest.raises(TypeError, match="bias must be a floating-point tensor, got a torch.int64 tensor"):
+        SummedBias(torch.zeros(1, 2, 3, 3, dtype=torch.long))
+
+
 def test_summed_bias_leaves_no_reference_cycle():
     # The node's context holds the SummedBias, which must not hold the node's output: with
     # the garbage collector off, the bias is freed as soon as the last reference goes.

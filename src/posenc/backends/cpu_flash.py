@@ -61,6 +61,9 @@ class SummedBias:
     """
 
     def __init__(self, bias: Tensor) -> None:
+        if not isinstance(bias, Tensor) or not bias.is_floating_point():
+            got = f"a {bias.dtype} tensor" if isinstance(bias, Tensor) else type(bias).__name__
+            raise TypeError(f"bias must be a floating-point tensor, got {got}")
         # The node and the calls hold the sum, which holds no tensor of the graph: no cycle.
         self.sum = _GradientSum(bias)
         self.tensor = _Summed.apply(bias, self.sum) if bias.requires_grad and torch.is_grad_enabled() else bias

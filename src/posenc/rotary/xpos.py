@@ -144,6 +144,12 @@ class XPos(RotaryEmbedding):
         return self._state(q_pos, q_pos, small_step=self._small_step(q_pos))
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: "XPosState | None" = None) -> tuple[Tensor, Tensor]:
+        """Rotate and scale q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk).
+
+        ``state`` is :meth:`prepare`'s result for this forward; it is used when ``k_pos is
+        q_pos`` (self-attention), otherwise the tables are made here. Positions past the
+        dtype's range (:func:`xpos_max_position`) and float16 keys that overflow are errors.
+        """
         if state is None or k_pos is not q_pos:  # a standalone or cross-attention call: its own tables
             state = self._state(q_pos, k_pos)
         if state.hi is not None:
