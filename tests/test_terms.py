@@ -92,8 +92,9 @@ def test_many_positions_use_the_table(side):
     bucket = DistanceBucket(-CLIP, CLIP)
     x, rows = _inputs(side, B, H, None, T, T)
     term = TableTerm.product(x, rows, side, bucket)
+    assert term.is_factored
     got = term.dense(q_pos, k_pos)
-    assert term._table is not None
+    assert not term.is_factored
     torch.testing.assert_close(term.table, x @ rows)
     torch.testing.assert_close(got, _loop(x.detach(), rows.detach(), side, bucket, q_pos, k_pos), atol=1e-12, rtol=1e-12)
 
@@ -101,7 +102,7 @@ def test_many_positions_use_the_table(side):
 def test_given_table_is_kept_and_bad_side_refused():
     tab = torch.randn(1, 2, 3, 5)
     t = TableTerm(tab, "key", DistanceBucket(-2, 2))
-    assert t.table is tab and t.side == "key"
+    assert t.table is tab and t.side == "key" and not t.is_factored
     with pytest.raises(ValueError, match="side must be 'query' or 'key'"):
         TableTerm(tab, "keys", DistanceBucket(-2, 2))
     with pytest.raises(ValueError, match="side must be 'query' or 'key'"):

@@ -160,6 +160,11 @@ class TableTerm:
         return term
 
     @property
+    def is_factored(self) -> bool:
+        """True while the table is given by its factors ``x @ rows`` and not yet built."""
+        return self._table is None
+
+    @property
     def table(self) -> Tensor:
         """(B, H, T_side, R), computed once from the factors if it was not given."""
         if self._table is None:
@@ -182,7 +187,7 @@ class TableTerm:
         whose bucket is saturated.
         """
         other = q_pos.shape[1] if self.side == "key" else k_pos.shape[1]  # Tq or Tk
-        if self._table is None and other * self.x.shape[-1] <= self.rows.shape[-1]:
+        if self.is_factored and other * self.x.shape[-1] <= self.rows.shape[-1]:
             if self.side == "key":
                 return self._key_rows(q_pos, k_pos)
             return self._gather_rows(self.index(q_pos, k_pos), self.x)
