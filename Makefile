@@ -20,8 +20,9 @@ $(PY):
 
 venv: $(PY)
 
+# demo needs the bench and plot extras (checkpoints, figures); `pip install posenc` alone needs only torch
 install: $(PY)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e ".[bench,plot]"
 
 install-test: $(PY)
 	$(PY) -m pip install -q -e ".[test]"

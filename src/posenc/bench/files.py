@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._optional import require
+
 __all__ = ["write_json", "finite_or_none", "tensors_checksum", "save_tensors", "load_tensors", "OutDirLock"]
 
 CHECKSUM_KEY = "sha256"
@@ -54,14 +56,15 @@ def tensors_checksum(tensors: dict[str, Tensor]) -> str:
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        # a uint8 view gives the raw bytes of any dtype (bfloat16 has no numpy equivalent)
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        # the raw bytes of any dtype (bfloat16 has no numpy equivalent), without numpy: a fresh
+        # storage (clone) holds exactly this tensor's elements
+        h.update(bytes(t.clone().untyped_storage()))
     return h.hexdigest()
 
 
 def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
     """Write a safetensors file with a checksum in its metadata, atomically."""
-    from safetensors.torch import save_file
+    save_file = require("safetensors.torch", extra="bench").save_file
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +82,7 @@ def load_tensors(
     Raises ValueError naming the file when it is missing, empty, unreadable (truncated), has no
     checksum or a wrong one, or (with ``finite``) holds NaN/inf. The file is never touched.
     """
-    from safetensors import safe_open
+    safe_open = require("safetensors", extra="bench").safe_open
 
     path = Path(path)
     keep = "; it was left in place: delete it to retrain, or restore it"
