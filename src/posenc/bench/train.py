@@ -273,7 +273,7 @@ def train(
     The caller seeds and builds the model; under torchrun the process group must be
     initialised (:func:`init_distributed`) and the model already on its device.
     """
-    from tqdm.auto import tqdm
+    from ..progress import bar as progress_bar
 
     rank, world = distributed_info()
     device = next(model.parameters()).device
@@ -300,7 +300,7 @@ def train(
     model.train()
     t0 = time.perf_counter()
     tokens = 0  # global input tokens seen in this call, for tokens/s
-    bar = tqdm(total=cfg.steps, initial=step, desc=desc, disable=not progress or rank != 0, leave=False)
+    bar = progress_bar(cfg.steps, desc, unit="step", initial=step, enabled=progress and rank == 0)
     with _stop_on_signal() as stop:
         while step < end:
             batch = batches(step)

@@ -298,7 +298,7 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
 
     ``model``: the already loaded transformers model (tests); else loaded in ``s.dtype``.
     """
-    from tqdm.auto import tqdm
+    from ..progress import bar as progress_bar
 
     from ..bench.files import OutDirLock, write_json
     from ..bench.report import collect, read_record, write_outputs
@@ -343,7 +343,7 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
             vdir.mkdir(exist_ok=True)
             per_len = len(s.passkey_depths) if task == "passkey" else 1
             total = sum(per_len * sum(1 for n in lengths if v == "base" or n > s.trained_length) for v in variants)
-            bar = tqdm(total=total, desc=f"{task}/{ckpt.name}", disable=not progress, leave=False)
+            bar = progress_bar(total, f"{task}/{ckpt.name}", enabled=progress)
             for variant in variants:
                 vfile = vdir / f"{variant}.json"
                 if vfile.exists():

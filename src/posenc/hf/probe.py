@@ -356,7 +356,7 @@ def probe(
     ``model``: an already loaded transformers model of ``model_dir`` (tests); else it is
     loaded in ``settings.dtype`` after the memory check.
     """
-    from tqdm.auto import tqdm
+    from ..progress import bar as progress_bar
 
     from ..analysis.plots import prepare_out_dir
     from ..bench.files import write_json
@@ -398,7 +398,7 @@ def probe(
         tokenizer=tokenizer.kind, heads=list(heads), distances=distances.tolist(),
         high_pairs=halves[0].tolist(), low_pairs=halves[1].tolist(), layers={},
     )
-    bar = tqdm(total=len(s.layers) * len(ropes), desc="probe", unit="curve", disable=not progress, leave=False)
+    bar = progress_bar(len(s.layers) * len(ropes), "probe", unit="curve", enabled=progress)
     for layer in s.layers:
         q, k = captured[layer]
         scale = taps[layer].scale
@@ -416,7 +416,9 @@ def probe(
 
 def _plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
     """Three panels: the checkpoint's curve; its high/low-frequency halves; base and scalings."""
-    import matplotlib
+    from .._optional import require
+
+    matplotlib = require("matplotlib", extra="plot")
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
