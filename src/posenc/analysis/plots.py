@@ -75,7 +75,9 @@ def library_function(name: str, modules: tuple[str, ...]) -> Callable:
 
 
 def _figure(ncols: int = 1):
-    import matplotlib
+    from .._optional import require
+
+    matplotlib = require("matplotlib", extra="plot")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

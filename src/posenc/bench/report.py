@@ -333,7 +333,9 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     paths = [out / "results.json", out / "results.csv"]
     plots = out / "plots"
     plots.mkdir(exist_ok=True)
-    import matplotlib.pyplot as plt
+    from .._optional import require
+
+    plt = require("matplotlib.pyplot", extra="plot")
 
     for name, fig in figures(results).items():
         p = plots / f"{name}.png"
@@ -406,7 +408,9 @@ def figures(results: dict) -> dict[str, Any]:
     """Matplotlib figures (Agg): ``task_<name>`` metric vs length, one line per encoding;
     ``scaling_<name>`` the RoPE models with each training-free scaling; ``passkey_depth``
     accuracy by length and depth per encoding."""
-    import matplotlib
+    from .._optional import require
+
+    matplotlib = require("matplotlib", extra="plot")
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
