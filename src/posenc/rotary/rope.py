@@ -230,7 +230,7 @@ class RotaryEmbedding(PositionalEncoding):
 
     # ---- cos/sin -----------------------------------------------------------------------
     def _table_key(self, inv_freq: Tensor, factor: float, device: torch.device) -> Hashable:
-        return (device.type, device.index, inv_freq.numpy().tobytes(), factor)
+        return (device.type, device.index, tuple(inv_freq.tolist()), factor)  # no numpy: the core needs torch alone
 
     def current_length(self, q_pos: Tensor, k_pos: Tensor) -> int | Tensor | None:
         """n = max position + 1 over q and k, for length-dependent scalings (None otherwise).
