@@ -288,6 +288,7 @@ MODEL_WRONG = {
     "share_encoding": ["no"],
     "layer_encodings": ["rope", 3],
     "absolute_before_last": [1.0],
+    "embed_scale": ["0.02", True],
     "attn_impl": [3],
     "tie_weights": ["no", 1],
 }

@@ -10,7 +10,8 @@
 from .attention import Attention, AttentionContext, KVCache
 from .config import EncodingConfig
 from .encoding import Dims, PositionalEncoding
-from .model import EncodingSpec, ModelConfig, Transformer, preset
+from .model import Transformer
+from .model_config import EncodingSpec, ModelConfig, preset
 from .positions import SequenceInfo, relative_positions
 from .registry import EncodingInfo, build, get_info, list_encodings, register
 

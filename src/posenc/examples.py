@@ -15,7 +15,8 @@ import argparse
 import torch
 
 from .cli_args import positive_int
-from .model import ModelConfig, Transformer
+from .model import Transformer
+from .model_config import ModelConfig
 from .registry import get_info, list_encodings
 from .variants import SPEC_HELP, parse_variant
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from posenc import SequenceInfo, build
-from posenc.model import ModelConfig, Transformer
+from posenc.model import Transformer
+from posenc.model_config import ModelConfig
 
 from . import Case
 
