@@ -40,7 +40,8 @@ from ..backends import IMPLS
 from ..cli_args import add_json_option, default_device, emit_json, positive_int
 from ..config import check_int
 from ..cli_args import device as device_arg
-from ..model import ModelConfig, Transformer
+from ..model import Transformer
+from ..model_config import ModelConfig
 from ..registry import get_info, list_encodings
 from ..terms import ValueTerm
 from .timing import describe_machine, peak_memory
