@@ -9,7 +9,7 @@
 
 from . import rope, xpos  # noqa: F401  (registers the encodings)
 from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary, apply_rotary_qk, convert_qk_layout
-from .hf import from_hf, to_hf
+from .hf_config import from_hf, to_hf
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling import (
     ROPE_SCALINGS,

@@ -339,6 +339,6 @@ class RotaryEmbedding(PositionalEncoding):
     def to_hf(self) -> dict[str, Any]:
         """The Hugging Face config entries of this RoPE (``rope_parameters`` and the top-level
         keys it needs); see :func:`posenc.rotary.to_hf`."""
-        from .hf import to_hf  # hf imports this module
+        from .hf_config import to_hf  # hf_config imports this module
 
         return to_hf(self)
