@@ -214,9 +214,7 @@ def test_evaluation_flags_apply_with_model(ckpt, tmp_path, monkeypatch):
 
     seen = {}
     monkeypatch.setattr(bm, "run_model_bench", lambda s, *a, **k: seen.setdefault("s", s) and {"summary": []})
-    import posenc.bench.report as report
-
-    monkeypatch.setattr(report, "format_table", lambda r: "")
+    monkeypatch.setattr(bm, "format_model_table", lambda r: "")
     assert main(["bench", "--model", str(ckpt), "--preset", "micro", "--passkey-examples", "3", "--lm-eval-factors",
                  "1", "4", "--scalings", "yarn", "ntk", "--out", str(tmp_path / "o")]) == 0
     s = seen["s"]
