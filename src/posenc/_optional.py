@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["EXTRAS", "require", "available"]
+__all__ = ["EXTRAS", "MissingExtra", "require", "available"]
 
 # extra -> the distributions it installs (pyproject.toml's optional-dependencies say the same;
 # tests/test_lean_install.py checks that they agree)
@@ -34,8 +34,13 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 _PURPOSE = {"plot": "figures", "bench": "posenc bench", "hf": "Hugging Face checkpoints"}
 
 
+class MissingExtra(ImportError):
+    """An optional package is not installed (the CLI prints it as one line, exit 2)."""
+
+
 def require(module: str, *, extra: str) -> ModuleType:
-    """Import ``module`` or raise ImportError naming the package and the extra that installs it."""
+    """Import ``module`` or raise :class:`MissingExtra` (an ImportError) naming the package and
+    the extra that installs it."""
     if extra not in EXTRAS:
         raise ValueError(f"extra must be one of {', '.join(EXTRAS)}, got {extra!r}")
     try:
@@ -44,7 +49,7 @@ def require(module: str, *, extra: str) -> ModuleType:
         top = module.split(".")[0]
         if e.name is not None and e.name.split(".")[0] != top:
             raise  # the package is there but one of its own imports failed: its own error says which
-        raise ImportError(
+        raise MissingExtra(
             f"{top} is not installed; posenc needs it for {_PURPOSE[extra]}: pip install 'posenc[{extra}]'",
             name=top,
         ) from None

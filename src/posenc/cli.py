@@ -34,6 +34,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
+from ._optional import MissingExtra
+
 # name -> module that provides add_parser(subparsers). Order is the order of --help.
 SUBCOMMANDS: dict[str, str] = {
     "list": "posenc.cli",
@@ -222,7 +224,8 @@ def main(argv: Sequence[str] | None = None, *, parser: argparse.ArgumentParser |
     """Run ``posenc <argv>``; returns the exit code.
 
     Bad options exit 2 from argparse with one line naming the option; errors the library
-    raises for bad values (ValueError, TypeError) or files (OSError) are one line and exit 2;
+    raises for bad values (ValueError, TypeError), files (OSError) or a missing optional package
+    (:class:`posenc._optional.MissingExtra`) are one line and exit 2;
     Ctrl-C, at any moment, is one line ``posenc: interrupted`` and exit 130, never a traceback.
     ``parser``: one already built (the console script builds it under its own Ctrl-C guard).
     """
@@ -248,7 +251,7 @@ def main(argv: Sequence[str] | None = None, *, parser: argparse.ArgumentParser |
     except BrokenPipeError:  # output piped into `head` and friends
         sys.stderr.close()
         return 0
-    except (ValueError, TypeError, OSError) as e:
+    except (ValueError, TypeError, OSError, MissingExtra) as e:
         print(f"{command}: error: {one_line(e)}", file=sys.stderr)
         return 2
 

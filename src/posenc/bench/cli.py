@@ -21,6 +21,7 @@ import sys
 import typing
 from typing import Any
 
+from .._optional import require
 from ..cli_args import (
     device, existing_dir, existing_path, int_at_least, nonnegative_int, output_dir, positive_float, positive_int,
     unit_float,
@@ -75,10 +76,13 @@ def _cmd(args: argparse.Namespace) -> int:
     import torch
 
     from .report import format_table
-    from .runner import run_bench, settings_for
+    from .runner import run_bench
+    from .settings import settings_for
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    for module in ("safetensors", "matplotlib"):  # checkpoints and plots/: before any training
+        require(module, extra="bench")
     if args.model is not None:  # a Hugging Face checkpoint, evaluated without training
         from ..hf.bench_model import run_from_args
 
@@ -106,7 +110,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from .runner import PRESETS
+    from .settings import PRESETS
 
     p = subparsers.add_parser(
         "bench", help="train small models per encoding; evaluate beyond the training length",
@@ -148,7 +152,7 @@ def _generic_flags(group: argparse._ArgumentGroup, parser: argparse.ArgumentPars
     """A ``--field-name`` flag for every BenchSettings field without one in SIZE_FLAGS, typed
     from its annotation (a setting added to BenchSettings is settable at once)."""
     from ..variants import parse_typed
-    from .runner import BenchSettings
+    from .settings import BenchSettings
 
     hints = typing.get_type_hints(BenchSettings)
     for f in dataclasses.fields(BenchSettings):
@@ -184,12 +188,12 @@ def check_models(settings: Any) -> None:
     """Build every encoding's model once, before any training, so that a setting no model
     accepts (--heads not dividing --d-model, rope:rotary_dim above the head size, a position
     table longer than its limit) is an error now rather than after hours of other runs."""
-    from .runner import _max_positions, build_model
+    from .build import build_model
 
     if settings.d_model % settings.n_head:
         raise ValueError(f"--d-model ({settings.d_model}) must be divisible by --heads ({settings.n_head})")
     # the task whose evaluation reaches furthest sizes the position tables
-    task = max(settings.tasks, key=lambda t: _max_positions(settings, t))
+    task = max(settings.tasks, key=settings.max_positions)
     for encoding in settings.encodings:
         try:
             build_model(settings, encoding, task, 0)
