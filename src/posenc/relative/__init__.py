@@ -1,14 +1,17 @@
 """The relative family. Importing this package registers its encodings.
 
-Content-dependent (``score``/``output`` hooks): shaw, relative_key, relative_key_query,
-transformer_xl, deberta. Their shared skew/gather machinery is :mod:`.distance`.
+Content-dependent (the ``terms`` hook, called per layer: :class:`~posenc.terms.TableTerm`,
+:class:`~posenc.terms.DenseTerm`, :class:`~posenc.terms.ValueTerm`): shaw, relative_key,
+relative_key_query, transformer_xl, deberta. Their distance buckets and skew/gather layout
+are :mod:`.distance`.
 
-Content-independent (``score_bias`` hook, computed once per forward and shared by layers):
-t5, alibi, kerple, fire.
+Content-independent (the ``logit_bias`` hook, a :class:`~posenc.terms.BiasTerm` taken once
+per forward and shared by the layers): t5, alibi, kerple, fire.
 """
 
 from . import shaw, relative_key, transformer_xl, deberta  # noqa: F401
 from . import t5, alibi, kerple, fire  # noqa: F401
+from . import dynamic_bias  # noqa: F401
 
 from .alibi import ALiBi, alibi_bias, alibi_slopes
 from .deberta import DebertaRelative, log_bucket_position
