@@ -10,7 +10,7 @@ import torch
 
 import posenc
 from posenc import Attention, AttentionContext, SequenceInfo
-from posenc.attention import KVCache
+from posenc.kv_cache import KVCache
 
 
 def reference_attention(attn: Attention, x, ctx_x, mask):

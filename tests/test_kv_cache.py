@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from posenc import ModelConfig, SequenceInfo, Transformer
-from posenc.attention import KVCache
+from posenc.kv_cache import KVCache
 from helpers import all_encodings, tiny_model
 
 V = 64

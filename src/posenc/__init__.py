@@ -7,9 +7,11 @@
 >>> rope = posenc.rotary.RotaryEmbedding   # family subpackages load on first use
 """
 
-from .attention import Attention, AttentionContext, KVCache
+from .attention import Attention
+from .context import AttentionContext
 from .config import EncodingConfig
 from .encoding import Dims, PositionalEncoding
+from .kv_cache import KVCache
 from .model import Transformer
 from .model_config import EncodingSpec, ModelConfig, preset
 from .positions import SequenceInfo, relative_positions

@@ -76,7 +76,7 @@ class AttentionMask:
 
     Build it with :meth:`build`. ``causal`` queries are aligned to the end of the keys (see the
     module docstring). It lives for one forward (the model's
-    :class:`~posenc.attention.AttentionContext` holds it); each form is computed on first use
+    :class:`~posenc.context.AttentionContext` holds it); each form is computed on first use
     and kept for the other layers of that forward.
     """
 
@@ -179,8 +179,8 @@ class AttentionMask:
         parts = []
         for a in range(0, self.tq, _ROWS):
             z = min(a + _ROWS, self.tq)
-            q_rows = SequenceInfo._derived(*(None if t is None else t[:, a:z] for t in
-                                             (self.q_seq.positions, self.q_seq.segment_ids, self.q_seq.valid)))
+            q_rows = SequenceInfo.from_checked(*(None if t is None else t[:, a:z] for t in
+                                                  (self.q_seq.positions, self.q_seq.segment_ids, self.q_seq.valid)))
             m = _raw_mask(q_rows, self.k_seq, q_index[a:z], k_index, self._causal_needed)
             parts.append((~m.any(-1)[:, 0]).expand(-1, z - a))  # (B|1, z - a): m may broadcast over rows
         if not parts:

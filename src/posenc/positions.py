@@ -66,6 +66,18 @@ def shared_rows(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
     return q_pos, k_pos
 
 
+_INT64_MAX = torch.iinfo(torch.int64).max
+
+
+def _check_last_position(offset: int, length: int) -> None:
+    """Positions ``offset .. offset + length - 1`` must fit int64, the dtype they are made in."""
+    if length and offset > _INT64_MAX - (length - 1):
+        raise ValueError(
+            f"offset must be <= {_INT64_MAX - (length - 1)} for length {length} (the last position, "
+            f"offset + length - 1, must fit int64: <= {_INT64_MAX}), got {offset}"
+        )
+
+
 def _compiling() -> bool:
     """True while torch.compile traces: value checks that read a tensor on the host are
     skipped there (they would break the graph); eager calls keep them."""
@@ -103,10 +115,11 @@ class SequenceInfo:
                 raise ValueError(f"positions must be >= 0, got a minimum of {low}")
 
     @classmethod
-    def _derived(cls, positions: Tensor, segment_ids: Tensor | None = None, valid: Tensor | None = None) -> "SequenceInfo":
-        """An info built from checked ones (a slice, a concatenation, the next step): the shape,
-        dtype and device checks run, the value check (a host read per call, one per decoding
-        step on a GPU) does not."""
+    def from_checked(cls, positions: Tensor, segment_ids: Tensor | None = None, valid: Tensor | None = None) -> "SequenceInfo":
+        """An info made of parts of checked ones (a slice, a concatenation, the next step):
+        the shape, dtype and device checks run, the value check (a host read per call, one per
+        decoding step on a GPU) does not. Positions from anywhere else go through the
+        constructor."""
         info = cls.__new__(cls)
         info.positions, info.segment_ids, info.valid = positions, segment_ids, valid
         info._check_structure()
@@ -165,15 +178,17 @@ class SequenceInfo:
             if not _is_int_tensor(offset):
                 raise TypeError(f"offset tensor must hold integers, got {offset.dtype}")
             if not _compiling() and offset.device.type != "meta":
-                low = int(offset.min())
+                low, high = (int(x) for x in torch.aminmax(offset))
                 if low < 0:
                     raise ValueError(f"offset must be >= 0, got a minimum of {low}")
+                _check_last_position(high, length)
             device = offset.device
             pos = offset.long()[:, None] + torch.arange(length, device=device)[None, :]
         else:
             check_int("offset", offset, minimum=0)
-            pos = torch.arange(offset, offset + length, device=device).expand(batch, length)
-        return cls._derived(pos)
+            _check_last_position(offset, length)
+            pos = (torch.arange(length, device=device) + offset).expand(batch, length)  # (B, T); offset + length may be 2**63
+        return cls.from_checked(pos)
 
     @classmethod
     def from_padding_mask(cls, mask: Tensor) -> "SequenceInfo":
@@ -205,7 +220,7 @@ class SequenceInfo:
         valid = mask.bool()
         pos = (valid.long().cumsum(-1) - 1).clamp_min(0)
         pos = pos.masked_fill(~valid, 0)
-        return cls._derived(pos, valid=valid)
+        return cls.from_checked(pos, valid=valid)
 
     @classmethod
     def from_cu_seqlens(cls, cu_seqlens: Tensor | list[int]) -> "SequenceInfo":
@@ -235,12 +250,12 @@ class SequenceInfo:
         total = int(cu[-1])
         seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=cu.device), lengths)
         pos = torch.arange(total, device=cu.device) - cu[:-1][seg]
-        return cls._derived(pos[None], segment_ids=seg[None])
+        return cls.from_checked(pos[None], segment_ids=seg[None])
 
     def to(self, device: torch.device | str) -> "SequenceInfo":
         """The same info on ``device``."""
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return SequenceInfo._derived(move(self.positions), move(self.segment_ids), move(self.valid))
+        return SequenceInfo.from_checked(move(self.positions), move(self.segment_ids), move(self.valid))
 
     def next(self, length: int = 1) -> "SequenceInfo":
         """The info of the ``length`` tokens that follow each row (greedy decoding).
@@ -254,4 +269,4 @@ class SequenceInfo:
         pos = last + step
         seg = None if self.segment_ids is None else self.segment_ids[:, -1:].expand(-1, length)
         valid = None if self.valid is None else torch.ones_like(pos, dtype=torch.bool)
-        return SequenceInfo._derived(pos, seg, valid)
+        return SequenceInfo.from_checked(pos, seg, valid)

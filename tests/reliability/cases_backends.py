@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from posenc import Attention, ModelConfig, SequenceInfo, Transformer, build
-from posenc.attention import AttentionContext
+from posenc.context import AttentionContext
 from posenc.backends import flex
 from posenc.masks import AttentionMask
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from posenc import Attention, ModelConfig, SequenceInfo, Transformer
-from posenc.attention import KVCache
+from posenc.kv_cache import KVCache
 
 from . import Case
 

@@ -9,7 +9,7 @@ cos] over d_model channels, inverse frequencies base^(-2m/d_model)); W_R (d_mode
 no bias) and u, v (H, D) are learned. The ``terms`` hook returns the three terms beyond
 q_i·k_j multiplied by the logit scale 1/sqrt(D), as Transformer-XL scales (AC + BD).
 
-Segment-level memory is posenc's :class:`~posenc.attention.KVCache` with ``max_length`` (the
+Segment-level memory is posenc's :class:`~posenc.kv_cache.KVCache` with ``max_length`` (the
 memory length) and ``detach=True`` (no gradient into past segments): keys then span memory
 plus the current segment and distances are taken between actual positions, so the memory
 needs no special case here.

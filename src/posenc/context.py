@@ -1,0 +1,125 @@
+"""The per-forward context of attention: the mask and each encoding's prepared state.
+
+Shapes: positions (B, T); q (B, H, Tq, D); k, v (B, Hkv, Tk, D).
+
+:class:`AttentionContext` lives one forward (one decoding step): the mask description
+(:class:`~posenc.masks.AttentionMask`) and, through :meth:`AttentionContext.prepare`, each
+encoding's :class:`EncodingState` (its ``prepare`` state and its content-independent bias
+with the dense forms memoized). The model builds both once per forward and passes a layer's
+``EncodingState`` to that layer explicitly; nothing outlives the forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from .backends import LayerTerms, SharedBias
+from .encoding import PositionalEncoding, QKProjection, layer_terms
+from .kv_cache import KVCache
+from .masks import AttentionMask
+from .positions import SequenceInfo
+
+__all__ = ["AttentionContext", "EncodingState"]
+
+
+@dataclass(eq=False)
+class EncodingState:
+    """One encoding module in one forward: its ``prepare`` state and its bias.
+
+    Made by :meth:`AttentionContext.prepare` once per forward per module; every layer that uses
+    the module gets the same object, so they share the state and the bias's dense forms.
+    ``pe=None`` is the state of "no encoding" (identity rotation, no terms).
+    """
+
+    pe: PositionalEncoding | None
+    q_pos: Tensor
+    k_pos: Tensor
+    state: Any = None
+    bias: SharedBias | None = None
+
+    def scale(self, head_dim: int) -> float:
+        """Multiplier of q·kᵀ."""
+        return head_dim**-0.5 if self.pe is None else self.pe.attention_scale(head_dim)
+
+    def rotate(self, q: Tensor, k: Tensor, k_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``pe.rotate`` of the new q (B, H, Tq, D) and k (B, Hkv, t, D).
+
+        ``k_pos`` None: the new keys sit at the query positions (self-attention), and the
+        prepared state serves q and k. Keys at other positions ``k_pos`` (B, t) (cross-attention)
+        are rotated without it: the state describes keys at the query positions only.
+        """
+        if self.pe is None or not self.pe.has_rotate:
+            return q, k
+        if k_pos is None:
+            return self.pe.rotate(q, k, self.q_pos, self.q_pos, state=self.state)
+        return self.pe.rotate(q, k, self.q_pos, k_pos, state=None)
+
+    def layer_terms(self, q: Tensor, k: Tensor, v: Tensor, proj: QKProjection) -> LayerTerms:
+        """The layer's terms: the shared bias plus ``pe.terms(q, k, state, proj)``."""
+        terms = [] if self.pe is None else layer_terms(self.pe, q, k, self.state, proj)
+        return LayerTerms.of(self.q_pos, self.k_pos, self.bias, terms)
+
+
+@dataclass(eq=False)
+class AttentionContext:
+    """Everything attention needs that depends on positions only, for one forward.
+
+    ``mask`` describes which keys each query sees (its dense form, ``plain_causal`` and
+    FlexAttention ``BlockMask`` are memoized in it); :meth:`prepare` makes an encoding's
+    :class:`EncodingState`. The model calls ``prepare`` once per encoding module and passes the
+    result to the layers; a standalone :class:`~posenc.attention.Attention` prepares its own.
+    """
+
+    mask: AttentionMask
+
+    @property
+    def q_seq(self) -> SequenceInfo:
+        return self.mask.q_seq
+
+    @property
+    def k_seq(self) -> SequenceInfo:
+        return self.mask.k_seq
+
+    @property
+    def plain_causal(self) -> bool:
+        return self.mask.plain_causal
+
+    @classmethod
+    def build(
+        cls,
+        q_seq: SequenceInfo,
+        k_seq: SequenceInfo | None = None,
+        *,
+        causal: bool,
+        cache: KVCache | None = None,
+    ) -> "AttentionContext":
+        """Context for queries ``q_seq`` attending to ``k_seq`` (self-attention when None).
+
+        With a ``cache``, keys are the cached tokens followed by ``q_seq`` (call
+        ``cache.commit`` after the forward). Without one, queries are aligned to the end of
+        the keys, so causal cross-attention with Tq < Tk behaves as decoding would.
+        """
+        if cache is not None:
+            if k_seq is not None:
+                raise ValueError("k_seq must be None when a cache is given (keys come from the cache)")
+            k_seq, _, _ = cache.keys_info(q_seq)
+        return cls(AttentionMask.build(q_seq, k_seq, causal=causal))
+
+    def prepare(self, pe: PositionalEncoding | None, memo: dict | None = None) -> EncodingState:
+        """``pe``'s state for this forward: ``pe.prepare(q_pos, k_pos)`` and its bias.
+
+        ``memo``: the cache's dict for this encoding module (``KVCache.prepare_memo``) when the
+        forward continues a cache without autograd; then ``pe.prepare_cached`` is called instead,
+        which may reuse what earlier steps computed.
+        """
+        q_pos, k_pos = self.q_seq.positions, self.k_seq.positions
+        if pe is None:
+            return EncodingState(None, q_pos, k_pos)
+        if not isinstance(pe, PositionalEncoding):
+            raise TypeError(f"pe must be a PositionalEncoding or None, got {type(pe).__name__}")
+        bias = SharedBias(pe.logit_bias(), self.mask) if pe.has_bias else None
+        state = pe.prepare(q_pos, k_pos) if memo is None else pe.prepare_cached(q_pos, k_pos, memo)
+        return EncodingState(pe, q_pos, k_pos, state, bias)
