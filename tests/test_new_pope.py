@@ -1,0 +1,110 @@
+"""pope: polar embedding against a slow loop over the paper's complex formula and against
+x-transformers' ``polar_pos_emb`` attention on the same weights; its logits are relative and
+its magnitudes content-only."""
+
+from __future__ import annotations
+
+import cmath
+import math
+
+import pytest
+import torch
+
+import posenc
+from posenc import Attention, SequenceInfo
+from posenc.rotary.pope import PolarEmbedding
+
+F64 = torch.float64
+
+
+def _pope(**config) -> PolarEmbedding:
+    torch.manual_seed(0)
+    return posenc.build("pope", d_model=16, num_heads=2, bias_init="uniform", **config)
+
+
+def _slow_logit(enc: PolarEmbedding, qv: torch.Tensor, kv: torch.Tensor, h: int, m: int, n: int) -> float:
+    """Re sum_c softplus(q_c) softplus(k_c) e^{i((m - n) theta_c - delta_c)}, channel by channel."""
+    D = qv.shape[0]
+    total = 0j
+    for c in range(D):
+        theta = enc.config.base ** (-c / D)
+        delta = min(max(float(enc.phase_bias.detach()[h, c]), -2 * math.pi), 0.0)
+        mu_q, mu_k = math.log1p(math.exp(float(qv[c]))), math.log1p(math.exp(float(kv[c])))
+        total += mu_q * mu_k * cmath.exp(1j * ((m - n) * theta - delta))
+    return total.real
+
+
+def test_logits_equal_slow_loop_over_the_formula():
+    enc = _pope().to(F64)
+    with torch.no_grad():
+        enc.phase_bias[0, :3] = torch.tensor([1.0, -7.0, -3.0])  # past both ends of the clamp
+    torch.manual_seed(1)
+    q, k = torch.randn(1, 2, 5, 8, dtype=F64), torch.randn(1, 1, 6, 8, dtype=F64)  # grouped-query keys
+    q_pos, k_pos = torch.tensor([[3, 4, 9, 10, 200]]), torch.tensor([[0, 1, 2, 3, 9, 200]])
+    rq, rk = enc.rotate(q, k, q_pos, k_pos)
+    assert rq.shape == (1, 2, 5, 16) and rk.shape == (1, 1, 6, 16)
+    got = rq @ rk.transpose(-1, -2)  # (1, 2, 5, 6)
+    want = torch.tensor([[[_slow_logit(enc, q[0, h, i], k[0, 0, j], h, int(q_pos[0, i]), int(k_pos[0, j]))
+                           for j in range(6)] for i in range(5)] for h in range(2)], dtype=F64)
+    torch.testing.assert_close(got[0], want, atol=1e-10, rtol=1e-10)
+
+
+def test_logits_depend_on_the_distance_only():
+    enc = _pope()
+    torch.manual_seed(2)
+    q, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    near = [enc.rotate(q, k, torch.arange(4)[None] + s, torch.arange(4)[None] + s) for s in (0, 1000)]
+    logits = [a @ b.transpose(-1, -2) for a, b in near]
+    torch.testing.assert_close(logits[1], logits[0], atol=1e-4, rtol=1e-4)
+
+
+def test_magnitudes_are_content_and_phases_position():
+    """|q_c| in the embedding is softplus(q_c) at every position; the phase is m theta_c - delta_c
+    whatever the content."""
+    enc = _pope()
+    q = torch.randn(1, 2, 3, 8)
+    for pos in (torch.tensor([[0, 1, 2]]), torch.tensor([[50, 7, 1000]])):
+        rq, _ = enc.rotate(q, q[:, :1], pos, pos)
+        re, im = rq.chunk(2, dim=-1)
+        torch.testing.assert_close(torch.hypot(re, im), torch.nn.functional.softplus(q))
+        phase = torch.atan2(im, re)
+        want = pos[:, None, :, None] * enc.inv_freq() - enc.delta().to(F64)[None, :, None, :]
+        torch.testing.assert_close(torch.remainder(phase.to(F64) - want + math.pi, 2 * math.pi) - math.pi,
+                                   torch.zeros_like(want), atol=2e-3, rtol=0)
+
+
+def test_parity_with_x_transformers_attention():
+    xt = pytest.importorskip("x_transformers.x_transformers")
+    torch.manual_seed(3)
+    peer = xt.Attention(16, heads=2, dim_head=8, causal=True)
+    polar = xt.PolarEmbedding(8, 2)  # its bias_uniform_init=True fails (an in-place op on a leaf)
+    with torch.no_grad():
+        polar.learned_bias.uniform_(-2 * math.pi, 0.0)
+    enc = posenc.build("pope", d_model=16, num_heads=2)
+    mine = Attention(16, 2, pe=enc, causal=True, impl="eager")
+    ps = peer.state_dict()
+    mine.load_state_dict({"q_proj.weight": ps["to_q.weight"], "k_proj.weight": ps["to_k.weight"],
+                          "v_proj.weight": ps["to_v.weight"], "o_proj.weight": ps["to_out.weight"],
+                          "pe.phase_bias": polar.learned_bias.detach()[:, 0]})
+    x = torch.randn(2, 9, 16)
+    want = peer(x, polar_pos_emb=polar(torch.arange(9)))
+    torch.testing.assert_close(mine(x, SequenceInfo.from_offset(2, 9)), want, atol=1e-5, rtol=1e-5)
+
+
+def test_phase_bias_stays_float32_under_bfloat16():
+    enc = _pope().to(torch.bfloat16)
+    assert enc.phase_bias.dtype == torch.float32
+    q = torch.randn(1, 2, 3, 8, dtype=torch.bfloat16)
+    rq, rk = enc.rotate(q, q, torch.tensor([[0, 1, 2]]), torch.tensor([[0, 1, 2]]))
+    assert rq.dtype == rk.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("key,value,error,match", [
+    ("base", 1.0, ValueError, r"^base must be > 1"),
+    ("base", 0.0, ValueError, r"^base must be > 0, got 0.0$"),
+    ("base", float("inf"), ValueError, "base"),
+    ("bias_init", "normal", ValueError, r"^bias_init must be one of 'zeros', 'uniform'; got 'normal'$"),
+])
+def test_config_refuses_bad_values_by_name(key, value, error, match):
+    with pytest.raises(error, match=match):
+        posenc.build("pope", d_model=16, num_heads=2, **{key: value})
