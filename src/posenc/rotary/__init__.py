@@ -1,13 +1,15 @@
 """The rotary family: RoPE and xPos (the ``rotate`` hook). Importing it registers both.
 
 * :mod:`.scaling` — ``SCALINGS``, one :class:`Scaling` entry per frequency scaling (typed
-  config, pure function, transformers spelling); ``ROPE_SCALINGS`` / ``SCALING_CONFIGS`` are views;
+  config, pure function, label, transformers spelling, its rule at factor x the trained length);
+  ``ROPE_SCALINGS`` / ``SCALING_CONFIGS`` are views;
 * :mod:`.functional` — kernels, cos/sin tables, layout conversion;
 * :mod:`.rope` — :class:`RotaryEmbedding` (``rope``); :mod:`.xpos` — :class:`XPos` (``xpos``);
-* :mod:`.hf` — :func:`from_hf`, a RoPE module from a Hugging Face config; :func:`to_hf`, back.
+* :mod:`.hf_config` — :func:`from_hf`, a RoPE module from a Hugging Face config.json; :func:`to_hf`, back.
 """
 
 from . import rope, xpos  # noqa: F401  (registers the encodings)
+from . import pope  # noqa: F401
 from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary, apply_rotary_qk, convert_qk_layout
 from .hf_config import from_hf, to_hf
 from .rope import RotaryConfig, RotaryEmbedding
@@ -20,6 +22,7 @@ from .scaling import (
     ScalingConfig,
     list_scalings,
     register_scaling,
+    unregister_scaling,
     DefaultScaling,
     DynamicNTKScaling,
     LinearScaling,
@@ -44,6 +47,7 @@ __all__ = [
     "ScalingConfig",
     "list_scalings",
     "register_scaling",
+    "unregister_scaling",
     "to_hf",
     "DefaultScaling",
     "DynamicNTKScaling",
