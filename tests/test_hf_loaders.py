@@ -78,7 +78,7 @@ def test_bert_relative_key_logits_equal_transformers_v4_formula(tmp_path, kind):
                 enc64 = enc.double()
                 scale = 1 / math.sqrt(D)
                 got = q @ k.transpose(-1, -2) * scale + enc64.score(
-                    q, k, q_pos.expand(2, -1), k_pos.expand(2, -1), scale)
+                    q, k, q_pos.expand(2, -1), k_pos.expand(2, -1))
             torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -144,7 +144,7 @@ def posenc_probs(model, encs, hidden, i):
     k = att.key_proj(hidden).view(B, T, H, D).transpose(1, 2)
     pos = torch.arange(T).expand(B, T)
     scale = encs[i].attention_scale(D)
-    logits = q @ k.transpose(-1, -2) * scale + encs[i].score(q, k, pos, pos, scale, layer=layer)
+    logits = q @ k.transpose(-1, -2) * scale + encs[i].score(q, k, pos, pos, layer=layer)
     return logits.softmax(-1)
 
 

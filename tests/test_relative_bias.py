@@ -418,7 +418,7 @@ RELATIVE = ["t5", "alibi", "kerple", "fire"]
 def test_registered_in_relative_family(name):
     assert name in posenc.list_encodings("relative")
     enc = build(name, d_model=16, num_heads=4)
-    assert enc.has_score_bias and not (enc.has_score or enc.has_rotate or enc.has_embed)
+    assert enc.has_bias and not (enc.has_terms or enc.has_rotate or enc.has_embed)
 
 
 @pytest.mark.parametrize("name", RELATIVE)

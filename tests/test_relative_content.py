@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from posenc import SequenceInfo, build
-from posenc.attention import Attention, AttentionContext
+from posenc.attention import Attention
+from posenc.context import AttentionContext
 from posenc.backends import fused
 from posenc.encoding import PositionalEncoding, QKProjection
 from posenc.relative import RelativeLayout, log_bucket_position, skew, unskew
@@ -149,7 +150,7 @@ SKEW_SETTINGS = ["self", "decode", "cross_uniform", "far", "far_future"]  # cont
 
 
 def has_key_term(enc) -> bool:
-    return enc.has_score
+    return enc.has_terms
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -165,7 +166,7 @@ def test_score_matches_reference_forward_and_backward(label, setting):
     q = torch.randn(B, H, q_pos.shape[1], D, generator=g, dtype=F64, requires_grad=True)
     k = torch.randn(B, H, k_pos.shape[1], D, generator=g, dtype=F64, requires_grad=True)
     scale = enc.attention_scale(D)
-    fast = enc.score(q, k, q_pos, k_pos, scale, layer=layer)
+    fast = enc.score(q, k, q_pos, k_pos, layer=layer)
     slow = ref_scores(enc, layer, q, k, q_pos, k_pos, scale)
     torch.testing.assert_close(fast, slow, **TOL)
     w = torch.randn(fast.shape, generator=g, dtype=F64)  # a random cotangent
@@ -268,13 +269,13 @@ def test_attention_matches_reference(label, mode, impl):
     v = attn.v_proj(ctx_x).view(B, -1, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, 1)
     scale = enc.attention_scale(D)
     logits = q @ k.transpose(-1, -2) * scale
-    if enc.has_score:
+    if enc.has_terms:
         logits = logits + ref_scores(enc, attn, q, k, q_seq.positions, k_seq.positions, scale)
     if attn.causal:
         logits = logits.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
     probs = logits.softmax(-1)
     out = probs @ v
-    if enc.has_output:
+    if enc.has_value_terms:
         out = out + ref_value_term(enc, probs, q_seq.positions, k_seq.positions)
     slow = attn.o_proj(out.transpose(1, 2).reshape(B, 5, H * D))
     # Attention's eager path keeps logits in float32 whatever the input dtype (posenc's rule),
@@ -454,7 +455,7 @@ def test_other_bad_inputs():
     enc = build("deberta", d_model=8, num_heads=2, share_att_key=True, position_buckets=0, max_relative_positions=4)
     q = torch.randn(1, 2, 3, 4)
     with pytest.raises(ValueError, match="share_att_key needs the calling attention layer"):
-        enc.score(q, q, torch.arange(3)[None], torch.arange(3)[None], 0.5)
+        enc.score(q, q, torch.arange(3)[None], torch.arange(3)[None])
     with pytest.raises(ValueError, match="skew needs"):
         skew(torch.randn(3, 4), 3)
 

@@ -125,9 +125,8 @@ class PositionalEncoding(nn.Module):
 
     @property
     def has_bias(self) -> bool:
-        """``logit_bias()`` gives a content-independent logit bias (an old-style ``score_bias``
-        override counts too: the context takes its dense tensor)."""
-        return self._overrides("logit_bias") or self._overrides("score_bias")
+        """``logit_bias()`` gives a content-independent logit bias (once per forward)."""
+        return self._overrides("logit_bias")
 
     @property
     def has_terms(self) -> bool:
@@ -141,19 +140,6 @@ class PositionalEncoding(nn.Module):
         probabilities, so backends without them cannot run this encoding). Encodings that
         return ValueTerms override this."""
         return False
-
-    # Older names of the three flags above, kept for callers.
-    @property
-    def has_score_bias(self) -> bool:
-        return self.has_bias
-
-    @property
-    def has_score(self) -> bool:
-        return self.has_terms
-
-    @property
-    def has_output(self) -> bool:
-        return self.has_value_terms
 
     # ---- hooks ----------------------------------------------------------------------------
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> Any:
@@ -229,16 +215,16 @@ class PositionalEncoding(nn.Module):
         k: Tensor,
         q_pos: Tensor,
         k_pos: Tensor,
-        scale: float | None = None,
+        *,
         layer: nn.Module | None = None,
         state: Any = None,
         proj: QKProjection | None = None,
     ) -> Tensor:
-        """The sum of ``terms(...)``'s logit terms, dense: (B, H, Tq, Tk) in logit units.
+        """The sum of ``terms(...)``'s logit terms, dense: (B, H, Tq, Tk) in logit units
+        (the terms carry the encoding's own ``attention_scale``).
 
-        ``scale`` is unused (terms carry the encoding's own ``attention_scale``; the argument is
-        kept for callers). ``layer``: an :class:`~posenc.attention.Attention` whose projections
-        become ``proj`` when ``proj`` is None. ``state``: ``prepare(q_pos, k_pos)`` when None.
+        ``layer``: an :class:`~posenc.Attention` whose projections become ``proj`` when
+        ``proj`` is None. ``state``: ``prepare(q_pos, k_pos)`` when None.
         """
         state = self.prepare(q_pos, k_pos) if state is None else state
         proj = proj if proj is not None or layer is None else QKProjection.of(layer)
@@ -253,6 +239,7 @@ class PositionalEncoding(nn.Module):
         v: Tensor,
         q_pos: Tensor,
         k_pos: Tensor,
+        *,
         state: Any = None,
         q: Tensor | None = None,
         k: Tensor | None = None,

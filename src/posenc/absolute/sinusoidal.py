@@ -3,8 +3,8 @@
 PE(p, 2i) = sin(p / base^(2i/d)),  PE(p, 2i+1) = cos(p / base^(2i/d)).
 
 Two layouts, spelled as rotary's: ``"interleaved"`` (sin, cos per pair, as in the paper) and
-``"half"`` ([sin | cos], as fairseq and tensor2tensor lay it out; the old spelling ``"halves"``
-is an error naming it). Three fusions with the token
+``"half"`` ([sin | cos], as fairseq and tensor2tensor lay it out; ``"halves"`` is refused
+with a pointer to ``"half"``). Three fusions with the token
 embeddings: ``"add"`` (the paper), ``"mul"`` (x * PE) and ``"concat"`` ([x | PE] followed by
 a learned projection back to the model width). ``learnable_scale`` multiplies PE by one
 learned scalar (the "scaled sinusoidal" of Hua et al. 2022, "Transformer Quality in Linear
@@ -35,7 +35,7 @@ FUSIONS = ("add", "mul", "concat")
 
 
 def _check_layout(layout: str) -> None:
-    if layout == "halves":  # the spelling before the families agreed on one
+    if layout == "halves":  # a likely slip for "half": say which spelling is meant
         raise ValueError("layout must be one of 'interleaved', 'half'; got 'halves' (spelled 'half' now)")
     check_choice("layout", layout, LAYOUTS)
 

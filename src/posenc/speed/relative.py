@@ -2,10 +2,10 @@
 
 Side by side in one run, per length T (batch 1, 8 heads, head dim 64, float32 by default):
 
-* every content-dependent encoding's ``score`` term (found via the registry: encodings with a
-  ``score`` hook) against (a) HF BERT's ``relative_key_query``, which gathers a (T, T, D)
+* every content-dependent encoding's logit terms, dense (``score``; found via the registry:
+  encodings with ``has_terms``) against (a) HF BERT's ``relative_key_query``, which gathers a (T, T, D)
   distance-embedding tensor and contracts it with two einsums, and (b) plain q·k^T;
-* every encoding with ``score_bias`` (content-independent: T5, ALiBi, ...), in two rows
+* every encoding with a ``logit_bias`` (``has_bias``: T5, ALiBi, ...), in two rows
   against plain causal SDPA: building the masked bias, which the model does once per forward
   and shares across layers ("per forward"), and causal attention with that bias, which every
   layer pays ("per layer", the model's SDPA path: ``causal_sdpa_with_bias``).
@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attention import Attention, causal_sdpa_with_bias
+from ..attention import Attention
+from ..backends.sdpa import causal_sdpa_with_bias
 from ..cli_args import add_json_option, default_device, emit_json, even_positive_int, int_at_least, positive_int
 from ..cli_args import device as device_arg
 from ..registry import build, list_encodings
@@ -75,8 +76,8 @@ def run_relative_speed(
 ) -> dict[str, Any]:
     """Measure every row of the comparison at each length; returns a JSON-able dict."""
     d_model = heads * head_dim
-    score_names = [n for n in list_encodings() if build(n, d_model=d_model, num_heads=heads).has_score]
-    bias_names = [n for n in list_encodings() if build(n, d_model=d_model, num_heads=heads).has_score_bias]
+    score_names = [n for n in list_encodings() if build(n, d_model=d_model, num_heads=heads).has_terms]
+    bias_names = [n for n in list_encodings() if build(n, d_model=d_model, num_heads=heads).has_bias]
     torch.manual_seed(0)
     layer = Attention(d_model, heads).to(device=device, dtype=dtype)  # share_att_key reads its q/k_proj
     results: list[dict[str, Any]] = []
@@ -101,7 +102,7 @@ def run_relative_speed(
             add("einsum (T,T,D) rkq", lambda: einsum_relative_key_query(q, k, table))
         for name in score_names:
             enc = build(name, d_model=d_model, num_heads=heads).to(device=device, dtype=dtype)
-            add(f"score {name}", lambda enc=enc: enc.score(q, k, pos, pos, scale, layer=layer))
+            add(f"score {name}", lambda enc=enc: enc.score(q, k, pos, pos, layer=layer))
         add("sdpa causal", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale))
         causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
         for name in bias_names:
