@@ -1,0 +1,276 @@
+"""``posenc extend MODEL --to N``: which training-free RoPE scaling serves length N, measured, and shipped.
+
+Examples::
+
+    posenc extend smollm2-135m --to 16384 --out smollm2-16k              # 2L: about an hour on 2 cores
+    posenc extend smollm2-135m --to 2048 --trained-length 1024 --out demo  # a few minutes (see below)
+    posenc extend ./ckpt --to 8192 --factors 1 1.5 2 --out ckpt-8k
+
+For a checkpoint trained at L, every candidate of a small grid is evaluated at length N on the
+local corpus (token perplexity, one or more windows of N tokens; the Python standard library's
+sources unless ``--data``) and on passkey retrieval (``--passkey-examples`` per depth, depths
+0, 0.5 and 1):
+
+* the model as it is (``none``);
+* each training-free scaling of the registry (``list_scalings(training_free=True)``) at the
+  factors ``m * N / L`` for each multiplier m of ``--factors`` (default 1 and 2), with the
+  parameters of the scaling's own ``extension`` rule; a type whose rule ignores the factor
+  (dynamic NTK, which rescales by the current length) is evaluated once. For static NTK the
+  factor is the raised base: ``base * s^(d/(d-2))``.
+
+**The rule**: among the candidates whose passkey accuracy is at least the best one's minus one
+example (``1 / (examples * depths)``), the lowest perplexity wins; ties go to the earlier
+candidate in the table. The winner is written to ``--out`` as a Hugging Face checkpoint that
+plain transformers loads unchanged: ``config.json`` with its ``rope_parameters`` from
+:func:`posenc.rotary.to_hf` of the patched RoPE (and ``max_position_embeddings = N``), the
+weights hard-linked (or copied across file systems) and the tokenizer files, beside
+``extend.json``, the evidence: settings, the rule, every candidate's numbers and the winner.
+
+Cost: one forward of N tokens per perplexity window and per passkey example; SmolLM2-135M on 2
+busy CPU cores reads 2048 tokens in about 10 s, 16384 in minutes. ``--trained-length`` states
+a shorter L than the checkpoint's own, so that ``N = 2 L`` is cheap: a demonstration of the
+procedure, not a measurement of extension (the model was trained well past that L).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ExtendSettings", "Candidate", "candidates", "choose", "extend", "write_extended"]
+
+_DEPTHS = (0.0, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class ExtendSettings:
+    """What ``posenc extend`` measures (stored in extend.json)."""
+
+    to: int
+    trained_length: int | None = None
+    factors: tuple[float, ...] = (1.0, 2.0)
+    windows: int = 1
+    passkey_examples: int = 1
+    data: str | None = None
+    eval_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        from ..config import check_int, check_positive
+
+        check_int("--to", self.to, minimum=2)
+        if self.trained_length is not None:
+            check_int("--trained-length", self.trained_length, minimum=2)
+        if not self.factors:
+            raise ValueError("--factors must hold at least one multiplier, got none")
+        for f in self.factors:
+            check_positive("--factors", f)
+        check_int("--windows", self.windows, minimum=1)
+        check_int("--passkey-examples", self.passkey_examples, minimum=1)
+        check_int("eval_seed", self.eval_seed, minimum=0)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One row of the table: a scaling and its parameters (``scaling`` None: the model as it is)."""
+
+    label: str
+    scaling: str | None
+    params: dict[str, Any]
+
+
+def candidates(L: int, N: int, multipliers: tuple[float, ...]) -> list[Candidate]:
+    """The grid: the model as it is, then each training-free scaling at factor ``m * N / L``
+    (its ``extension`` rule's parameters); repeated parameter sets are evaluated once."""
+    from ..rotary.scaling import list_scalings
+    from .bench_model import scaling_params
+
+    out = [Candidate("none", None, {})]
+    seen = set()
+    for name in list_scalings(training_free=True):
+        for m in multipliers:
+            params = scaling_params(name, m * N / L, L)
+            key = (name, json.dumps(params, sort_keys=True))
+            if key in seen:
+                continue
+            seen.add(key)
+            factor = params.get("factor")
+            out.append(Candidate(f"{name} x{factor:g}" if factor is not None else name, name, params))
+    return out
+
+
+def choose(rows: list[dict[str, Any]], samples: int) -> tuple[int, str]:
+    """(index of the winner, the rule in words): lowest perplexity among the rows whose passkey
+    accuracy is at least the best minus one example (1 / samples)."""
+    best = max(r["passkey"] for r in rows)
+    floor = best - 1.0 / samples - 1e-12
+    eligible = [i for i, r in enumerate(rows) if r["passkey"] >= floor and r["ppl"] == r["ppl"]]
+    if not eligible:
+        raise ValueError("every candidate's perplexity is NaN: nothing to choose")
+    win = min(eligible, key=lambda i: (rows[i]["ppl"], i))
+    rule = (f"lowest token perplexity among the candidates with passkey >= best ({best:.2f}) minus one example "
+            f"(1/{samples}); ties: the earlier row")
+    return win, rule
+
+
+def _format_table(rows: list[dict[str, Any]], win: int, N: int) -> str:
+    width = max(len(r["label"]) for r in rows)
+    lines = [f"{'candidate':<{width}}  {'ppl@' + str(N):>12}  {'passkey %':>9}  {'seconds':>7}"]
+    for i, r in enumerate(rows):
+        mark = "  <- chosen" if i == win else ""
+        lines.append(f"{r['label']:<{width}}  {r['ppl']:>12.3f}  {100 * r['passkey']:>9.0f}  {r['seconds']:>7.1f}{mark}")
+    return "\n".join(lines)
+
+
+def write_extended(src: Path, out: Path, config: dict[str, Any], evidence: dict[str, Any]) -> None:
+    """``out``: ``config`` as config.json, the weights of ``src`` hard-linked (copied across file
+    systems), its tokenizer files copied, ``extend.json``; written in a temporary folder beside
+    ``out`` and renamed into place."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"--out {str(out)!r} exists and is not empty; give a new folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for f in sorted(src.iterdir()):
+            if not f.is_file() or f.name in ("config.json", "posenc_model.json", "extend.json"):
+                continue
+            if f.suffix == ".safetensors":
+                try:
+                    os.link(f.resolve(), tmp / f.name)
+                except OSError:  # another file system: a copy
+                    shutil.copy2(f, tmp / f.name)
+            else:
+                shutil.copy2(f, tmp / f.name)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        (tmp / "extend.json").write_text(json.dumps(evidence, indent=2) + "\n")
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.PathLike | None = None, *,
+           install: bool = True, progress: bool = True, loaded: Any = None) -> dict[str, Any]:
+    """Measure the grid (module docstring) and, with ``out``, write the winner there.
+    Returns the evidence (extend.json's content). ``loaded``: the already loaded model (tests)."""
+    import torch
+
+    from ..bench.data import example_rng
+    from ..progress import bar as progress_bar
+    from ..rotary import to_hf
+    from .bench_model import (HFCausalLM, TextPasskey, _model_trained_length, _token_stream, check_finite_weights,
+                              check_has_rope, estimate_cost, token_perplexity)
+    from .checkpoint import load_model, load_tokenizer, open_checkpoint
+    from .models import resolve_model
+    from .patch import patch_model, unpatch_model
+
+    if out is not None and Path(out).exists() and any(Path(out).iterdir()):
+        raise ValueError(f"--out {str(out)!r} exists and is not empty; give a new folder")
+    ckpt = open_checkpoint(resolve_model(model, install=install))
+    check_has_rope(ckpt.config, f"MODEL {str(model)!r}")
+    L = _model_trained_length(ckpt, settings.trained_length)
+    N = settings.to
+    if N <= L:
+        raise ValueError(f"--to must exceed the trained length L = {L} (a length the model already serves), got {N}")
+    tok = load_tokenizer(ckpt)
+    lm_model = loaded if loaded is not None else load_model(ckpt, torch.float32, progress=progress)
+    check_finite_weights(lm_model, f"MODEL {str(model)!r}")
+    lm = HFCausalLM(lm_model).eval()
+    passkey = TextPasskey(tok)
+    if N < passkey.min_length:
+        raise ValueError(f"--to {N} is shorter than a passkey prompt ({passkey.min_length} tokens)")
+    stream = _token_stream(tok, settings.data, settings.windows * N + 1)
+    grid = candidates(L, N, settings.factors)
+    samples = settings.passkey_examples * len(_DEPTHS)
+    seconds, peak, _ = estimate_cost(lm, ckpt.config, [(N, 1, N)] * (settings.windows * len(grid))
+                                     + [(N, 1, 1)] * (samples * len(grid)))
+    print(f"posenc extend: {len(grid)} candidates at N = {N} (L = {L}): estimated {seconds / 60:.1f} min, "
+          f"peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
+    examples = {d: [passkey.sample(N, example_rng("extend", "passkey", settings.eval_seed, N, d), depth=d)
+                    for _ in range(settings.passkey_examples)] for d in _DEPTHS}
+    rows = []
+    bar = progress_bar(len(grid), "extend", enabled=progress)
+    for c in grid:
+        t0 = time.perf_counter()
+        rope = patch_model(lm_model, scaling=c.scaling, **c.params) if c.scaling else None
+        try:
+            ppl = token_perplexity(lm, stream, N, settings.windows)["ppl"]
+            right = 0
+            for d, exs in examples.items():
+                for ex in exs:
+                    gen = lm.generate(torch.tensor([ex.prompt]), len(ex.target))[0, N:]
+                    right += gen.tolist() == list(ex.target)
+        finally:
+            if rope is not None:
+                unpatch_model(lm_model)
+        rows.append(dict(label=c.label, scaling=c.scaling, params=c.params, ppl=ppl, passkey=right / samples,
+                         seconds=round(time.perf_counter() - t0, 1),
+                         hf=None if rope is None else to_hf(rope)))
+        bar.update()
+    bar.close()
+    win, rule = choose(rows, samples)
+    print(_format_table(rows, win, N))
+    evidence = dict(model=str(model), checkpoint=str(ckpt.path), trained_length=L,
+                    settings=asdict(settings), depths=list(_DEPTHS), rule=rule, candidates=rows,
+                    winner=rows[win]["label"])
+    if out is not None:
+        config = dict(ckpt.config)
+        hf = rows[win]["hf"] or {}
+        config.update(hf)
+        if "max_position_embeddings" not in hf:  # dynamic NTK's entry keeps it as the trained length
+            config["max_position_embeddings"] = max(N, int(config.get("max_position_embeddings") or 0))
+        config.pop("rope_scaling", None)
+        config.pop("rope_theta", None)  # rope_parameters carries the theta
+        write_extended(ckpt.path, Path(out), config, evidence)
+        print(f"wrote {out}/config.json ({rows[win]['label']}), the weights and extend.json")
+    return evidence
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    import torch
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    settings = ExtendSettings(to=args.to, trained_length=args.trained_length, factors=tuple(args.factors),
+                              windows=args.windows, passkey_examples=args.passkey_examples,
+                              data=None if args.data is None else str(args.data))
+    extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress)
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from ..cli_args import int_at_least, output_dir, positive_float, positive_int
+
+    p = subparsers.add_parser(
+        "extend", help="measure training-free RoPE scalings of a checkpoint at length N and write the best as its config",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL", help="a save_pretrained folder, a .gguf file, or smollm2-135m / gemma3-270m")
+    p.add_argument("--to", type=int_at_least(2), required=True, metavar="N", help="the target length in tokens (> L)")
+    p.add_argument("--out", type=output_dir, default=None, metavar="DIR",
+                   help="write the winner here as a transformers checkpoint (default: only print the table)")
+    p.add_argument("--trained-length", type=int_at_least(2), default=None, metavar="L",
+                   help="a shorter L than the checkpoint's own, for a quick run (a demonstration, not a measurement)")
+    p.add_argument("--factors", type=positive_float, nargs="+", default=[1.0, 2.0], metavar="M",
+                   help="factor multipliers: each scaling at M * N / L (default 1 2)")
+    p.add_argument("--windows", type=positive_int, default=1, help="perplexity windows of N tokens (default 1)")
+    p.add_argument("--passkey-examples", type=positive_int, default=1, help="passkey examples per depth (default 1)")
+    p.add_argument("--data", default=None, metavar="PATH", help="corpus (default: the Python standard library's sources)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
+    p.add_argument("--no-install", action="store_true", help="refuse to install a named model's package")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd)
