@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from posenc import Dims, EncodingConfig, PositionalEncoding
+from posenc.terms import BiasTerm
 
 
 @dataclass
@@ -37,7 +38,7 @@ class MiniRoPE(PositionalEncoding):
         out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)
         return out.to(x.dtype)
 
-    def rotate(self, q, k, q_pos, k_pos):
+    def rotate(self, q, k, q_pos, k_pos, state=None):
         return self._rot(q, q_pos), self._rot(k, k_pos)
 
 
@@ -62,11 +63,10 @@ class MiniALiBi(PositionalEncoding):
 
     Config = ALiBiConfig
 
-    def score_bias(self, q_pos, k_pos):
+    def logit_bias(self):
         H = self.dims.num_heads
         m = 2.0 ** (-8.0 * torch.arange(1, H + 1, dtype=torch.float32) / H)  # (H,)
-        dist = (q_pos[:, :, None] - k_pos[:, None, :]).abs().float()  # (B, Tq, Tk)
-        return -m[None, :, None, None] * dist[:, None]  # (B, H, Tq, Tk)
+        return BiasTerm(lambda h, qp, kp: -m[h] * (qp - kp).abs().float(), H)
 
 
 @dataclass
@@ -82,9 +82,9 @@ class MiniLogBias(PositionalEncoding):
 
     Config = LogBiasConfig
 
-    def score_bias(self, q_pos, k_pos):
-        dist = (q_pos[:, :, None] - k_pos[:, None, :]).abs().double()  # (B, Tq, Tk)
-        return (-self.config.r * torch.log1p(dist))[:, None].expand(-1, self.dims.num_heads, -1, -1)
+    def logit_bias(self):
+        r = self.config.r
+        return BiasTerm(lambda h, qp, kp: -r * torch.log1p((qp - kp).abs().double()), self.dims.num_heads)  # same for every head
 
 
 @dataclass

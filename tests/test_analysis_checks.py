@@ -17,17 +17,21 @@ import torch
 
 import posenc
 from posenc.analysis import checks as C
+from posenc.analysis import probes as P
+from posenc.analysis import runner as R
+from posenc import SequenceInfo
 from posenc.cli import main
+from posenc.encoding import QKProjection
 
 from analysis_doubles import MiniALiBi, MiniLogBias, MiniRoPE, MiniTable, ShuffledRoPE, make
 
 # A smaller probe keeps the file fast; the claims do not depend on the size.
-PROBE = C.Probe(d_model=32, num_heads=2, train_len=32, far_len=512, max_probe_position=4096)
+PROBE = P.Probe(d_model=32, num_heads=2, train_len=32, far_len=512, max_probe_position=4096)
 NO_COST = [k for k in C.CHECKS if k != "cost"]
 
 
 def run(enc, only=NO_COST):
-    return C.check_encoding(enc, PROBE, only=only)
+    return R.check_encoding(enc, PROBE, only=only)
 
 
 def status(results):
@@ -36,7 +40,7 @@ def status(results):
 
 def registered(name):
     assert name in posenc.list_encodings(), f"encoding {name!r} is not registered"
-    return C.build_probe_encoding(name, PROBE)
+    return R.build_probe_encoding(name, PROBE)
 
 
 def test_sinusoidal_textbook():
@@ -100,7 +104,7 @@ def test_alibi_double_textbook():
 
 
 def test_table_double_rejects_positions():
-    assert C.max_position(make(MiniTable, 32, 2, max_len=40), PROBE) == 39
+    assert P.max_position(make(MiniTable, 32, 2, max_len=40), PROBE) == 39
     r = run(make(MiniTable, 32, 2, max_len=40), only=["extrapolation"])
     assert r["extrapolation"].status == "no"
 
@@ -109,8 +113,8 @@ def test_logits_match_explicit_rope_formula():
     # RoFormer eq. 16 written out pair by pair: pair p of q at i rotated by i * theta_p.
     enc = make(MiniRoPE, 32, 2)
     pos = torch.arange(5)
-    s = C.position_logits(enc, pos, pos, PROBE)
-    qc, kc = C._content(enc, PROBE)
+    s = P.position_logits(enc, pos, pos, PROBE)
+    qc, kc = P.content_vectors(enc, PROBE)
     D = 16
     want = torch.zeros(2, 5, 5, dtype=torch.float64)
     for h in range(2):
@@ -131,34 +135,34 @@ def test_logits_match_explicit_rope_formula():
 def test_decay_profile_on_a_known_curve():
     # s(d) = -d: the envelope falls in every octave, so it never stops before the end.
     s = -torch.arange(65, dtype=torch.float64)
-    prof = C._decay_profile(s)
+    prof = P.decay_profile(s)
     assert prof["edges"] == [1, 2, 4, 8, 16, 32, 64]
     assert prof["drop"] == pytest.approx((-1 - (-64)) / 63)
     assert prof["stop_bin"] == len(prof["upper"]) - 1
     # s(d) = -min(d, 8): flat from 8 on, so it stops in the octave that starts at 8.
-    prof = C._decay_profile(-torch.arange(65, dtype=torch.float64).clamp(max=8))
+    prof = P.decay_profile(-torch.arange(65, dtype=torch.float64).clamp(max=8))
     assert prof["edges"][prof["stop_bin"]] == 8
 
 
 def test_cost_counts_parameters():
-    r = C.check_encoding(make(MiniTable, 32, 2, max_len=40), PROBE, only=["cost"])["cost"]
+    r = R.check_encoding(make(MiniTable, 32, 2, max_len=40), PROBE, only=["cost"])["cost"]
     assert r.data["params"] == 40 * 32
     assert r.data["time_ratio"] > 0
 
 
 def test_every_registered_encoding_runs_without_probe_errors():
-    tiny = C.Probe(d_model=16, num_heads=2, train_len=16, far_len=64, max_probe_position=256)
+    tiny = P.Probe(d_model=16, num_heads=2, train_len=16, far_len=64, max_probe_position=256)
     for name in posenc.list_encodings():
-        r = C.check_encoding(C.build_probe_encoding(name, tiny), tiny, only=NO_COST)
+        r = R.check_encoding(R.build_probe_encoding(name, tiny), tiny, only=NO_COST)
         errors = {k: v.detail for k, v in r.items() if v.status == "error"}
         assert not errors, f"{name}: {errors}"
 
 
 def test_probe_rejects_bad_sizes():
     with pytest.raises(ValueError, match="divisible"):
-        C.Probe(d_model=30, num_heads=4)
+        P.Probe(d_model=30, num_heads=4)
     with pytest.raises(ValueError, match="far_len"):
-        C.Probe(train_len=128, far_len=100)
+        P.Probe(train_len=128, far_len=100)
 
 
 def test_cli_json_and_table(capsys):
@@ -196,10 +200,15 @@ def test_small_log_bias_is_unbounded():
     assert run(make(MiniRoPE, 32, 2), only=["bounded"])["bounded"].status == "yes"
 
 
-def test_every_registered_encoding_has_literature_claims():
+def test_every_encoding_of_posenc_has_literature_claims():
+    """Every encoding posenc registers has an entry; entries name registered encodings and
+    known checks. (One registered from outside the package defaults to "no claim".)"""
     from posenc.analysis.claims import EXPECTED
 
-    assert set(EXPECTED) == set(posenc.list_encodings())
+    own = [n for n in posenc.list_encodings() if posenc.get_info(n).cls.__module__.startswith("posenc.")]
+    assert len(own) >= 19
+    assert set(EXPECTED) == set(own)
+    assert {k for claims in EXPECTED.values() for k in claims} <= set(C.CHECKS) - {"cost"}
 
 
 def test_verdicts_compare_measurement_with_claim():
@@ -227,6 +236,60 @@ def test_verdict_function():
 def test_llama_sized_rope_check_finishes():
     # d_model 4096, 32 heads (head dim 128): the linear-map fit is done on the first heads'
     # codes, so the whole check takes seconds, not the hours a 8192-feature fit would.
-    probe = C.Probe(d_model=4096, num_heads=32)
-    r = C.check_encoding(C.build_probe_encoding("rope", probe), probe, only=NO_COST)
+    probe = P.Probe(d_model=4096, num_heads=32)
+    r = R.check_encoding(R.build_probe_encoding("rope", probe), probe, only=NO_COST)
     assert {k: v.verdict for k, v in r.items()} == {k: "agrees" for k in NO_COST}
+
+
+TINY = P.Probe(d_model=16, num_heads=2, train_len=16, far_len=64, max_probe_position=256)
+
+
+@pytest.mark.parametrize("case", ["self", "cross"])
+@pytest.mark.parametrize("name", posenc.list_encodings())
+def test_probe_logits_are_the_attention_layers(name, case):
+    """The probe's logits are those of ``posenc.Attention(impl="eager")``: a layer whose query
+    and key projections give the probe's content at every position and whose values differ
+    per key outputs softmax(probe logits)·v (+ value terms), forward at offset positions."""
+    enc = R.build_probe_encoding(name, TINY)
+    C, H, D = TINY.d_model, TINY.num_heads, TINY.d_model // TINY.num_heads
+    tq, tk = (6, 6) if case == "self" else (3, 5)
+    q_pos, k_pos = torch.arange(tq)[None] + 7, torch.arange(tk)[None] + (7 if case == "self" else 2)
+    qc, kc = P.content_vectors(enc, TINY)
+    g = torch.Generator().manual_seed(0)
+    attn = posenc.Attention(C, H, pe=enc, impl="eager", causal=False)
+    with torch.no_grad():
+        for lin, col0 in ((attn.q_proj, qc.reshape(-1)), (attn.k_proj, kc.reshape(-1))):
+            lin.weight.zero_()
+            lin.weight[:, 0] = col0  # reads only feature 0, which every token has as 1
+        attn.v_proj.weight.copy_(torch.randn(C, C, generator=g))
+        attn.v_proj.weight[:, 0] = 0  # values from the other features, which differ per token
+        attn.o_proj.weight.copy_(torch.eye(C))
+
+    def tokens(t):  # (1, t, C): feature 0 is 1, the rest random
+        x = torch.randn(1, t, C, generator=g)
+        x[..., 0] = 1.0
+        return x
+
+    x, ctx_x = tokens(tq), tokens(tk)
+    q = qc[None, :, None].expand(1, H, tq, D)
+    k = kc[None, :, None].expand(1, H, tk, D)
+    logits = P.attention_logits(enc, q, k, q_pos, k_pos, QKProjection.of(attn))  # (1, H, Tq, Tk) float64
+    with torch.no_grad():
+        if case == "self":
+            got = attn(x, SequenceInfo(q_pos))
+            v = attn.v_proj(x)
+        else:
+            ctx = posenc.AttentionContext.build(SequenceInfo(q_pos), SequenceInfo(k_pos), causal=False)
+            got = attn(x, ctx, context=ctx_x)
+            v = attn.v_proj(ctx_x)
+        v = v.view(1, tk, H, D).transpose(1, 2)  # (1, H, Tk, D)
+        probs = logits.softmax(-1)
+        want = probs @ v.double()
+        if enc.has_value_terms:
+            want = want + enc.output(probs.float(), v, q_pos, k_pos).double()
+    assert logits.shape == (1, H, tq, tk) and logits.isfinite().all()
+    torch.testing.assert_close(got.double(), want.transpose(1, 2).reshape(1, tq, C), atol=1e-5, rtol=1e-5)
+    # position_logits is the same attention part (plus the embed codes' product)
+    s = P.position_logits(enc, q_pos[0], k_pos[0], TINY)
+    if not enc.has_embed:
+        torch.testing.assert_close(s, logits[0].expand(H, tq, tk), atol=0, rtol=0)

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from posenc.analysis import report as R
-from posenc.analysis.checks import Probe
+from posenc.analysis.probes import Probe
 from posenc.cli import main
 
 # A tiny 1x1 PNG (a valid file, written by hand: signature, IHDR, IDAT, IEND).

@@ -1,97 +1,57 @@
-"""``posenc check``: the literature's claims about each encoding, measured by running it.
+"""The checks of ``posenc check``: the literature's claims about each encoding, measured.
 
 Every check is a small function ``check_x(enc, probe) -> CheckResult`` whose docstring states
-the claim and its paper. Nothing is declared by hand: each cell comes from calling the
-encoding's hooks (``embed`` / ``rotate`` / ``score_bias`` / ``score``) on a tiny model
-(:class:`Probe`, d_model 64, 4 heads by default). A check that does not apply to the hooks an
-encoding overrides answers ``n/a`` with the reason.
-
-Examples::
-
-    posenc check                      # every registered encoding
-    posenc check sinusoidal learned   # some of them
-    posenc check --json               # machine-readable
-
-Two probe quantities are shared by the checks:
-
-* the *code* of position p: what a single token at p receives on its own — the change
-  ``embed`` makes to a constant content vector, and/or the ``rotate``-d q and k — (N, F);
-* the *logits* (H, Tq, Tk) between a query at i and a key at j whose content is the same at
-  every position, built the way :class:`posenc.Attention` builds them (rotate, q·k * scale,
-  score_bias, score); an ``embed`` encoding contributes code(i)·code(j) / sqrt(C), the
-  textbook PE(i)·PE(j) (identity projections).
+the claim, its papers and the measurement (paragraphs one to three: :func:`claims` reads them).
+Nothing is declared by hand: each cell comes from running the encoding's hooks through the
+probe (:mod:`posenc.analysis.probes`: per-token codes, and logits through the attention
+path). A check that does not apply to the hooks an encoding overrides answers ``n/a`` with
+the reason. :data:`CHECKS` is the table (key -> column title, function), in column order;
+:func:`format_table` prints results as the command does. Running them:
+:mod:`posenc.analysis.runner`.
 
 Notation: B batch, T length, H heads, D head dim, C model width.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import math
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
 from torch import Tensor
 
-from ..cli_args import add_json_option, emit_json, int_at_least, positive_int
-from ..config import check_int
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
-from .claims import expected_for, verdict
+from .probes import (
+    MAX_FIT,
+    Probe,
+    attention_logits,
+    code_parts,
+    decay_profile,
+    expected_score_curve,
+    generator,
+    has_no_signal,
+    max_position,
+    position_codes,
+    position_logits,
+    probe_projection,
+    rotated,
+    spread,
+    values_at,
+)
 
 __all__ = [
     "CHECKS",
+    "LEGEND",
     "CheckResult",
-    "Probe",
-    "build_probe_encoding",
-    "check_encoding",
-    "run_checks",
+    "claims",
     "format_table",
-    "position_codes",
-    "position_logits",
-    "max_position",
+    "results_to_json",
 ]
 
 HAS, LACKS, NA, ERROR = "yes", "no", "n/a", "error"
 MEASURED = ""  # a measurement with no yes/no answer (the cost)
-
-
-@dataclass(frozen=True)
-class Probe:
-    """Sizes of the probe model and of the position ranges the checks look at.
-
-    Args:
-        d_model, num_heads: the tiny model the encoding is built for (head dim = C // H).
-        train_len: the length a model would have been trained at (L); check 6 compares
-            the score curve beyond it with the curve within it.
-        far_len: longest distance for the decay and boundedness curves.
-        max_probe_position: the largest position tried when asking "does it accept p?".
-        seed: seed of the random content vectors.
-    """
-
-    d_model: int = 64
-    num_heads: int = 4
-    train_len: int = 128
-    far_len: int = 2048
-    max_probe_position: int = 2**14
-    seed: int = 0
-    accepted: int | None = None  # max_position of the encoding under test, set by check_encoding
-
-    def __post_init__(self) -> None:
-        check_int("d_model", self.d_model, minimum=2)
-        check_int("num_heads", self.num_heads, minimum=1)
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
-        check_int("train_len", self.train_len, minimum=8)
-        check_int("far_len", self.far_len, minimum=2 * self.train_len)
-        check_int("max_probe_position", self.max_probe_position, minimum=self.far_len)
-
-    @property
-    def dims(self) -> Dims:
-        return Dims(self.d_model, self.num_heads, self.d_model // self.num_heads)
 
 
 @dataclass
@@ -103,7 +63,7 @@ class CheckResult:
     the number is. ``expected`` ("yes", "no", "untrained" or "" for no claim), ``source`` (the
     citation) and ``verdict`` ("agrees", "differs", "untrained", "no claim", or the status when
     nothing was measured) are filled from :mod:`posenc.analysis.claims` by
-    :func:`check_encoding` for a registered encoding.
+    :func:`posenc.analysis.runner.check_encoding` for a registered encoding.
     """
 
     status: str
@@ -124,165 +84,8 @@ class CheckResult:
         return text
 
 
-# ---------------------------------------------------------------------------------------
-# Probing the hooks
-# ---------------------------------------------------------------------------------------
-def _generator(probe: Probe, salt: int) -> torch.Generator:
-    return torch.Generator().manual_seed(probe.seed * 1000 + salt)
-
-
-def _content(enc: PositionalEncoding, probe: Probe, kind: str = "random") -> tuple[Tensor, Tensor]:
-    """Per-head content vectors (H, D) for q and k: random N(0, 1) or all ones."""
-    H, D = enc.dims.num_heads, enc.dims.head_dim
-    if kind == "ones":
-        return torch.ones(H, D), torch.ones(H, D)
-    g = _generator(probe, 1)
-    return torch.randn(H, D, generator=g), torch.randn(H, D, generator=g)
-
-
-def _embed_code(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> Tensor:
-    """(N,) positions -> (N, C): what ``embed`` adds to the same content vector at each position."""
-    C = enc.dims.d_model
-    c = torch.randn(C, generator=_generator(probe, 2))
-    x = c.expand(1, positions.numel(), C).contiguous()  # (1, N, C)
-    return (enc.embed(x, SequenceInfo(positions[None])) - x)[0].double()
-
-
-def position_codes(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> Tensor | None:
-    """Per-token position codes (N, F) float64, or None when no hook acts on single tokens.
-
-    The code concatenates the ``embed`` code (N, C) and the rotated q and k (N, 2 * H * D) for
-    random content that is the same at every position.
-    """
-    parts = []
-    if enc.has_embed:
-        parts.append(_embed_code(enc, positions, probe))
-    if enc.has_rotate:
-        N, H, D = positions.numel(), enc.dims.num_heads, enc.dims.head_dim
-        qc, kc = _content(enc, probe)
-        q = qc[None, :, None, :].expand(1, H, N, D).contiguous()  # (1, H, N, D)
-        k = kc[None, :, None, :].expand(1, H, N, D).contiguous()
-        pos = positions[None]
-        rq, rk = enc.rotate(q, k, pos, pos)
-        parts.append(rq[0].transpose(0, 1).reshape(N, H * D).double())  # (N, H*D)
-        parts.append(rk[0].transpose(0, 1).reshape(N, -1).double())
-    return torch.cat(parts, dim=-1) if parts else None
-
-
-def position_logits(
-    enc: PositionalEncoding, q_pos: Tensor, k_pos: Tensor, probe: Probe, content: str = "random",
-    terms_only: bool = False,
-) -> Tensor:
-    """Logits (H, Tq, Tk) float64 between queries at ``q_pos`` and keys at ``k_pos``.
-
-    Content is the same at every position (random or all ones per head), so every change
-    across the matrix comes from the encoding. Built as :class:`posenc.Attention` does.
-    ``terms_only``: just the additive terms (``score_bias`` and ``score``), without the
-    embed codes' product and q·k.
-    """
-    H, D, C = enc.dims.num_heads, enc.dims.head_dim, enc.dims.d_model
-    Tq, Tk = q_pos.numel(), k_pos.numel()
-    logits = torch.zeros(H, Tq, Tk, dtype=torch.float64)
-    if enc.has_embed and not terms_only:
-        eq, ek = _embed_code(enc, q_pos, probe), _embed_code(enc, k_pos, probe)
-        logits += (eq @ ek.T / math.sqrt(C))[None]  # PE(i)·PE(j), identity projections
-    qc, kc = _content(enc, probe, content)
-    q = qc[None, :, None, :].expand(1, H, Tq, D).contiguous()  # (1, H, Tq, D)
-    k = kc[None, :, None, :].expand(1, H, Tk, D).contiguous()  # (1, H, Tk, D)
-    qp, kp = q_pos[None], k_pos[None]
-    if enc.has_rotate:
-        q, k = enc.rotate(q, k, qp, kp)
-    scale = enc.attention_scale(D)
-    if not terms_only:
-        logits += (q.double() @ k.double().transpose(-2, -1))[0] * scale
-    if enc.has_score_bias:
-        logits += enc.score_bias(qp, kp)[0].double()  # (1 or H, Tq, Tk) broadcasts
-    if enc.has_score:
-        logits += enc.score(q, k, qp, kp, scale)[0].double()
-    return logits
-
-
-def _accepts(enc: PositionalEncoding, p: int, probe: Probe) -> bool:
-    """Whether every hook the encoding has runs at position ``p`` (key at 0, query at p)."""
-    pos = torch.tensor([p])
-    try:
-        if enc.has_embed or enc.has_rotate:
-            code = position_codes(enc, pos, probe)
-            if code is not None and not bool(torch.isfinite(code).all()):
-                return False
-        s = position_logits(enc, pos, torch.tensor([0]), probe)
-        return bool(torch.isfinite(s).all())
-    except (ValueError, IndexError, RuntimeError):
-        return False
-
-
-def max_position(enc: PositionalEncoding, probe: Probe) -> int:
-    """Largest position the hooks accept, up to ``probe.max_probe_position`` (doubling, then bisection).
-
-    Several checks ask; :func:`check_encoding` computes it once per encoding and hands it to
-    them in ``probe.accepted`` (a stateful encoding, an ODE or a recurrence, pays for every far
-    position it is asked about).
-    """
-    if probe.accepted is not None:
-        return probe.accepted
-    cap = probe.max_probe_position
-    if _accepts(enc, cap, probe):  # the common case, in one call
-        return cap
-    if not _accepts(enc, 0, probe):
-        return -1
-    lo, hi = 0, 1
-    while hi < cap and _accepts(enc, hi, probe):
-        lo, hi = hi, min(2 * hi, cap)
-    while hi - lo > 1:  # lo accepted, hi rejected
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _accepts(enc, mid, probe) else (lo, mid)
-    return lo
-
-
-def _spread(x: Tensor) -> float:
-    """Largest within-head range of logits (H, ...) — a per-head constant carries no position."""
-    if x.dim() == 1:
-        return float(x.max() - x.min())
-    flat = x.reshape(x.shape[0], -1)
-    return float((flat.amax(-1) - flat.amin(-1)).max())
-
-
-def _no_signal(x: Tensor) -> bool:
-    return _spread(x) <= 1e-9 * (1.0 + float(x.abs().max()))
-
-
 def _fmt(x: float) -> str:
     return f"{x:.2g}" if (x != 0 and (abs(x) < 1e-2 or abs(x) >= 1e4)) else f"{x:.3g}"
-
-
-def _expected_score_curve(enc: PositionalEncoding, probe: Probe, dmax: int) -> Tensor:
-    """s(d), d = 0..dmax: head-mean logit of a query at d and a key at 0 for all-ones content.
-
-    For independent q, k with E[q] = E[k] = 1, E[q^T M k] = 1^T M 1, so all-ones content gives
-    the expected score exactly (Su et al. 2021, RoFormer §3.4.3 study the same sum).
-    """
-    s = position_logits(enc, torch.arange(dmax + 1), torch.tensor([0]), probe, content="ones")
-    return s[:, :, 0].mean(0)  # (dmax + 1,)
-
-
-def _decay_profile(s: Tensor) -> dict:
-    """Upper envelope of s over octaves [2^k, 2^(k+1)), the drop and where it stops decaying."""
-    dmax = s.numel() - 1
-    edges = [1]
-    while edges[-1] <= dmax:
-        edges.append(2 * edges[-1])
-    upper = [float(s[a : min(b, dmax + 1)].max()) for a, b in zip(edges[:-1], edges[1:])]
-    tail = s[1:]
-    rng = float(tail.max() - tail.min())
-    low = min(upper)
-    drop = (upper[0] - low) / rng if rng > 0 else 0.0
-    running, stop = math.inf, len(upper) - 1
-    for i, u in enumerate(upper):
-        running = min(running, u)
-        if running <= low + 0.05 * rng:
-            stop = i
-            break
-    return {"edges": edges[:-1], "upper": upper, "drop": drop, "stop_bin": stop, "range": rng}
 
 
 # ---------------------------------------------------------------------------------------
@@ -315,10 +118,10 @@ def check_absolute(enc: PositionalEncoding, probe: Probe) -> CheckResult:
         )
     t = probe.train_len // 2
     base = position_logits(enc, torch.arange(t), torch.arange(t), probe)
-    if _no_signal(base):
+    if has_no_signal(base):
         return CheckResult(LACKS, "0", "no hook depends on position")
     shifted = position_logits(enc, torch.arange(t) + probe.train_len, torch.arange(t) + probe.train_len, probe)
-    rel = float((shifted - base).abs().max()) / _spread(base)
+    rel = float((shifted - base).abs().max()) / spread(base)
     ok = rel > 1e-3
     why = "scores change under a shift" if ok else "scores are shift-invariant: only i - j is seen"
     return CheckResult(HAS if ok else LACKS, _fmt(rel), why)
@@ -337,14 +140,14 @@ def check_relative(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     t = probe.train_len // 2
     pos = torch.arange(t)
     s = position_logits(enc, pos, pos, probe)
-    if _no_signal(s):
+    if has_no_signal(s):
         return CheckResult(NA, "", "logits do not depend on position")
     H = s.shape[0]
     diag = (pos[:, None] - pos[None, :] + t - 1).reshape(1, -1).expand(H, -1)  # (H, T*T) diagonal ids
     sums = torch.zeros(H, 2 * t - 1, dtype=s.dtype).scatter_add_(1, diag, s.reshape(H, -1))  # (H, 2T-1)
     counts = torch.bincount(diag[0], minlength=2 * t - 1).to(s.dtype)
     diag_mean = (sums / counts).gather(1, diag).view_as(s)  # (H, T, T)
-    rng = _spread(s)
+    rng = spread(s)
     resid = float((s - diag_mean).abs().max()) / rng
     if max_position(enc, probe) >= probe.train_len + t:
         shifted = position_logits(enc, pos + probe.train_len, pos + probe.train_len, probe)
@@ -368,12 +171,12 @@ def check_linear_map(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     """
     if not (enc.has_embed or enc.has_rotate):
         return CheckResult(NA, "", "no per-token code: positions enter only through the scores")
-    parts = _code_parts(enc, torch.arange(1), probe)
+    parts = code_parts(enc, torch.arange(1), probe)
     width = max(p.shape[-1] for p in parts)
     n = min(4 * width + 32, max_position(enc, probe) + 1)
     if n - 32 <= width:
         return CheckResult(NA, "", f"only {n} positions accepted; a {width}-dim map needs more")
-    parts = _code_parts(enc, torch.arange(n), probe)
+    parts = code_parts(enc, torch.arange(n), probe)
     if all(float(p.norm()) == 0 for p in parts):
         return CheckResult(NA, "", "all codes are zero")
     worst = 0.0
@@ -386,50 +189,6 @@ def check_linear_map(enc: PositionalEncoding, probe: Probe) -> CheckResult:
             worst = max(worst, float((x @ t - y).norm() / y.norm()))
     ok = worst < 1e-4
     return CheckResult(HAS if ok else LACKS, _fmt(worst), f"worst least-squares residual over k in (1, 8, 32), p < {n}")
-
-
-_MAX_FIT = 512  # features per least-squares fit in the linear-map check
-
-
-def _code_parts(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> list[Tensor]:
-    """The per-token code (see :func:`position_codes`) in parts of at most ``_MAX_FIT`` features.
-
-    A narrow code is one part. A wide embed code keeps columns [0, 256) and [C/2, C/2 + 256):
-    interleaved sin/cos pairs are adjacent and half-layout pairs are C/2 apart, so both layouts
-    keep whole pairs. Rotated q and k keep their first heads, up to 256 features each.
-    """
-    code = position_codes(enc, positions, probe)
-    if code.shape[-1] <= _MAX_FIT:
-        return [code]
-    parts, at = [], 0
-    if enc.has_embed:
-        C = enc.dims.d_model
-        emb = code[:, :C]
-        if C > _MAX_FIT:
-            half, w = C // 2, _MAX_FIT // 2
-            emb = torch.cat([emb[:, :w], emb[:, half : half + w]], dim=-1)
-        parts.append(emb)
-        at = C
-    if enc.has_rotate:
-        H, D = enc.dims.num_heads, enc.dims.head_dim
-        keep = max(1, (_MAX_FIT // 2) // D) * D  # whole heads
-        q, k = code[:, at : at + H * D], code[:, at + H * D :]
-        qk = torch.cat([q[:, :keep], k[:, :keep]], dim=-1)
-        parts.extend([qk] if qk.shape[-1] <= _MAX_FIT else [q[:, :keep], k[:, :keep]])
-    return parts
-
-
-def _values_at(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> Tensor:
-    """Largest magnitude of everything position-dependent at each position p: the code, and the
-    additive logit terms (``score_bias``, ``score``) of a query at p and a key at 0 on their own
-    (the content part q·k is the same at every position and would hide a small growing bias)."""
-    out = torch.zeros(positions.numel(), dtype=torch.float64)
-    if enc.has_score_bias or enc.has_score:
-        out = position_logits(enc, positions, torch.tensor([0]), probe, terms_only=True)[:, :, 0].abs().amax(0)  # (N,)
-    codes = position_codes(enc, positions, probe)
-    if codes is not None:
-        out = torch.maximum(out, codes.abs().amax(-1))
-    return out
 
 
 def check_bounded(enc: PositionalEncoding, probe: Probe) -> CheckResult:
@@ -450,7 +209,7 @@ def check_bounded(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     """
     limit = min(probe.far_len, max_position(enc, probe))
     L = probe.train_len
-    near = _values_at(enc, torch.arange(L), probe)
+    near = values_at(enc, torch.arange(L), probe)
     ref = float(near.max())
     if ref == 0:
         return CheckResult(NA, "", "no position-dependent values")
@@ -459,7 +218,7 @@ def check_bounded(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     while lo < limit:
         hi = min(2 * lo, limit)
         pos = torch.unique(torch.logspace(math.log10(lo), math.log10(hi), 16).round().long())
-        octaves.append(float(_values_at(enc, pos, probe).max()))
+        octaves.append(float(values_at(enc, pos, probe).max()))
         lo = hi
     growth = max(octaves, default=ref) / ref
     steps = [b - a for a, b in zip(octaves[-4:], octaves[-3:])]
@@ -483,10 +242,10 @@ def check_decay(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     first octave within 5% of that minimum.
     """
     dmax = min(probe.far_len, max_position(enc, probe))
-    s = _expected_score_curve(enc, probe, dmax)
-    if _no_signal(s[1:]):
+    s = expected_score_curve(enc, probe, dmax)
+    if has_no_signal(s[1:]):
         return CheckResult(NA, "", "the score does not depend on distance")
-    prof = _decay_profile(s)
+    prof = decay_profile(s)
     ok = prof["drop"] > 0.2
     stop = prof["edges"][prof["stop_bin"]]
     if not ok:
@@ -508,12 +267,12 @@ def check_extrapolation(enc: PositionalEncoding, probe: Probe) -> CheckResult:
     dmax = min(8 * probe.train_len, cap)
     if cap < 2 * probe.train_len:
         return CheckResult(LACKS, f"max pos {cap}", "rejects positions beyond twice the training length")
-    s = _expected_score_curve(enc, probe, dmax)
+    s = expected_score_curve(enc, probe, dmax)
     L = probe.train_len
     inside, out = s[1:L], s[L:]
     r_in = float(inside.max() - inside.min())
     q = max(1, out.numel() // 4)
-    if _no_signal(s[1:]):
+    if has_no_signal(s[1:]):
         shape = "no position signal"
     elif float(out[-q:].max()) < float(out[:q].min()):
         shape = "keeps decaying"
@@ -529,7 +288,7 @@ def check_extrapolation(enc: PositionalEncoding, probe: Probe) -> CheckResult:
 
 
 def _cost_model(enc: PositionalEncoding | None, dims: Dims) -> Callable[[Tensor, SequenceInfo], Tensor]:
-    from ..attention import Attention
+    from .. import Attention
 
     torch.manual_seed(0)
     attn = Attention(dims.d_model, dims.num_heads, pe=enc, impl="eager").eval()
@@ -593,12 +352,12 @@ def check_linear_attention(enc: PositionalEncoding, probe: Probe) -> CheckResult
 
     Measured: a causal linear-attention forward (prefix sums of per-token terms; it can use
     only ``embed`` and ``rotate``) against its quadratic equivalent, where every hook enters:
-    sim = (rotated phi(q))·(rotated phi(k)) * exp(score_bias + score). Max relative error.
+    sim = (rotated phi(q))·(rotated phi(k)) * exp(bias + logit terms). Max relative error.
     """
     torch.manual_seed(probe.seed)
     dims, t = enc.dims, 32
     H, D, C = dims.num_heads, dims.head_dim, dims.d_model
-    g = _generator(probe, 3)
+    g = generator(probe, 3)
     x = torch.randn(1, t, C, generator=g)
     seq = SequenceInfo.from_offset(1, t)
     if enc.has_embed:
@@ -610,13 +369,9 @@ def check_linear_attention(enc: PositionalEncoding, probe: Probe) -> CheckResult
     rq, rk = fq, fk
     pos = seq.positions
     if enc.has_rotate:
-        rq, rk = (r.double() for r in enc.rotate(fq.float(), fk.float(), pos, pos))
+        rq, rk = (r.double() for r in rotated(enc, fq.float(), fk.float(), pos, pos))
     causal = torch.ones(t, t, dtype=torch.bool).tril()
-    add = torch.zeros(1, H, t, t, dtype=torch.float64)
-    if enc.has_score_bias:
-        add = add + enc.score_bias(pos, pos).double()
-    if enc.has_score:
-        add = add + enc.score(fq.float(), fk.float(), pos, pos, enc.attention_scale(D)).double()
+    add = attention_logits(enc, fq.float(), fk.float(), pos, pos, probe_projection(probe), terms_only=True)  # (1, H, T, T)
     mult = add.exp().masked_fill(~causal, 0.0)  # (1, H, T, T)
     num_q = ((rq @ rk.transpose(-2, -1)) * mult) @ v  # (1, H, T, D)
     den_q = ((fq @ fk.transpose(-2, -1)) * mult).sum(-1, keepdim=True)  # (1, H, T, 1)
@@ -647,68 +402,8 @@ CHECKS: dict[str, tuple[str, Callable[[PositionalEncoding, Probe], CheckResult]]
 
 
 # ---------------------------------------------------------------------------------------
-# Running and printing
+# Printing
 # ---------------------------------------------------------------------------------------
-@torch.no_grad()
-def _perturb_zero_params(enc: PositionalEncoding, seed: int) -> None:
-    # A learned table initialised to exactly zero (T5-style bias, some relative embeddings)
-    # would make every probe answer "no position signal"; small random values show structure.
-    g = torch.Generator().manual_seed(seed)
-    for p in enc.parameters():
-        if p.is_floating_point() and not bool(p.any()):
-            p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
-
-
-def build_probe_encoding(name: str, probe: Probe) -> PositionalEncoding:
-    """Build registered encoding ``name`` at the probe size, default config, eval mode."""
-    from ..registry import build, get_info
-
-    torch.manual_seed(probe.seed)
-    # Eager kernels: the checks call each hook a few times on new shapes, where compiling a
-    # fused kernel (RoPE's "auto" on large inputs) would take longer than the whole check.
-    extra = {"kernel": "eager"} if "kernel" in {f.name for f in dataclasses.fields(get_info(name).config_cls)} else {}
-    enc = build(name, d_model=probe.d_model, num_heads=probe.num_heads, **extra).eval()
-    _perturb_zero_params(enc, probe.seed)
-    return enc
-
-
-@torch.no_grad()
-def check_encoding(enc: PositionalEncoding, probe: Probe | None = None, only: list[str] | None = None) -> dict[str, CheckResult]:
-    """Run every check (or those in ``only``) on an encoding instance; errors become ``error`` cells."""
-    probe = Probe() if probe is None else probe
-    out = {}
-    try:
-        probe = dataclasses.replace(probe, accepted=max_position(enc, dataclasses.replace(probe, accepted=None)))
-    except Exception:  # noqa: BLE001 - each check then reports the failure itself
-        probe = dataclasses.replace(probe, accepted=None)
-    for key, (_, fn) in CHECKS.items():
-        if only is not None and key not in only:
-            continue
-        try:
-            out[key] = fn(enc, probe)
-        except NotImplementedError as e:
-            out[key] = CheckResult(NA, "", f"hook not implemented: {e}")
-        except Exception as e:  # noqa: BLE001 - a failing probe is reported, not hidden
-            out[key] = CheckResult(ERROR, type(e).__name__, str(e))
-        expected, source = expected_for(enc.name, key)
-        r = out[key]
-        r.expected = {True: HAS, False: LACKS, None: ""}.get(expected, str(expected))
-        r.source = source
-        r.verdict = verdict(r.status, expected)
-    return out
-
-
-def run_checks(names: list[str] | None = None, probe: Probe | None = None) -> dict[str, dict[str, CheckResult]]:
-    """``{encoding: {check: result}}`` for the given registered names (default: all)."""
-    from ..registry import get_info, list_encodings
-
-    probe = Probe() if probe is None else probe
-    names = list_encodings() if not names else list(names)
-    for n in names:
-        get_info(n)  # an unknown name lists the valid ones
-    return {n: check_encoding(build_probe_encoding(n, probe), probe) for n in names}
-
-
 LEGEND = (
     "Each cell: the measurement (yes / no: has the property; n/a: it does not apply) and, in\n"
     "brackets, how it compares with what the literature claims for that encoding: [agrees],\n"
@@ -738,42 +433,3 @@ def claims() -> list[tuple[str, str, str, str, str]]:
 
 def results_to_json(results: dict[str, dict[str, CheckResult]]) -> dict:
     return {n: {k: asdict(r) for k, r in rs.items()} for n, rs in results.items()}
-
-
-# ---------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------
-def _cmd_check(args: argparse.Namespace) -> int:
-    if args.d_model % args.heads:  # each was checked by the parser; this is the pair
-        raise ValueError(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads})")
-    probe = Probe(d_model=args.d_model, num_heads=args.heads, train_len=args.train_len)
-    results = run_checks(args.names, probe)
-    from ..bench.files import finite_or_none  # strict JSON: a non-finite measurement is null
-
-    if not emit_json(args.json, finite_or_none(results_to_json(results))):
-        print(format_table(results))
-        print()
-        print(LEGEND)
-        differ = [(n, k, r) for n, rs in results.items() for k, r in rs.items() if r.verdict == "differs"]
-        print(f"{sum(r.verdict == 'agrees' for rs in results.values() for r in rs.values())} cells agree with "
-              f"the literature, {len(differ)} differ" + (":" if differ else "."))
-        for n, k, r in differ:
-            print(f"  {n} / {CHECKS[k][0]}: measured {r.status} {r.value}, expected {r.expected} ({r.source})")
-        print()
-        for _, title, claim, papers, measured in claims():
-            print(f"{title}: {claim}\n    {papers}\n    measured: {measured}")
-    errors = [f"{n}.{k}: {r.detail}" for n, rs in results.items() for k, r in rs.items() if r.status == ERROR]
-    for e in errors:
-        print(f"posenc check: probe error in {e}", file=sys.stderr)
-    return 1 if errors else 0
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("check", help="measure each encoding's claimed properties by running it")
-    p.add_argument("names", nargs="*", metavar="NAME", help="encodings to check (default: all registered)")
-    add_json_option(p, "every cell (status, value, detail, data, expected, source, verdict)")
-    p.add_argument("--d-model", type=int_at_least(2), default=64, help="probe model width C (default 64)")
-    p.add_argument("--heads", type=positive_int, default=4, help="probe heads H, dividing --d-model (default 4)")
-    p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L the curves are judged against (default 128)")
-    p.set_defaults(func=_cmd_check)
-

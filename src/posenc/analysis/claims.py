@@ -8,8 +8,12 @@ absolute position by design; a table that says so in red would mislead.
 Each entry is ``(expected, source)``: ``True`` the property is claimed, ``False`` its absence is
 claimed or follows from the construction the paper gives, :data:`UNTRAINED` the property depends
 on learned weights that the probe only has at random initialisation (no claim at init), and a
-missing entry means no claim. Sources are short citations; the check docstrings give the
+missing check means no claim. Sources are short citations; the check docstrings give the
 equations.
+
+Every encoding posenc registers has an entry (a test asserts it). An encoding registered from
+outside the package (a plugin, a user's module) has none by default: each of its measured cells
+reads "no claim".
 """
 
 from __future__ import annotations
@@ -155,6 +159,22 @@ EXPECTED: dict[str, dict[str, tuple[bool | str, str]]] = {
         "extrapolation": (True, "Li et al. 2023: progressive interpolation"),
         "linear_attention": (False, _SU_LINEAR),
     },
+    "dynamic_bias": {
+        "absolute": (False, _NO_ABS),
+        "relative": (True, "Wang et al. 2021 (CrossFormer): an MLP of i - j"),
+        "bounded": (UNTRAINED, _LEARNED),
+        "decay": (UNTRAINED, _LEARNED),
+        "extrapolation": (True, "continuous in the distance: defined at every distance (Wang et al. 2021)"),
+        "linear_attention": (False, _SU_LINEAR),
+    },
+    "cope": {
+        "absolute": (False, "Golovneva et al. 2024: a count of gated keys between j and i, no absolute position"),
+        "relative": (UNTRAINED, "Golovneva et al. 2024: the count depends on learned gates and embeddings"),
+        "bounded": (True, "positions clamped to max_pos - 1 of a finite table (Golovneva et al. 2024)"),
+        "decay": (UNTRAINED, _LEARNED),
+        "extrapolation": (True, "the clamp makes every count valid"),
+        "linear_attention": (False, _SU_LINEAR),
+    },
     "rope": {
         "absolute": (True, _SU + ": encodes absolute position with a rotation"),
         "relative": (True, _SU + ", eq. 16"),
@@ -173,11 +193,20 @@ EXPECTED: dict[str, dict[str, tuple[bool | str, str]]] = {
         "extrapolation": (True, "Sun et al. 2023"),
         "linear_attention": (True, "per-token features, as RoPE"),
     },
+    "pope": {
+        "absolute": (True, "Gopalakrishnan et al. 2025: a phase m theta_c per position"),
+        "relative": (True, "Gopalakrishnan et al. 2025: the logit is a function of m - n"),
+        "linear_map": (True, "a rotation per channel by k theta_c, as RoPE's"),
+        "bounded": (True, "phases rotate, magnitudes come from content only"),
+        "extrapolation": (True, "Gopalakrishnan et al. 2025: defined at every position"),
+        "linear_attention": (True, "per-token features, as RoPE"),
+    },
 }
 
 
 def expected_for(encoding: str, check: str) -> tuple[bool | str | None, str]:
-    """``(expected, source)`` for a registered encoding's check; ``(None, "")`` when no claim."""
+    """``(expected, source)`` for a registered encoding's check; ``(None, "")`` when no claim
+    (a check without an entry, or an encoding registered outside posenc)."""
     return EXPECTED.get(encoding, {}).get(check, (None, ""))
 
 

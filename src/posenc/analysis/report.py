@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from ..cli_args import existing_dir, int_at_least, output_dir
-from .checks import CHECKS, Probe, claims, run_checks
+from .checks import CHECKS, claims
+from .probes import Probe
+from .runner import run_checks
 from .plots import PLOTS, make_plot, prepare_out_dir
 
 __all__ = ["build_report", "render_html", "load_bench"]
