@@ -169,7 +169,7 @@ def test_matches_the_family_in_transformers(name, form):
         inv, scaling, cos, sin, hq, hk = hf_rotate(name, q, k, pos)
         assert r == 2 * inv.numel()
         seq_len = int(pos.max()) + 1
-        ours_inv, ours_af = rope.frequencies(seq_len if rope._scaling_cfg.length_dependent else None)
+        ours_inv, ours_af = rope.frequencies(seq_len if rope.config.scaling_config.length_dependent else None)
         # transformers rounds base ** (2i/d) to float32: <= ~1e-6 relative (base 1e6); ours is float64.
         torch.testing.assert_close(ours_inv.float(), inv.float(), rtol=2e-6, atol=0)
         assert ours_af == pytest.approx(scaling, rel=1e-12)

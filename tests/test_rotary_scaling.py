@@ -20,30 +20,28 @@ import torch
 
 import posenc
 from posenc import SequenceInfo
-from posenc.rotary import ROPE_SCALINGS, SCALING_CONFIGS, base_inv_freq, rope_frequencies
+from posenc.rotary import ROPE_SCALINGS, SCALING_CONFIGS, SCALINGS, base_inv_freq, rope_frequencies
 from helpers import tiny_model
 
-# Parameters that make each type do something non-trivial in a tiny model (head_dim 8, T ~ 16).
-TINY_PARAMS = {
-    "default": {},
-    "linear": {"factor": 2.5},
-    "ntk": {"factor": 3.0},
-    "dynamic": {"factor": 2.0, "original_max_position_embeddings": 64},
-    "yarn": {"factor": 4.0, "original_max_position_embeddings": 8},
-    "llama3": {"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0, "original_max_position_embeddings": 8},
-    "longrope": {"short_factor": (1.0, 1.5, 2.0, 3.0), "long_factor": (1.0, 2.0, 4.0, 8.0),
-                 "original_max_position_embeddings": 64, "factor": 4.0},
-}
+# Each type as its registry entry sets it for 4x a trained length of 64 (LongRoPE: the ramp its
+# entry illustrates with), in a tiny model (head_dim 8, T ~ 16 < 64: length-dependent types
+# stay within L, so a cached decode sees the frequencies of the full forward). A newly
+# registered scaling is tested here with no edit.
+def tiny_params(rope_type: str) -> dict:
+    return SCALINGS[rope_type].at_factor(4.0, 64, rotary_dim=8, illustrate=True)
 
 
-def test_every_type_has_a_config_and_tiny_params():
-    assert set(ROPE_SCALINGS) == set(SCALING_CONFIGS) == set(TINY_PARAMS)
+@pytest.mark.parametrize("rope_type", list(ROPE_SCALINGS))
+def test_every_type_has_tiny_params_that_change_the_frequencies(rope_type):
+    inv, _ = rope_frequencies(rope_type, 8, 10000.0, seq_len=4 * 64, **tiny_params(rope_type))
+    if SCALINGS[rope_type].params:
+        assert not torch.equal(inv, base_inv_freq(8, 10000.0))
 
 
 @pytest.mark.parametrize("rope_type", list(ROPE_SCALINGS))
 def test_invariances_hold_for_every_scaling(rope_type):
     # The registry's invariances (KV cache, packing, padding, eager == SDPA) per scaling type.
-    model = tiny_model("rope", n_kv_head=2, encoding_config={"scaling": rope_type, **TINY_PARAMS[rope_type]})
+    model = tiny_model("rope", n_kv_head=2, encoding_config={"scaling": rope_type, **tiny_params(rope_type)})
     tokens = torch.randint(0, 64, (2, 13))
     with torch.no_grad():
         full = model(tokens)
@@ -57,7 +55,7 @@ def test_invariances_hold_for_every_scaling(rope_type):
         mask = torch.tensor([[1] * 9, [0] * 4 + [1] * 5], dtype=torch.bool)
         out = model(torch.cat([a, torch.cat([torch.zeros(1, 4, dtype=torch.long), b], 1)]), SequenceInfo.from_padding_mask(mask))
         torch.testing.assert_close(out[1:, 4:], model(b), atol=1e-5, rtol=1e-5)
-    slow = tiny_model("rope", impl="eager", n_kv_head=2, encoding_config={"scaling": rope_type, **TINY_PARAMS[rope_type]})
+    slow = tiny_model("rope", impl="eager", n_kv_head=2, encoding_config={"scaling": rope_type, **tiny_params(rope_type)})
     with torch.no_grad():
         torch.testing.assert_close(slow(tokens), full, atol=1e-5, rtol=1e-5)
 
@@ -65,7 +63,7 @@ def test_invariances_hold_for_every_scaling(rope_type):
 @pytest.mark.parametrize("rope_type", list(ROPE_SCALINGS))
 def test_functions_are_pure(rope_type):
     inv = base_inv_freq(8, 10000.0)
-    cfg = SCALING_CONFIGS[rope_type](**TINY_PARAMS[rope_type])
+    cfg = SCALING_CONFIGS[rope_type](**tiny_params(rope_type))
     fn = ROPE_SCALINGS[rope_type]
     first = fn(inv, cfg, base=10000.0, seq_len=10)
     fn(inv, cfg, base=10000.0, seq_len=100000)
@@ -161,7 +159,8 @@ def test_llama3_keeps_short_and_divides_long_wavelengths():
 
 
 def test_longrope_picks_factors_by_length():
-    p = TINY_PARAMS["longrope"]
+    p = {"short_factor": (1.0, 1.5, 2.0, 3.0), "long_factor": (1.0, 2.0, 4.0, 8.0),
+         "original_max_position_embeddings": 64, "factor": 4.0}
     plain = base_inv_freq(8, 10000.0)
     short, af = rope_frequencies("longrope", 8, 10000.0, seq_len=64, **p)
     long, _ = rope_frequencies("longrope", 8, 10000.0, seq_len=65, **p)

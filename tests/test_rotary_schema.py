@@ -23,7 +23,7 @@ import posenc
 from posenc.config import field_types
 from posenc.rotary import SCALINGS, HFSpec, RotaryConfig, Scaling, ScalingConfig, from_hf, list_scalings, to_hf
 from posenc.rotary.hf_config import hf_rope_keys
-from posenc.rotary.scaling import register_scaling
+from posenc.rotary.scaling import register_scaling, unregister_scaling
 
 
 @dataclasses.dataclass
@@ -49,13 +49,13 @@ def _toy(inv_freq, cfg: ToyScaling, *, base, seq_len=None):
 def toy():
     entry = register_scaling(Scaling(
         "toy", ToyScaling, _toy, "theta_i alpha^-i", "this test",
-        hf=HFSpec("toy_hf", keys={"alpha": "toy_alpha"}, required=("alpha",)),
+        label="Toy", hf=HFSpec("toy_hf", keys={"alpha": "toy_alpha"}, required=("alpha",)),
         extension=lambda s, L: {"alpha": 1.0 + s / 100},
     ))
     try:
         yield entry
     finally:
-        del SCALINGS["toy"]
+        unregister_scaling("toy")
 
 
 def test_a_registered_scaling_is_accepted_everywhere(toy):
@@ -107,8 +107,8 @@ def test_a_registered_scaling_reads_and_writes_hugging_face_dicts(toy):
 def test_a_registered_scaling_is_listed_and_benchmarked(toy):
     from posenc.bench.evaluate import SCALINGS as BENCH, scaled_copies
 
-    assert "toy" in list_scalings() and "toy" in list_scalings(training_free=True)
-    assert "toy" in BENCH and "toy" in tuple(BENCH) and "llama3" not in BENCH
+    assert "toy" in list_scalings() and "toy" in list_scalings(extends=True) and "toy" in list_scalings(training_free=True)
+    assert "toy" in BENCH and "toy" in tuple(BENCH)
     model = posenc.Transformer(posenc.ModelConfig(vocab_size=16, d_model=32, n_head=2, n_layer=1, encoding="rope"))
     copies = dict(scaled_copies(model, 4.0, 64, ("toy",)))
     ropes = [m for m in copies["toy"].modules() if isinstance(m, posenc.rotary.RotaryEmbedding)]
@@ -126,9 +126,14 @@ def test_unregistered_toy_is_gone():
 ENTRIES = list(SCALINGS.values())
 
 
-def test_the_built_in_scalings():
-    assert list_scalings() == ["default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope"]
-    assert list_scalings(training_free=True) == ["linear", "ntk", "dynamic", "yarn"]
+def test_the_listings_follow_the_entries():
+    assert list_scalings() == [e.name for e in ENTRIES]
+    assert list_scalings(extends=True) == [e.name for e in ENTRIES if e.extension is not None]
+    assert list_scalings(training_free=True) == [e.name for e in ENTRIES if e.extension is not None and e.bench]
+    # The paper scalings are there; the bench's default set is the one its committed tables used.
+    assert {"default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope"} <= set(list_scalings())
+    assert {"linear", "ntk", "dynamic", "yarn"} <= set(list_scalings(training_free=True))
+    assert "llama3" in list_scalings(extends=True) and "llama3" not in list_scalings(training_free=True)
     assert dict(posenc.rotary.ROPE_SCALINGS) == {e.name: e.fn for e in ENTRIES}
     assert dict(posenc.rotary.SCALING_CONFIGS) == {e.name: e.config for e in ENTRIES}
 
@@ -136,6 +141,13 @@ def test_the_built_in_scalings():
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
 def test_entries_are_consistent(entry):
     assert entry.params == tuple(f.name for f in dataclasses.fields(entry.config))
+    assert entry.label and isinstance(entry.label, str)
+    if entry.params and entry.extension is None and entry.illustration is None:
+        with pytest.raises(ValueError, match=rf"scaling '{entry.name}' has no training-free rule"):
+            entry.at_factor(4.0, 64, 8, illustrate=True)
+    else:  # its rule gives parameters its own config accepts, for factor 4 x L = 64
+        params = entry.at_factor(4.0, 64, 8, illustrate=True)
+        posenc.rotary.rope_frequencies(entry.name, 8, 10000.0, seq_len=256, **params)
     if entry.hf is not None:
         keys = hf_rope_keys(entry.hf.rope_type)
         assert {entry.hf.key(p) for p in entry.params if p not in entry.hf.top_level} <= keys
@@ -167,6 +179,12 @@ def test_registering_a_bad_entry_is_an_error():
         Scaling("bad", SCALINGS["linear"].config, SCALINGS["linear"].fn, "", "", hf=HFSpec("bad", keys={"nope": "x"}))
     with pytest.raises(TypeError, match="config of scaling 'bad' must be a ScalingConfig subclass"):
         Scaling("bad", dict, SCALINGS["linear"].fn, "", "")
+    with pytest.raises(TypeError, match="extension of scaling 'bad' must be callable or None, got 2"):
+        Scaling("bad", SCALINGS["linear"].config, SCALINGS["linear"].fn, "", "", extension=2)
+    with pytest.raises(TypeError, match="label of scaling 'bad' must be a str, got int"):
+        Scaling("bad", SCALINGS["linear"].config, SCALINGS["linear"].fn, "", "", label=3)
+    with pytest.raises(ValueError, match="scaling must be one of 'default', .*; got 'bad'"):
+        unregister_scaling("bad")
     assert "bad" not in SCALINGS and "linear2" not in SCALINGS
 
 

@@ -275,47 +275,28 @@ def plot_rope_bands(out_dir: Path, max_distance: int = 4096, dim: int = 128, bas
     return _save(plt, fig, out_dir, "rope-bands", f"RoPE frequency bands, d = {dim}, base {base:g}", {"distance": dist, "high": high, "low": low})
 
 
-def scaling_params(rope_type: str, rotary_dim: int, factor: float, original: int) -> dict[str, Any]:
-    """Illustrative parameters for a scaling type, from the fields its config declares."""
-    from dataclasses import fields
-
-    cls = library_function("SCALING_CONFIGS", ("posenc.rotary", "posenc.rotary.scaling"))[rope_type]
-    names = {f.name for f in fields(cls)}
-    params: dict[str, Any] = {}
-    if "factor" in names:
-        # Dynamic NTK rescales the base by alpha = f * n / L - (f - 1) at length n; every other
-        # type is drawn at n = factor * L, where alpha = factor needs f = 1 (with f = factor
-        # it would be factor^2 - factor + 1: 57x at factor 8, not the 8x of the others).
-        params["factor"] = 1.0 if rope_type == "dynamic" else factor
-    if "original_max_position_embeddings" in names:
-        params["original_max_position_embeddings"] = original
-    if "short_factor" in names:  # LongRoPE's factors are searched per model; a ramp stands in
-        n = rotary_dim // 2
-        params["short_factor"] = tuple([1.0] * n)
-        params["long_factor"] = tuple(1.0 + (factor - 1.0) * i / (n - 1) for i in range(n))
-    return params
-
-
 def plot_rope_scaling(
     out_dir: Path, dim: int = 128, base: float = 10000.0, factor: float = 8.0, original: int = 4096
 ) -> PlotResult:
     """Frequencies per pair for every registered RoPE scaling type at ``factor`` times the
-    trained length, each scaled to that length (linear: Chen et al. 2023; NTK: bloc97 2023;
-    YaRN: Peng et al. 2023; Llama 3: Meta 2024; LongRoPE: Ding et al. 2024). Dynamic NTK is
-    drawn at its effective scale there (see :func:`scaling_params`)."""
-    scalings = library_function("ROPE_SCALINGS", ("posenc.rotary", "posenc.rotary.scaling"))
+    trained length, each set for that length by its registry entry's rule
+    (:meth:`posenc.rotary.Scaling.at_factor`; LongRoPE, whose factors are searched per model,
+    with its illustrative ramp) and labelled by its entry (linear: Chen et al. 2023; NTK:
+    bloc97 2023; YaRN: Peng et al. 2023; Llama 3: Meta 2024; LongRoPE: Ding et al. 2024)."""
+    registry = library_function("SCALINGS", ("posenc.rotary", "posenc.rotary.scaling"))
     rope_frequencies = library_function("rope_frequencies", ("posenc.rotary", "posenc.rotary.scaling"))
     plt, fig, (ax,) = _figure()
-    freqs, factors, skipped = {}, {}, {}
+    freqs, factors, labels, skipped = {}, {}, {}, {}
     seq_len = round(factor * original)
-    for t in scalings:
+    for t, entry in registry.items():
         try:
-            f, af = rope_frequencies(t, dim, base, seq_len=seq_len, **scaling_params(t, dim, factor, original))
+            params = entry.at_factor(factor, original, dim, illustrate=True)
+            f, af = rope_frequencies(t, dim, base, seq_len=seq_len, **params)
         except (TypeError, ValueError) as e:
             skipped[t] = str(e)
             continue
-        freqs[t], factors[t] = f.double(), float(af)
-        ax.plot(range(f.numel()), f.numpy(), label=f"{t} (attention factor {af:.3g})", lw=1.2)
+        freqs[t], factors[t], labels[t] = f.double(), float(af), entry.label
+        ax.plot(range(f.numel()), f.numpy(), label=f"{entry.label} (attention factor {af:.3g})", lw=1.2)
     ax.set_yscale("log")
     ax.set_xlabel("pair index i")
     ax.set_ylabel("inverse frequency theta_i (rad / position)")
@@ -323,7 +304,8 @@ def plot_rope_scaling(
     return _save(
         plt, fig, out_dir, "rope-scaling",
         f"RoPE scalings, d = {dim}, base {base:g}, factor {factor:g}, L = {original}, sequence length {seq_len}",
-        {"inv_freq": freqs, "attention_factor": factors, "skipped": skipped, "factor": factor, "seq_len": seq_len},
+        {"inv_freq": freqs, "attention_factor": factors, "label": labels, "skipped": skipped, "factor": factor,
+         "seq_len": seq_len},
     )
 
 

@@ -5,11 +5,15 @@ function here needs it, never by ``import posenc``).
   causal LM rotates with posenc's RoPE, its scaling switchable at evaluation time.
 * :func:`relative_from_bert` / :func:`relative_from_deberta` (:mod:`posenc.hf.loaders`): BERT
   relative_key(_query) and DeBERTa-v2 position weights loaded into posenc's encodings.
+* :mod:`posenc.hf.checkpoint`: the checked reads every entry here uses (:func:`read_checkpoint`,
+  ``read_config``, ``check_safetensors``: a bad file is one line naming it) and
+  :func:`trained_length`, the one reading of a config's trained length.
 
 See docs/hf.md.
 """
 
-from .loaders import read_checkpoint, relative_from_bert, relative_from_deberta
+from .checkpoint import read_checkpoint, trained_length
+from .loaders import relative_from_bert, relative_from_deberta
 from .patch import SUPPORTED_MODEL_TYPES, PosencRotary, patch_model, patched_rope, unpatch_model
 
 __all__ = [
@@ -20,6 +24,7 @@ __all__ = [
     "read_checkpoint",
     "relative_from_bert",
     "relative_from_deberta",
+    "trained_length",
     "unpatch_model",
 ]
 
@@ -27,6 +32,6 @@ __all__ = [
 # passkey accuracy and perplexity past the trained length.
 from .bench_model import ModelBenchSettings, model_settings, run_model_bench  # noqa: E402
 from .probe import ProbeSettings  # noqa: E402
-from .probe import probe as run_probe  # noqa: E402  (not `probe`: that name is the submodule)
+from .probe import probe as run_probe  # noqa: E402  (not `probe`: that name is the subpackage)
 
 __all__ += ["ModelBenchSettings", "ProbeSettings", "model_settings", "run_model_bench", "run_probe"]

@@ -12,7 +12,20 @@ A checkpoint folder holds ``config.json`` and ``*.safetensors`` weights (what
   :class:`ByteTokenizer`, a byte-level fallback (token id = byte value), so a tiny
   random-init test model without a tokenizer still reads text.
 * :func:`trained_length`: ``original_max_position_embeddings`` (the length before any
-  scaling, e.g. Llama 3.1's 8192) or else ``max_position_embeddings``.
+  scaling, e.g. Llama 3.1's 8192), else ``max_position_embeddings``, else GPT-J's
+  ``n_positions``: the one reading of a config's trained length (probe, bench --model,
+  :func:`~posenc.hf.patch_model`).
+
+The checked reads every Hugging Face entry point uses (probe, bench --model, the relative
+loaders): each refuses a bad file with one line naming it, never a bare JSONDecodeError or
+SafetensorError.
+
+* :func:`read_config`: a folder's config.json as a dict (missing, unreadable, not JSON, not
+  a JSON object: refused);
+* :func:`check_safetensors`: a weights file's header and size (a file cut short after an
+  intact header is refused before any tensor is read; :func:`load_model` checks every file);
+* :func:`read_checkpoint`: config.json and the tensors of a folder (``*.safetensors``, else
+  ``pytorch_model.bin``), for loaders that take the weights themselves.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +48,14 @@ __all__ = [
     "Checkpoint",
     "available_memory",
     "check_fits",
+    "check_safetensors",
     "estimate_bytes",
     "fingerprint",
     "load_model",
     "load_tokenizer",
     "open_checkpoint",
+    "read_checkpoint",
+    "read_config",
     "trained_length",
 ]
 
@@ -69,20 +86,30 @@ class Checkpoint:
         return self.path.resolve().name or str(self.path)
 
 
+def read_config(folder: str | os.PathLike, what: str = "checkpoint folder") -> dict[str, Any]:
+    """``folder/config.json`` as a dict. A missing, unreadable or invalid file, or JSON that is
+    not an object, is a ValueError naming the file (``what``: how the folder is named)."""
+    folder = Path(folder)
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise ValueError(f"{what} {str(folder)!r} has no config.json (give a save_pretrained folder)")
+    try:
+        config = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ValueError(f"{cfg_path} cannot be read: {e.strerror or e}") from None
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{cfg_path} is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{cfg_path} must hold a JSON object, got {type(config).__name__}")
+    return config
+
+
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Check that ``path`` is a checkpoint folder (config.json + safetensors) and read its config."""
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"MODEL_DIR {str(p)!r} is not a directory (give a save_pretrained folder)")
-    cfg_path = p / "config.json"
-    if not cfg_path.is_file():
-        raise ValueError(f"MODEL_DIR {str(p)!r} has no config.json (give a save_pretrained folder)")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{cfg_path} is not valid JSON: {e}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{cfg_path} must hold a JSON object, got {type(config).__name__}")
+    config = read_config(p, "MODEL_DIR")
     weights = tuple(sorted(p.glob("*.safetensors")))
     if not weights:
         others = sorted(x.name for x in p.iterdir() if x.suffix in (".bin", ".pt", ".pth", ".ckpt"))
@@ -91,22 +118,57 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     return Checkpoint(p, config, weights)
 
 
-def _header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (8-byte little-endian length, then the JSON)."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError(f"{path} is not a safetensors file (shorter than its 8-byte header length)")
-        (n,) = struct.unpack("<Q", head)
-        if n > _MAX_HEADER:
-            raise ValueError(f"{path} is not a safetensors file (header length {n} bytes)")
-        raw = f.read(n)
+def _header_and_size(path: Path) -> tuple[dict[str, Any], int]:
+    """(the JSON header of a safetensors file, the size the file must have): an 8-byte
+    little-endian header length, the JSON, then the tensors' bytes (up to the largest
+    ``data_offsets`` end)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                raise ValueError(f"{path} is not a safetensors file (shorter than its 8-byte header length)")
+            (n,) = struct.unpack("<Q", head)
+            if n > _MAX_HEADER:
+                raise ValueError(f"{path} is not a safetensors file (header length {n} bytes)")
+            raw = f.read(n)
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read: {e.strerror or e}") from None
+    if len(raw) != n:
+        raise ValueError(f"{path} is truncated: its header length says {n} bytes, {len(raw)} follow it")
     try:
         header = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise ValueError(f"{path} is not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path} is not a safetensors file (its header is not a JSON object)")
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+                or offsets[0] > offsets[1]):
+            raise ValueError(f"{path}: tensor {name!r} has no valid data_offsets in the header")
+        end = max(end, offsets[1])
+    return header, 8 + n + end
+
+
+def _header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (8-byte little-endian length, then the JSON)."""
+    return _header_and_size(path)[0]
+
+
+def check_safetensors(path: str | os.PathLike) -> dict[str, Any]:
+    """The header of the safetensors file ``path``, after checking that the file holds every
+    byte the header describes: a file cut short (an interrupted copy or download) is a
+    ValueError naming it, before any tensor is read. Returns the header."""
+    path = Path(path)
+    header, want = _header_and_size(path)
+    have = path.stat().st_size
+    if have < want:
+        raise ValueError(f"{path} is truncated: its header describes {want} bytes, the file has {have} "
+                         "(an interrupted copy or download? copy it again)")
     return header
 
 
@@ -166,19 +228,36 @@ def fingerprint(ckpt: Checkpoint) -> str:
     return h.hexdigest()
 
 
-def trained_length(config: dict[str, Any]) -> int:
-    """The length the checkpoint was trained at: ``original_max_position_embeddings`` (top
-    level, or in the rope dict), else ``max_position_embeddings``."""
+#: Where a config gives its trained length, in the order read: the length before any scaling
+#: (top level, as Phi-3 writes it, then inside the rope dict), the position table's size, and
+#: GPT-J's name for that (transformers' attribute_map: max_position_embeddings -> n_positions).
+_LENGTH_KEYS = ("original_max_position_embeddings", "rope dict", "max_position_embeddings", "n_positions")
+
+
+def trained_length(config: Any) -> int:
+    """The length a checkpoint was trained at, from its config (a config.json dict or a
+    transformers ``PretrainedConfig``): ``original_max_position_embeddings`` (top level, or in
+    the rope dict), else ``max_position_embeddings``, else ``n_positions`` (GPT-J). The one
+    reading used by ``posenc probe``, ``posenc bench --model`` and :func:`~posenc.hf.patch_model`."""
+    if not isinstance(config, dict):
+        to_dict = getattr(config, "to_dict", None)
+        if not callable(to_dict):
+            raise TypeError(f"config must be a dict (config.json) or a transformers PretrainedConfig, "
+                            f"got {type(config).__name__}")
+        config = to_dict()
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    for where, value in (("config", config.get("original_max_position_embeddings")),
-                         ("rope dict", rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None),
-                         ("config", config.get("max_position_embeddings"))):
+    for key in _LENGTH_KEYS:
+        if key == "rope dict":
+            value = rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None
+            name = "the rope dict's original_max_position_embeddings"
+        else:
+            value, name = config.get(key), key
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-                raise ValueError(f"the {where}'s trained length must be an int >= 2, got {value!r}")
+                raise ValueError(f"{name} (the trained length) must be an int >= 2, got {value!r}")
             return value
-    raise ValueError("config.json has neither original_max_position_embeddings nor max_position_embeddings: "
-                     "the trained length is unknown")
+    raise ValueError("config.json has neither original_max_position_embeddings nor max_position_embeddings "
+                     "(nor GPT-J's n_positions): the trained length is unknown")
 
 
 def _transformers():
@@ -194,6 +273,8 @@ def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str
     """The checkpoint as a transformers causal LM in eval mode (after :func:`check_fits`).
     ``progress=False`` also hides transformers' own weight-loading bar."""
     transformers = _transformers()
+    for path in ckpt.weights:  # a truncated file: one line naming it, not transformers' SafetensorError
+        check_safetensors(path)
     if device == "cpu":
         check_fits(ckpt, dtype)
     hf_logging = transformers.utils.logging
@@ -264,3 +345,44 @@ def load_tokenizer(ckpt: Checkpoint):
     if not isinstance(vocab, int):
         raise ValueError("config.json has no int vocab_size and MODEL_DIR has no tokenizer")
     return ByteTokenizer(vocab)
+
+
+def read_checkpoint(folder: str | os.PathLike,
+                    wanted: re.Pattern[str] | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(config.json as a dict, the tensors whose names match ``wanted``, all when None) of a
+    local checkpoint folder: every ``*.safetensors`` file (each checked by
+    :func:`check_safetensors` first; only the matching tensors are read), else
+    ``pytorch_model.bin`` (read with ``weights_only=True``). Every failure is a ValueError
+    naming the folder or the file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"source must be a checkpoint folder (config.json + weights), a module or a state dict; "
+                         f"folder {str(folder)!r} does not exist")
+    config = read_config(folder)
+    state: dict[str, torch.Tensor] = {}
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        from .._optional import require
+
+        safe_open = require("safetensors", extra="hf").safe_open
+        for file in files:
+            check_safetensors(file)
+            try:
+                with safe_open(str(file), framework="pt") as f:
+                    for key in f.keys():
+                        if wanted is None or wanted.search(key):
+                            state[key] = f.get_tensor(key)
+            except Exception as e:  # safetensors' own SafetensorError (a bad dtype, overlapping offsets)
+                raise ValueError(f"{file} cannot be read as safetensors: {' '.join(str(e).split())}") from None
+    elif (folder / "pytorch_model.bin").is_file():
+        path = folder / "pytorch_model.bin"
+        try:
+            full = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # a truncated zip, a pickle that weights_only refuses
+            raise ValueError(f"{path} cannot be read as a torch state dict: {' '.join(str(e).split())[:200]}") from None
+        if not isinstance(full, dict):
+            raise ValueError(f"{path} must hold a state dict (name -> tensor), got {type(full).__name__}")
+        state = {k: v for k, v in full.items() if wanted is None or wanted.search(k)}
+    else:
+        raise ValueError(f"checkpoint folder {str(folder)!r} has no *.safetensors or pytorch_model.bin")
+    return config, state

@@ -19,14 +19,14 @@ from ..cli_args import existing_dir, int_at_least, nonnegative_int, output_dir, 
 def _cmd(args: argparse.Namespace) -> int:
     import torch
 
-    from .probe import PROBE_SCALINGS, ProbeSettings, probe
+    from .probe import ProbeSettings, probe
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     settings = ProbeSettings(
         layers=tuple(dict.fromkeys(args.layer)), heads=None if args.heads is None else tuple(dict.fromkeys(args.heads)),
         tokens=args.tokens, extend=args.extend, base_factor=args.base_factor, points=args.points,
-        scalings=PROBE_SCALINGS if args.scalings is None else tuple(args.scalings), dtype=args.dtype,
+        scalings=None if args.scalings is None else tuple(args.scalings), dtype=args.dtype,
     )
     result = probe(args.model_dir, args.out, settings, text=args.text, progress=not args.no_progress)
     print(f"wrote {args.out}/probe.json and {', '.join(p.name for p in result.figures)}")
@@ -35,7 +35,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from .checkpoint import DTYPES
-    from .probe import PROBE_SCALINGS
+    from .probe import probe_scalings
 
     p = subparsers.add_parser(
         "probe", help="a local HF checkpoint's real q·k against relative distance, past its trained length",
@@ -50,10 +50,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--extend", type=positive_float, default=4.0, help="curves reach EXTEND x the trained length; the scalings' factor (default 4)")
     p.add_argument("--base-factor", type=positive_float, default=16.0, help="the raised-base curve uses base x this (default 16)")
     p.add_argument("--points", type=int_at_least(2), default=2048, help="at most this many distances, evenly spaced (default 2048)")
-    p.add_argument("--scalings", nargs="+", choices=PROBE_SCALINGS, default=None, help="training-free scalings drawn (default: all)")
+    p.add_argument("--scalings", nargs="+", choices=probe_scalings(), default=None, help="training-free scalings drawn (default: all)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16",
                    help="model dtype while reading the text (default bfloat16: half the memory; q/k analysed in float32)")
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd)
-

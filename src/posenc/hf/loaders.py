@@ -2,7 +2,8 @@
 relative_key_query and DeBERTa-v2's disentangled attention.
 
 Each loader takes a source (a checkpoint folder with ``config.json`` and ``*.safetensors`` or
-``pytorch_model.bin``; a loaded transformers model or any module whose ``state_dict`` holds the
+``pytorch_model.bin``, read by :func:`posenc.hf.checkpoint.read_checkpoint`, which refuses a bad
+file with one line naming it; a loaded transformers model or any module whose ``state_dict`` holds the
 weights, with its ``.config``; or a state dict with ``config=``) and returns one posenc
 encoding module per attention layer, in layer order, holding that layer's weights:
 
@@ -29,7 +30,6 @@ needed.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -39,42 +39,13 @@ from torch import Tensor, nn
 
 from ..encoding import PositionalEncoding
 from ..registry import build
+from .checkpoint import read_checkpoint
 
-__all__ = ["relative_from_bert", "relative_from_deberta", "read_checkpoint"]
+__all__ = ["relative_from_bert", "relative_from_deberta"]
 
 _BERT_TYPES = {"relative_key": "relative_key", "relative_key_query": "relative_key_query"}
 _BERT_KEY = re.compile(r"(?:^|\.)layer\.(\d+)\.attention\.self\.distance_embedding\.weight$")
 _DEBERTA_LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.attention\.self\.(pos_key_proj|pos_query_proj)\.(weight|bias)$")
-
-
-def read_checkpoint(folder: str | Path, wanted: re.Pattern[str] | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """(config.json as a dict, the tensors whose names match ``wanted``, all when None) of a
-    local checkpoint folder: every ``*.safetensors`` file, else ``pytorch_model.bin``
-    (read with ``weights_only=True``). Only the matching tensors are read from safetensors."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"source must be a checkpoint folder (config.json + weights), a module or a state dict; "
-                         f"folder {str(folder)!r} does not exist")
-    config_file = folder / "config.json"
-    if not config_file.is_file():
-        raise ValueError(f"checkpoint folder {str(folder)!r} has no config.json")
-    config = json.loads(config_file.read_text())
-    state: dict[str, Tensor] = {}
-    files = sorted(folder.glob("*.safetensors"))
-    if files:
-        from safetensors import safe_open
-
-        for file in files:
-            with safe_open(str(file), framework="pt") as f:
-                for key in f.keys():
-                    if wanted is None or wanted.search(key):
-                        state[key] = f.get_tensor(key)
-    elif (folder / "pytorch_model.bin").is_file():
-        full = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        state = {k: v for k, v in full.items() if wanted is None or wanted.search(k)}
-    else:
-        raise ValueError(f"checkpoint folder {str(folder)!r} has no *.safetensors or pytorch_model.bin")
-    return config, state
 
 
 def _config_dict(config: Any) -> dict[str, Any]:

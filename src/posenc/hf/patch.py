@@ -52,6 +52,7 @@ from torch import Tensor, nn
 
 from ..rotary import RotaryConfig, RotaryEmbedding, from_hf
 from ..rotary.scaling import SCALINGS
+from .checkpoint import trained_length
 
 __all__ = ["PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "patched_rope", "unpatch_model"]
 
@@ -134,14 +135,6 @@ def _gptj_attentions(model: nn.Module) -> list[nn.Module]:
     return found
 
 
-def _trained_length(native: RotaryEmbedding, config: Any) -> int | None:
-    """The length the model was trained at: the rope's ``original_max_position_embeddings``,
-    else the config's ``max_position_embeddings`` (``n_positions`` for GPT-J)."""
-    if native.config.original_max_position_embeddings is not None:
-        return native.config.original_max_position_embeddings
-    return getattr(config, "max_position_embeddings", None)
-
-
 def _resolve(model: nn.Module, rope: Any, overrides: dict[str, Any]) -> RotaryEmbedding:
     """The RotaryEmbedding to patch in, checked against the checkpoint's geometry."""
     native = from_hf(model.config)
@@ -161,15 +154,19 @@ def _resolve(model: nn.Module, rope: Any, overrides: dict[str, Any]) -> RotaryEm
         takes_length = name in SCALINGS and "original_max_position_embeddings" in SCALINGS[name].params
         if takes_length and params.get("original_max_position_embeddings") is None:
             # the one parameter every length-based type needs: the checkpoint knows it
-            params["original_max_position_embeddings"] = _trained_length(native, model.config)
+            params["original_max_position_embeddings"] = trained_length(model.config)
         # RotaryConfig checks every value and refuses unknown keywords, listing the valid ones
         rope = RotaryEmbedding(RotaryConfig(**(fields | params)), rope.dims)
-    want = {"rotary_dim": native.rotary_dim, "layout": native.config.layout, "head_dim": native.dims.head_dim}
-    got = {"rotary_dim": rope.rotary_dim, "layout": rope.config.layout, "head_dim": rope.dims.head_dim}
+    # The head size first: a rope built for another head size has another rotary_dim too, and
+    # the head size is the cause.
+    want = {"head_dim": native.dims.head_dim, "rotary_dim": native.rotary_dim, "layout": native.config.layout}
+    got = {"head_dim": rope.dims.head_dim, "rotary_dim": rope.rotary_dim, "layout": rope.config.layout}
     for key in want:
         if got[key] != want[key]:
+            hint = " (build it for the checkpoint's heads, e.g. posenc.rotary.from_hf(model.config))" \
+                if key == "head_dim" else ""
             raise ValueError(f"rope.{key} must be {want[key]!r}, the checkpoint's (model_type "
-                             f"{model.config.model_type!r}); got {got[key]!r}")
+                             f"{model.config.model_type!r}); got {got[key]!r}{hint}")
     return rope
 
 
@@ -185,7 +182,8 @@ def patch_model(model: Any, rope: RotaryEmbedding | None = None, **scaling: Any)
         **scaling: changes to ``rope``'s :class:`~posenc.rotary.RotaryConfig`: ``base=...``,
             or a rope type and its parameters, ``scaling="yarn", factor=4.0``. A new ``scaling``
             starts from that type's defaults, and ``original_max_position_embeddings``
-            defaults to the checkpoint's trained length. Bad values are errors from
+            defaults to the checkpoint's trained length
+            (:func:`posenc.hf.checkpoint.trained_length`). Bad values are errors from
             :class:`~posenc.rotary.RotaryConfig` naming the parameter.
 
     Calling it again on a patched model replaces the RoPE (the original module stays kept for

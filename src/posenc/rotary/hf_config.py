@@ -308,11 +308,13 @@ def _rope_type(params: dict, where: str, reading: HFReading, model_type: str | N
     return entry
 
 
-def _dims(config: dict, reading: HFReading) -> tuple[int, int, int]:
+def _dims(config: dict, reading: HFReading, model_type: str | None) -> tuple[int, int, int]:
     """(d_model, num_heads, head_dim) of the heads the module rotates."""
-    # GPT-J spells hidden_size and num_attention_heads n_embd and n_head (its attribute_map).
-    hidden_key = "hidden_size" if "hidden_size" in config else "n_embd"
-    heads_key = "num_attention_heads" if "num_attention_heads" in config else "n_head"
+    # GPT-J spells hidden_size and num_attention_heads n_embd and n_head (its attribute_map):
+    # those names are read, and named in errors, only where the config uses them.
+    gptj = model_type == "gptj"
+    hidden_key = "n_embd" if "hidden_size" not in config and ("n_embd" in config or gptj) else "hidden_size"
+    heads_key = "n_head" if "num_attention_heads" not in config and ("n_head" in config or gptj) else "num_attention_heads"
     hidden, heads = config.get(hidden_key), config.get(heads_key)
     for key, value in ((hidden_key, hidden), (heads_key, heads)):
         if value is not None:
@@ -330,6 +332,9 @@ def _dims(config: dict, reading: HFReading) -> tuple[int, int, int]:
         check_int("head_dim", head_dim, minimum=1)
     elif hidden is None or heads is None:
         raise ValueError(f"config needs 'head_dim', or {hidden_key!r} and {heads_key!r} to derive it")
+    elif hidden % heads:
+        raise ValueError(f"{hidden_key} ({hidden}) must be divisible by {heads_key} ({heads}) to give the head size; "
+                         "or give head_dim")
     else:
         head_dim = hidden // heads  # transformers: hidden_size // num_attention_heads
     heads = heads or 1  # the head count does not change RoPE
@@ -472,7 +477,7 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
     entry = _rope_type(params, where, reading, model_type)
     _check_top_level_keys(config, reading, model_type, entry)
 
-    d_model, heads, head_dim = _dims(config, reading)
+    d_model, heads, head_dim = _dims(config, reading, model_type)
     rotary_dim = _rotary_dim(config, params, where, reading, head_dim, model_type)
     base, layout = _base(config, params, where, reading), _layout(config, reading)
     scaling, names = _scaling(config, params, where, entry)
@@ -518,7 +523,7 @@ def to_hf(rope: RotaryEmbedding) -> dict[str, Any]:
             f"got {cfg.layout!r}. Permute the q/k weights with convert_qk_layout(..., to='half') and use layout='half'"
         )
     entry = SCALINGS[cfg.scaling]
-    scfg = rope._scaling_cfg
+    scfg = cfg.scaling_config
     head_dim, r = rope.dims.head_dim, rope.rotary_dim
     top: dict[str, Any] = {"head_dim": head_dim}
     if entry.hf is None and entry.hf_default_base is not None:

@@ -6,10 +6,12 @@ context length (``original_max_position_embeddings``), s = ``factor``.
 
 Each scaling is one :class:`Scaling` entry of :data:`SCALINGS` (added with
 :func:`register_scaling`): its typed config dataclass (the parameters, their defaults and
-bounds), its pure function, its transformers spelling (:class:`HFSpec`) and, for the bench,
-how to set it for a longer evaluation length. Everything else is derived from the entries:
-the parameters ``RotaryConfig`` accepts, ``from_hf`` / ``to_hf``, the bench's list,
-:data:`ROPE_SCALINGS` and :data:`SCALING_CONFIGS` (read-only views). Every function is
+bounds), its pure function, its display label, its transformers spelling (:class:`HFSpec`)
+and its rule for "this scaling at factor f for a model trained at L" (:meth:`Scaling.at_factor`).
+Everything else is derived from the entries: the parameters ``RotaryConfig`` accepts,
+``from_hf`` / ``to_hf``, the scalings ``posenc bench``, ``posenc bench --model`` and
+``posenc probe`` evaluate and how they set them, the labels of their tables and figures, the
+``rope-scaling`` plot, :data:`ROPE_SCALINGS` and :data:`SCALING_CONFIGS` (read-only views). Every function is
 ``fn(inv_freq_base, cfg, *, base, seq_len=None)`` returning ``(inv_freq, attention_factor)``:
 
 * ``inv_freq_base``: the float64 theta_i (length d/2);
@@ -51,6 +53,7 @@ __all__ = [
     "get_scaling",
     "list_scalings",
     "register_scaling",
+    "unregister_scaling",
     "DefaultScaling",
     "LinearScaling",
     "NTKScaling",
@@ -369,6 +372,10 @@ class HFSpec:
         return self.top_level.get(name) or self.keys.get(name, name)
 
 
+ExtensionRule = Callable[[float, int], dict[str, Any]]
+IllustrationRule = Callable[[float, int, int], dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class Scaling:
     """One RoPE scaling type: everything posenc derives from it lives here.
@@ -380,13 +387,20 @@ class Scaling:
         fn: the pure function ``fn(inv_freq_base, cfg, *, base, seq_len=None) -> (inv_freq,
             attention_factor)``.
         summary: one line for listings and docs; ``source``: the paper or origin.
+        label: its name in tables, legends and reports (``"PI"``, ``"YaRN"``); empty: ``name``.
         hf: its transformers spelling (:class:`HFSpec`); None: transformers has no such type.
         hf_default_base: for a type transformers lacks but that is plain RoPE with another base
             (static NTK), ``fn(cfg, base, rotary_dim) -> rope_theta``: ``to_hf`` writes it as
             ``rope_type="default"`` with that theta.
-        extension: ``fn(factor, original) -> parameters`` that evaluate a model trained on
-            ``original`` tokens at ``factor`` times that length without training (the bench's
-            training-free scalings); None: not offered there.
+        extension: the training-free rule ``fn(factor, original) -> parameters`` that sets this
+            scaling for a model trained on ``original`` tokens evaluated at ``factor`` times
+            that length. The scalings with one are the ones ``posenc probe`` draws and
+            ``posenc bench --model`` / ``posenc bench --scalings`` evaluate. None: not offered.
+        bench: with an ``extension``, ``posenc bench`` evaluates it when its settings name no
+            scalings (False for Llama 3: the committed bench tables were measured without it).
+        illustration: for figures only, where the parameters are searched per model and no
+            training-free rule exists (LongRoPE's per-pair factors): ``fn(factor, original,
+            rotary_dim) -> parameters`` that stand in for them.
     """
 
     name: str
@@ -394,9 +408,12 @@ class Scaling:
     fn: ScalingFn
     summary: str
     source: str
+    label: str = ""
     hf: HFSpec | None = None
     hf_default_base: Callable[[ScalingConfig, float, int], float] | None = None
-    extension: Callable[[float, int], dict[str, Any]] | None = None
+    extension: ExtensionRule | None = None
+    bench: bool = True
+    illustration: IllustrationRule | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -405,6 +422,15 @@ class Scaling:
             raise TypeError(f"config of scaling {self.name!r} must be a ScalingConfig subclass, got {self.config!r}")
         if not callable(self.fn):
             raise TypeError(f"fn of scaling {self.name!r} must be callable, got {self.fn!r}")
+        if not isinstance(self.label, str):
+            raise TypeError(f"label of scaling {self.name!r} must be a str, got {type(self.label).__name__}")
+        object.__setattr__(self, "label", self.label or self.name)
+        for attr in ("extension", "illustration"):
+            rule = getattr(self, attr)
+            if rule is not None and not callable(rule):
+                raise TypeError(f"{attr} of scaling {self.name!r} must be callable or None, got {rule!r}")
+        if not isinstance(self.bench, bool):
+            raise TypeError(f"bench of scaling {self.name!r} must be a bool, got {self.bench!r}")
         names = set(self.params)
         if self.hf is not None:
             unknown = sorted((set(self.hf.keys) | set(self.hf.top_level) | set(self.hf.required)) - names)
@@ -417,6 +443,25 @@ class Scaling:
         """The parameter names this type takes (its config's fields), in declaration order."""
         return tuple(field_types(self.config))
 
+    def at_factor(self, factor: float, original: int, rotary_dim: int | None = None, *,
+                  illustrate: bool = False) -> dict[str, Any]:
+        """The parameters of this scaling for a model trained on ``original`` tokens and
+        evaluated at ``factor * original``: its ``extension`` rule; a type without parameters
+        (``default``) needs none. ``illustrate=True`` (figures) also takes the
+        ``illustration`` rule, which needs ``rotary_dim``. A ValueError names the scalings
+        that have a rule when this one has none."""
+        if self.extension is not None:
+            return dict(self.extension(float(factor), int(original)))
+        if illustrate and self.illustration is not None:
+            if rotary_dim is None:
+                raise ValueError(f"rotary_dim is required to illustrate scaling {self.name!r} "
+                                 "(its parameters are one per rotated pair)")
+            return dict(self.illustration(float(factor), int(original), int(rotary_dim)))
+        if not self.params:
+            return {}
+        raise ValueError(f"scaling {self.name!r} has no training-free rule for factor x the trained length; "
+                         f"the scalings with one: {', '.join(list_scalings(extends=True))}")
+
 
 #: rope type -> its :class:`Scaling` entry. Add one with :func:`register_scaling`.
 SCALINGS: dict[str, Scaling] = {}
@@ -424,8 +469,9 @@ SCALINGS: dict[str, Scaling] = {}
 
 def register_scaling(entry: Scaling) -> Scaling:
     """Add a scaling type: ``RotaryConfig``, ``set_scaling``, ``rope_frequencies``, ``from_hf`` /
-    ``to_hf`` (when ``entry.hf`` is set) and the bench (when ``entry.extension`` is set) take it
-    from here; nothing else needs editing. A name already registered is an error."""
+    ``to_hf`` (when ``entry.hf`` is set), the probe and the bench (when ``entry.extension`` is
+    set), their labels and the ``rope-scaling`` plot take it from here; nothing else needs
+    editing. A name already registered is an error; :func:`unregister_scaling` removes it."""
     if not isinstance(entry, Scaling):
         raise TypeError(f"entry must be a Scaling, got {type(entry).__name__}")
     if entry.name in SCALINGS:
@@ -436,6 +482,11 @@ def register_scaling(entry: Scaling) -> Scaling:
             raise ValueError(f"HF rope_type {entry.hf.rope_type!r} already reads as {taken[entry.hf.rope_type]!r}")
     SCALINGS[entry.name] = entry
     return entry
+
+
+def unregister_scaling(name: str) -> Scaling:
+    """Remove the scaling ``name`` (one a test or plugin registered) and return its entry."""
+    return SCALINGS.pop(get_scaling(name).name)
 
 
 class _View(Mapping):
@@ -463,10 +514,14 @@ ROPE_SCALINGS: Mapping[str, ScalingFn] = _View("fn", "rope type -> its pure freq
 SCALING_CONFIGS: Mapping[str, type[ScalingConfig]] = _View("config", "rope type -> its typed config class")
 
 
-def list_scalings(*, training_free: bool = False) -> list[str]:
-    """The registered rope types; ``training_free=True``: those with an ``extension`` rule (the
-    scalings ``posenc bench`` evaluates beyond the training length)."""
-    return [n for n, e in SCALINGS.items() if not training_free or e.extension is not None]
+def list_scalings(*, extends: bool = False, training_free: bool = False) -> list[str]:
+    """The registered rope types, in registration order.
+
+    ``extends=True``: those with an ``extension`` rule (``posenc probe`` draws them; the
+    choices of ``--scalings``). ``training_free=True``: those of them ``posenc bench``
+    evaluates by default (``Scaling.bench``)."""
+    return [n for n, e in SCALINGS.items()
+            if (not (extends or training_free) or e.extension is not None) and (not training_free or e.bench)]
 
 
 def all_scaling_params() -> tuple[str, ...]:
@@ -490,32 +545,53 @@ def _ntk_base(cfg: NTKScaling, base: float, rotary_dim: int) -> float:
     return base * cfg.factor ** (rotary_dim / (rotary_dim - 2))  # bloc97's base' (see NTKScaling)
 
 
-_FACTOR = lambda s, L: {"factor": s}  # noqa: E731
-_FACTOR_AND_L = lambda s, L: {"factor": s, "original_max_position_embeddings": L}  # noqa: E731
+def _factor(s: float, L: int) -> dict[str, Any]:
+    return {"factor": s}
+
+
+def _factor_and_length(s: float, L: int) -> dict[str, Any]:
+    return {"factor": s, "original_max_position_embeddings": L}
+
+
+def _dynamic_at(s: float, L: int) -> dict[str, Any]:
+    # dynamic NTK rescales by the current length n itself (s' = s n / L - (s - 1)), so s = 1
+    # gives exactly n / L at every length (with s it would be s^2 - s + 1 at n = s L).
+    return {"factor": 1.0, "original_max_position_embeddings": L}
+
+
+def _longrope_ramp(s: float, L: int, rotary_dim: int) -> dict[str, Any]:
+    # LongRoPE's per-pair factors are searched per model: a ramp from 1 (highest frequency)
+    # to s (lowest) stands in for them in figures.
+    n = rotary_dim // 2
+    return {"short_factor": (1.0,) * n, "long_factor": tuple(1.0 + (s - 1.0) * i / max(n - 1, 1) for i in range(n)),
+            "factor": s, "original_max_position_embeddings": L}
+
 
 for _entry in (
     Scaling("default", DefaultScaling, _default, "theta_i = base^(-2i/d), as trained", "Su et al. 2021, RoFormer",
-            hf=HFSpec("default")),
+            label="no scaling", hf=HFSpec("default")),
     Scaling("linear", LinearScaling, _linear, "theta_i / s: positions divided by s",
-            "Chen et al. 2023, Position Interpolation", hf=HFSpec("linear", required=("factor",)), extension=_FACTOR),
+            "Chen et al. 2023, Position Interpolation", label="PI", hf=HFSpec("linear", required=("factor",)),
+            extension=_factor),
     Scaling("ntk", NTKScaling, _ntk, "base' = base * s^(d/(d-2)): theta_0 kept, theta_(d/2-1) / s",
-            "bloc97 2023, NTK-aware scaled RoPE", hf_default_base=_ntk_base, extension=_FACTOR),
-    # dynamic NTK rescales by the current length n itself (s' = s n / L - (s - 1)), so s = 1
-    # gives exactly n / L at every length; transformers' L is max_position_embeddings.
+            "bloc97 2023, NTK-aware scaled RoPE", label="NTK-aware", hf_default_base=_ntk_base, extension=_factor),
+    # transformers' L for dynamic is max_position_embeddings.
     Scaling("dynamic", DynamicNTKScaling, _dynamic, "ntk with s' = s n / L - (s - 1) for n > L (n: current length)",
-            "emozilla 2023, dynamic NTK",
+            "emozilla 2023, dynamic NTK", label="dynamic NTK",
             hf=HFSpec("dynamic", top_level={"original_max_position_embeddings": "max_position_embeddings"},
                       required=("factor",)),
-            extension=lambda s, L: {"factor": 1.0, "original_max_position_embeddings": L}),
+            extension=_dynamic_at),
     Scaling("yarn", YarnScaling, _yarn, "theta_i kept above beta_fast turns over L, / s below beta_slow, ramp "
-            "between; attention factor 0.1 ln s + 1", "Peng et al. 2023, YaRN",
-            hf=HFSpec("yarn", implied_factor=True), extension=_FACTOR_AND_L),
+            "between; attention factor 0.1 ln s + 1", "Peng et al. 2023, YaRN", label="YaRN",
+            hf=HFSpec("yarn", implied_factor=True), extension=_factor_and_length),
     Scaling("llama3", Llama3Scaling, _llama3, "wavelengths < L/high_freq_factor kept, > L/low_freq_factor / s, "
-            "smooth between", "Meta 2024, Llama 3.1",
-            hf=HFSpec("llama3", required=("factor", "low_freq_factor", "high_freq_factor"))),
+            "smooth between", "Meta 2024, Llama 3.1", label="Llama 3",
+            hf=HFSpec("llama3", required=("factor", "low_freq_factor", "high_freq_factor")),
+            extension=_factor_and_length, bench=False),
     Scaling("longrope", LongRopeScaling, _longrope, "theta_i / lambda_i, short_factor for n <= L, long_factor "
-            "beyond; attention factor sqrt(1 + ln s / ln L)", "Ding et al. 2024, LongRoPE; Phi-3",
-            hf=HFSpec("longrope", required=("short_factor", "long_factor"), implied_factor=True)),
+            "beyond; attention factor sqrt(1 + ln s / ln L)", "Ding et al. 2024, LongRoPE; Phi-3", label="LongRoPE",
+            hf=HFSpec("longrope", required=("short_factor", "long_factor"), implied_factor=True),
+            illustration=_longrope_ramp),
 ):
     register_scaling(_entry)
 del _entry

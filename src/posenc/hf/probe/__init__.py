@@ -1,0 +1,43 @@
+"""``posenc probe MODEL_DIR``: a real checkpoint's attention score against relative distance.
+
+The experiment of Liu et al. 2023 ("Scaling Laws of RoPE-based Extrapolation", Fig. 1) and
+of the RoPE-base discussions around Llama 2 / 3 (see docs/hf.md): take the real q and k of
+a layer, re-rotate them at every distance d (also past the trained length L), and read the
+logit against d. Three steps, one module each:
+
+1. :mod:`.capture`: the checkpoint reads a text once; hooks take the pre-rotation q and k of
+   the chosen layers (Llama, Mistral, Qwen 2/3, Gemma, Phi-3, GPT-NeoX, GPT-J).
+2. :mod:`.curves`: s_h(d) = scale * qbar_h . R(d) kbar_g(h) with posenc's RoPE from
+   :func:`posenc.rotary.from_hf`, split into its high- and low-frequency halves, and the same
+   curve with the base raised (x16 by default) and with each training-free scaling of the
+   registry set for ``extend * L`` by its own rule (:meth:`posenc.rotary.Scaling.at_factor`).
+3. :mod:`.render`: the figures and the ``posenc report --model`` HTML section.
+
+:mod:`.run` holds the settings and the command. Outputs in ``--out``: ``probe.json`` (every
+curve's data) and ``probe_layer<L>.png``.
+"""
+
+from .capture import QKTaps, capture_qk, layer_taps, probe_text_ids
+from .curves import distances, frequency_halves, probe_scalings, score_curves, variant_ropes
+from .render import curve_label, html_section, plot_layer
+from .run import PROBE_FORMAT, ProbeResult, ProbeSettings, probe, report_section
+
+__all__ = [
+    "PROBE_FORMAT",
+    "ProbeResult",
+    "ProbeSettings",
+    "QKTaps",
+    "capture_qk",
+    "curve_label",
+    "distances",
+    "frequency_halves",
+    "html_section",
+    "layer_taps",
+    "plot_layer",
+    "probe",
+    "probe_scalings",
+    "probe_text_ids",
+    "report_section",
+    "score_curves",
+    "variant_ropes",
+]
