@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExtendSettings", "Candidate", "candidates", "choose", "extend", "write_extended"]
+__all__ = ["ExtendSettings", "Candidate", "candidates", "choose", "extend", "extended_config", "write_extended"]
 
 _DEPTHS = (0.0, 0.5, 1.0)
 
@@ -126,6 +126,21 @@ def _format_table(rows: list[dict[str, Any]], win: int, N: int) -> str:
         mark = "  <- chosen" if i == win else ""
         lines.append(f"{r['label']:<{width}}  {r['ppl']:>12.3f}  {100 * r['passkey']:>9.0f}  {r['seconds']:>7.1f}{mark}")
     return "\n".join(lines)
+
+
+def extended_config(config: dict[str, Any], hf: dict[str, Any] | None, N: int) -> dict[str, Any]:
+    """``config`` (a config.json dict) serving length ``N`` with the RoPE entries ``hf`` (from
+    :func:`posenc.rotary.to_hf`; None: the RoPE as it is): ``rope_parameters`` replaced,
+    ``max_position_embeddings`` raised to N unless the entries set it (dynamic NTK reads it as
+    the trained length)."""
+    out = dict(config)
+    if hf:
+        for legacy in ("rope_scaling", "rope_theta"):  # rope_parameters says it all
+            out.pop(legacy, None)
+        out.update(hf)
+    if not hf or "max_position_embeddings" not in hf:
+        out["max_position_embeddings"] = max(N, int(config.get("max_position_embeddings") or 0))
+    return out
 
 
 def write_extended(src: Path, out: Path, config: dict[str, Any], evidence: dict[str, Any]) -> None:
@@ -225,14 +240,7 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
                     settings=asdict(settings), depths=list(_DEPTHS), rule=rule, candidates=rows,
                     winner=rows[win]["label"])
     if out is not None:
-        config = dict(ckpt.config)
-        hf = rows[win]["hf"] or {}
-        config.update(hf)
-        if "max_position_embeddings" not in hf:  # dynamic NTK's entry keeps it as the trained length
-            config["max_position_embeddings"] = max(N, int(config.get("max_position_embeddings") or 0))
-        config.pop("rope_scaling", None)
-        config.pop("rope_theta", None)  # rope_parameters carries the theta
-        write_extended(ckpt.path, Path(out), config, evidence)
+        write_extended(ckpt.path, Path(out), extended_config(ckpt.config, rows[win]["hf"], N), evidence)
         print(f"wrote {out}/config.json ({rows[win]['label']}), the weights and extend.json")
     return evidence
 

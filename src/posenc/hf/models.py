@@ -307,5 +307,5 @@ def resolve_model(spec: str | os.PathLike, *, install: bool = True) -> Path:
         read_gguf_header(p)  # a truncated or foreign file: one line before hashing it
         sha = _sha256([p])
         return _cached([p], p.stem.lower().replace(" ", "_"), sha, None)
-    raise ValueError(f"MODEL {text!r} is neither a folder, a .gguf file nor a named model; named models: "
-                     + ", ".join(f"{k} ({v.description})" for k, v in MODELS.items()))
+    raise ValueError(f"MODEL {text!r} is neither a folder, a .gguf file nor a named model "
+                     f"(named models: {', '.join(MODELS)})")
