@@ -155,7 +155,7 @@ def load(name: str) -> dict:
     if not res.path.is_file():
         raise FileNotFoundError(f"no results file {res.file}; python benchmarks/tables.py --rerun {name} writes it")
     if res.argv[0] == "bench":
-        from posenc.bench.report import load_results
+        from posenc.bench.summary import load_results
 
         return load_results(res.path)
     try:
@@ -255,7 +255,8 @@ def render_bench_quick(page: str) -> str:
         header.append(f"{t} ppl at L | {longest}L" if metric[t] == "ppl" else f"{t} acc % ≤L | >L")
         if metric[t] == "ppl":
             header.append(f"{t} ppl {longest}L / L")
-    from posenc.bench.report import cell_text, ranking, significance_lines
+    from posenc.bench.report import cell_text, significance_lines
+    from posenc.bench.summary import ranking
 
     rank = data.get("ranking") or ranking(summary)  # files from before the intervals: computed here
     ci = {i["encoding"]: i for i in rank["intervals"]}
@@ -460,7 +461,8 @@ _SYNTHETIC = ("copy", "reverse", "sort", "addition", "parity", "summation")
 
 def render_bench_standard(page: str) -> str:
     """docs/bench.md: the standard benchmark (every encoding, every task, 3 seeds)."""
-    from posenc.bench.report import ranking, settings_text, table_cells
+    from posenc.bench.report import settings_text, table_cells
+    from posenc.bench.summary import ranking
 
     data = load("bench_standard")
     assert data["summary"], "bench_standard.json has no summary rows"
@@ -477,7 +479,7 @@ def render_bench_standard(page: str) -> str:
 def _lm_ratios(data: dict) -> dict[str, list[float]]:
     """``encoding`` or ``encoding+scaling`` -> per seed (in seed order): ppl at the longest
     length / ppl at L of the same seed's unscaled model."""
-    from posenc.bench.report import run_scores
+    from posenc.bench.summary import run_scores
 
     out: dict[str, list[tuple[int, float]]] = {}
     for r in data["runs"]:
@@ -498,7 +500,7 @@ def _spread(xs: list[float]) -> str:
 def render_bench_standard_orderings(page: str) -> str:
     """docs/bench.md: does each published ordering hold in the standard run? (verdict, the
     number it rests on, and its interval)"""
-    from posenc.bench.report import ranking
+    from posenc.bench.summary import ranking
 
     data = load("bench_standard")
     lm = _lm_ratios(data)

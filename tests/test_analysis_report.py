@@ -28,7 +28,7 @@ def browser() -> str | None:
 
 def _bench_results() -> dict:
     """A results.json as posenc bench writes it: 2 seeds, copy (L = 2), none and rope (+ YaRN)."""
-    from posenc.bench.report import collect
+    from posenc.bench.summary import collect
 
     def run(enc, seed, values, yarn=None):
         pts = [dict(variant="base", length=n + 1, depth=None, value=v) for n, v in enumerate(values)]

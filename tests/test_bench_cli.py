@@ -9,7 +9,7 @@ import pytest
 from posenc import list_encodings
 from posenc.bench import figures, load_results
 from posenc.bench.data import load_corpus
-from posenc.bench.report import mean_reciprocal_rank
+from posenc.bench.summary import mean_reciprocal_rank
 from posenc.bench.runner import PRESETS, settings_for
 from posenc.cli import main
 
@@ -119,7 +119,7 @@ def test_two_seeds_with_rope_scalings_end_to_end(tmp_path, capsys):
     import math
     import statistics
 
-    from posenc.bench.report import summarise
+    from posenc.bench.summary import summarise
 
     out = tmp_path / "b"
     assert main(["bench", *FAST, "--encodings", "none", "rope", "--tasks", "reverse", "--seeds", "2",

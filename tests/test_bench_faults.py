@@ -249,7 +249,8 @@ def test_results_with_non_finite_values_are_strict_and_read_back(tmp_path, capsy
     assert run_cli([*FAST, "--out", str(out)], capsys)[0] == 0
     # copy evaluates lengths 1..2L: in/beyond both exist; lm at factors (1, 2); make one NaN
     from posenc.bench import load_results
-    from posenc.bench.report import collect, write_outputs
+    from posenc.bench.report import write_outputs
+    from posenc.bench.summary import collect
 
     results = load_results(out)
     run = results["runs"][0]

@@ -244,7 +244,7 @@ def test_orderings_verdicts_from_hand_made_results(tmp_path):
     3x and learned 2x in every seed (collapse), ALiBi 1.0x (flat), RoPE 2x (degrades), PI 0.5x
     of plain RoPE (repairs), YaRN 1.2x in one seed and 0.8x in the others (mixed); copy beyond L:
     NoPE 0.5, T5 0.4, the rest 0 in every seed, so NoPE's and T5's MRR lead by a constant."""
-    from posenc.bench.report import collect
+    from posenc.bench.summary import collect
     from posenc.bench.files import write_json
 
     tables = _tables(tmp_path)

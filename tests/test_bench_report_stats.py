@@ -12,7 +12,8 @@ import statistics
 import pytest
 import torch
 
-from posenc.bench.report import collect, format_table, load_results, mean_reciprocal_rank, ranking, summarise
+from posenc.bench.report import format_table
+from posenc.bench.summary import collect, load_results, mean_reciprocal_rank, ranking, summarise
 from posenc.bench.stats import bootstrap_indices, bootstrap_mrr, mean_std, reciprocal_ranks
 from posenc.cli import main
 

@@ -16,7 +16,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from posenc.bench.data import example_rng  # noqa: E402
-from posenc.bench.report import load_results  # noqa: E402
+from posenc.bench.summary import load_results  # noqa: E402
 from posenc.cli import main  # noqa: E402
 from posenc.hf.bench_model import HFCausalLM, TextPasskey  # noqa: E402
 from posenc.hf.checkpoint import ByteTokenizer  # noqa: E402

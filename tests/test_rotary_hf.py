@@ -21,7 +21,7 @@ from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbeddin
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb  # noqa: E402
 
 import posenc  # noqa: E402
-from posenc.rotary import ROPE_SCALINGS, convert_qk_layout, from_hf  # noqa: E402
+from posenc.rotary import SCALINGS, convert_qk_layout, from_hf  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
@@ -90,8 +90,13 @@ def rope_type_of(cfg: dict) -> str:
 
 
 def test_every_registered_type_is_covered():
+    # Every registered scaling transformers also has is compared with it here; static NTK and
+    # types registered beyond transformers' own have no counterpart.
     covered = {rope_type_of(c) for c in CONFIGS.values()}
-    assert covered == set(ROPE_SCALINGS) - {"ntk"}  # ntk (static) has no transformers counterpart
+    in_transformers = {n for n, e in SCALINGS.items()
+                       if e.hf is not None and (e.hf.rope_type == "default" or e.hf.rope_type in ROPE_INIT_FUNCTIONS)}
+    assert covered == in_transformers
+    assert {"default", "linear", "dynamic", "yarn", "llama3", "longrope"} <= covered
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

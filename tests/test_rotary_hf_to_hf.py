@@ -41,11 +41,18 @@ PARAMS = {
                  "long_factor": (1 + 8 * torch.rand(32, generator=g)).tolist(),
                  "original_max_position_embeddings": 512, "factor": 16.0},
 }
-CASES = [(name, r) for name in PARAMS for r in (48, 64)]
+# Every scaling to_hf can write; one without hand-chosen parameters above (a newly registered
+# one) is tested with its registry rule at 16 x a trained length of 512.
+WRITABLE = [n for n, e in SCALINGS.items() if e.hf is not None or e.hf_default_base is not None]
+CASES = [(name, r) for name in WRITABLE for r in (48, 64)]
 LENGTHS = (None, 100, 512, 513, 5000)
 
 
 def _rope(name: str, rotary_dim: int, **over):
+    if name not in PARAMS:
+        params = SCALINGS[name].at_factor(16.0, 512, rotary_dim, illustrate=True)
+        return posenc.build("rope", d_model=256, num_heads=4, rotary_dim=rotary_dim, base=5e5, scaling=name,
+                            **(params | over))
     params = copy.deepcopy(PARAMS[name])
     if name == "longrope":
         params = {k: v[: rotary_dim // 2] if isinstance(v, list) else v for k, v in params.items()}
@@ -54,7 +61,9 @@ def _rope(name: str, rotary_dim: int, **over):
 
 
 def test_every_scaling_is_covered():
-    assert set(PARAMS) == set(SCALINGS)
+    assert set(PARAMS) <= set(SCALINGS) and set(PARAMS) <= set(WRITABLE)
+    assert [e.name for e in SCALINGS.values() if e.hf is None and e.hf_default_base is None] == [
+        n for n in SCALINGS if n not in WRITABLE]  # refused by to_hf (test_rotary_schema)
 
 
 @pytest.mark.parametrize("name,rotary_dim", CASES)
@@ -88,8 +97,12 @@ def _transformers_frequencies(hf: dict, seq_len: int | None):
 def test_transformers_computes_the_same_frequencies_from_to_hf(name, rotary_dim):
     rope = _rope(name, rotary_dim)
     hf = to_hf(rope)
-    if hf["rope_parameters"]["rope_type"] == "default" and rotary_dim != 64:  # default, and ntk written as it
+    rope_type = hf["rope_parameters"]["rope_type"]
+    if rope_type == "default" and rotary_dim != 64:  # default, and ntk written as it
         pytest.skip("transformers' Llama default RoPE rotates the whole head (partial_rotary_factor is not read)")
+    if rope_type != "default" and rope_type not in ROPE_INIT_FUNCTIONS:
+        # test_rotary_hf checks that every paper scaling is one transformers has
+        pytest.skip(f"transformers has no rope type {rope_type!r} (a scaling registered beyond its own)")
     for n in LENGTHS:
         inv, af = _transformers_frequencies(hf, n)
         ours, our_af = rope.frequencies(n)

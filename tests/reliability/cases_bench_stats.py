@@ -24,7 +24,8 @@ def _nan_seed() -> str:
 
 
 def _table_without_nan() -> str:
-    from posenc.bench.report import collect, format_table
+    from posenc.bench.report import format_table
+    from posenc.bench.summary import collect
 
     def run(enc, seed, values, yarn=None):
         pts = [dict(variant="base", length=n + 1, depth=None, value=v) for n, v in enumerate(values)]

@@ -156,7 +156,8 @@ def _bench_tables(results: dict) -> list[str]:
 
 
 def _bench_section(bench_dir: Path) -> str:
-    from ..bench.report import figure_captions, load_results
+    from ..bench.report import figure_captions
+    from ..bench.summary import load_results
 
     _, pngs = load_bench(bench_dir)
     parts = ["<h2>Benchmark</h2>"]
@@ -261,4 +262,3 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plots", nargs="+", default=None, metavar="KIND", help="plot kinds to include (default: all)")
     p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L of the checks (default 128)")
     p.set_defaults(func=_cmd_report)
-

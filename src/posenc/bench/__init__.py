@@ -17,7 +17,8 @@ Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.trai
 """
 
 from .cli import add_parser
-from .report import figures, format_table, load_results
+from .report import figures, format_table
+from .summary import load_results
 from .runner import PRESETS, BenchSettings, run_bench, settings_for
 
 __all__ = ["add_parser", "figures", "format_table", "load_results", "PRESETS", "BenchSettings", "run_bench", "settings_for"]

@@ -1,27 +1,15 @@
-"""Collect, summarise, tabulate and plot benchmark results.
+"""Benchmark results rendered: the text and HTML tables, the figures, and the output files.
 
-For the HTML report (``posenc report``) the entry points are :func:`load_results`
-(``results.json`` -> dict), :func:`table_cells`, :func:`significance_lines`,
-:func:`settings_text`, :func:`figures` (dict -> ``{name: matplotlib Figure}``) and
-:func:`figure_captions`.
-
-Summary per (task, encoding, variant), mean ± std over seeds of a per-seed number:
-
-* synthetic tasks and passkey: accuracy averaged over lengths ``<= L`` ("in") and over
-  lengths ``> L`` ("beyond"); passkey averages over depths first;
-* ``lm``: perplexity at ``L`` ("in") and at the longest evaluation length ("beyond").
-
-Mean reciprocal rank (after Kazemnejad et al. 2023, Fig. 3): in each (task, seed) cell the
-unscaled encodings are ranked by their "beyond" score (accuracy: higher is better;
-perplexity: lower is better); an encoding's MRR is the mean of 1/rank over the cells (with
-one seed, over tasks). Its interval and the significance of each pairwise difference come
-from a paired bootstrap over the cells (:mod:`posenc.bench.stats`).
+For the HTML report (``posenc report``) the entry points are :func:`table_cells`,
+:func:`significance_lines`, :func:`settings_text`, :func:`figures` (results dict ->
+``{name: matplotlib Figure}``) and :func:`figure_captions`; the numbers themselves come from
+:mod:`posenc.bench.summary`. A RoPE scaling is shown by its registry label
+(:attr:`posenc.rotary.Scaling.label`).
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -29,149 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from .files import write_json
-from .stats import DEFAULT_BOOTSTRAP_SEED, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_mrr, mean_std, reciprocal_ranks
+from .stats import mean_std
+from .summary import mean_reciprocal_rank, per_length, ranking
 
-__all__ = ["collect", "summarise", "run_scores", "mean_reciprocal_rank", "ranking", "format_table", "table_cells",
-           "cell_text", "settings_text", "significance_lines", "figure_captions", "variant_label", "write_outputs",
-           "load_results", "read_record", "figures"]
-
-RESULTS_FORMAT = "posenc-bench-results-1"
+__all__ = ["cell_text", "figure_captions", "figures", "format_table", "scaling_label", "settings_text",
+           "significance_lines", "table_cells", "variant_label", "write_outputs"]
 
 
-def _mean_std(xs: list[float]) -> tuple[float, float]:
-    """Mean and sample std over seeds (:func:`posenc.bench.stats.mean_std`)."""
-    return mean_std(xs)
+def scaling_label(variant: str) -> str:
+    """A RoPE scaling's label from its registry entry (``yarn`` -> ``YaRN``); an unknown name as is."""
+    from ..rotary.scaling import SCALINGS
 
-
-def _per_length(points: list[dict], variant: str) -> dict[int, float]:
-    """length -> value for one variant (averaging over passkey depths)."""
-    by: dict[int, list[float]] = defaultdict(list)
-    for p in points:
-        if p["variant"] == variant:
-            by[p["length"]].append(p["value"])
-    return {n: statistics.fmean(v) for n, v in sorted(by.items())}
-
-
-def run_scores(record: dict) -> dict[str, tuple[float, float]]:
-    """variant -> (inside, beyond) of one run: the per-seed numbers the summary averages."""
-    L = record["train_length"]
-    scores = {}
-    for variant in dict.fromkeys(p["variant"] for p in record["points"]):
-        curve = _per_length(record["points"], variant)
-        if record["metric"] == "ppl":
-            inside = curve.get(L, math.nan)
-            beyond = curve[max(curve)] if max(curve) > L else math.nan
-        else:
-            ins = [v for n, v in curve.items() if n <= L]
-            out = [v for n, v in curve.items() if n > L]
-            inside = statistics.fmean(ins) if ins else math.nan
-            beyond = statistics.fmean(out) if out else math.nan
-        scores[variant] = (inside, beyond)
-    return scores
-
-
-def summarise(records: list[dict]) -> list[dict]:
-    """One row per (task, encoding, variant): in/beyond mean and std over seeds, and the
-    per-seed values (``seed_ids``, ``in_seeds``, ``beyond_seeds``, in seed order) that the
-    ranking pairs by seed."""
-    groups: dict[tuple[str, str, str], list[tuple[int, float, float]]] = defaultdict(list)
-    for r in records:
-        for variant, (inside, beyond) in run_scores(r).items():
-            groups[(r["task"], r["encoding"], variant)].append((r["seed"], inside, beyond))
-    rows = []
-    metric = {r["task"]: r["metric"] for r in records}
-    for (task, enc, variant), vals in groups.items():
-        vals.sort(key=lambda v: v[0])
-        im, isd = mean_std([v[1] for v in vals])
-        bm, bsd = mean_std([v[2] for v in vals])
-        rows.append(dict(task=task, encoding=enc, variant=variant, metric=metric[task], seeds=len(vals),
-                         in_mean=im, in_std=isd, beyond_mean=bm, beyond_std=bsd,
-                         seed_ids=[v[0] for v in vals], in_seeds=[v[1] for v in vals],
-                         beyond_seeds=[v[2] for v in vals]))
-    return rows
-
-
-def _cells(summary: list[dict]) -> dict[tuple[str, Any], dict[str, float]]:
-    """(task, seed) -> encoding -> beyond-L score of that seed's unscaled run.
-
-    A summary row without per-seed values (an older results file) is one cell per task.
-    """
-    cells: dict[tuple[str, Any], dict[str, float]] = defaultdict(dict)
-    for row in summary:
-        if row["variant"] != "base":
-            continue
-        seeds = row.get("seed_ids")
-        values = row.get("beyond_seeds")
-        if not seeds or values is None:
-            seeds, values = ["mean"], [row["beyond_mean"]]
-        for seed, v in zip(seeds, values):
-            cells[(row["task"], seed)][row["encoding"]] = v
-    return cells
-
-
-def _reciprocal_ranks(summary: list[dict]) -> dict[str, list[float]]:
-    """encoding -> reciprocal rank in each (task, seed) cell (NaN where it has no run)."""
-    metric = {r["task"]: r["metric"] for r in summary}
-    cells = _cells(summary)
-    encodings = list(dict.fromkeys(r["encoding"] for r in summary if r["variant"] == "base"))
-    rr: dict[str, list[float]] = {e: [] for e in encodings}
-    for (task, _), scores in cells.items():
-        ranks = reciprocal_ranks(scores, lower_is_better=metric[task] == "ppl")
-        for e in encodings:
-            rr[e].append(ranks.get(e, math.nan))
-    return rr
-
-
-def mean_reciprocal_rank(summary: list[dict]) -> dict[str, float]:
-    """Encoding -> mean of 1 / rank by the "beyond" metric over (task, seed) cells, best first
-    (ties share the best rank; :mod:`posenc.bench.stats`). With one seed: the mean over tasks."""
-    rr = _reciprocal_ranks(summary)
-    mrr = {e: statistics.fmean([x for x in v if not math.isnan(x)]) for e, v in rr.items()
-           if any(not math.isnan(x) for x in v)}
-    return dict(sorted(mrr.items(), key=lambda kv: -kv[1]))
-
-
-def ranking(summary: list[dict], *, resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
-            seed: int = DEFAULT_BOOTSTRAP_SEED) -> dict:
-    """The MRR of each encoding with its bootstrap interval, and every pairwise difference
-    (:func:`posenc.bench.stats.bootstrap_mrr`; resampled: the (task, seed) cells).
-
-    Only encodings ranked in every cell are bootstrapped (the design is paired); the others
-    are listed under ``"incomplete"``.
-    """
-    rr = _reciprocal_ranks(summary)
-    complete = {e: v for e, v in rr.items() if v and not any(math.isnan(x) for x in v)}
-    n_cells = len(next(iter(rr.values()), []))
-    method = dict(resamples=resamples, confidence=confidence, seed=seed, cells=n_cells,
-                  tasks=len({t for t, _ in _cells(summary)}), unit="(task, seed) cell")
-    if not complete:
-        return dict(method=method, intervals=[], pairs=[], incomplete=sorted(rr))
-    intervals, pairs = bootstrap_mrr(complete, resamples=resamples, confidence=confidence, seed=seed)
-    return dict(method=method, intervals=[i.to_json() for i in intervals], pairs=[p.to_json() for p in pairs],
-                incomplete=sorted(set(rr) - set(complete)))
-
-
-def collect(settings: Any, records: list[dict]) -> dict:
-    """The content of results.json."""
-    summary = summarise(records)
-    return dict(
-        format=RESULTS_FORMAT,
-        settings=settings.to_json() if hasattr(settings, "to_json") else settings,
-        runs=records,
-        summary=summary,
-        mrr=mean_reciprocal_rank(summary),
-        ranking=ranking(summary),
-    )
-
-
-# --------------------------------------------------------------------------- readable tables
-
-_SCALING_LABEL = {"linear": "PI", "ntk": "NTK-aware", "dynamic": "dynamic NTK", "yarn": "YaRN"}
+    entry = SCALINGS.get(variant)
+    return variant if entry is None else entry.label
 
 
 def variant_label(encoding: str, variant: str) -> str:
     """``rope`` or ``rope + YaRN``."""
-    return encoding if variant == "base" else f"{encoding} + {_SCALING_LABEL.get(variant, variant)}"
+    return encoding if variant == "base" else f"{encoding} + {scaling_label(variant)}"
 
 
 def _value(x: float, metric: str) -> str:
@@ -312,8 +175,11 @@ def figure_captions(results: dict) -> dict[str, str]:
         what = "byte perplexity (log scale, lower is better)" if metric == "ppl" else "exact-match accuracy (%)"
         caps[f"task_{task}"] = (f"{task}: {what} against evaluation length, one line per encoding ({spread}); "
                                 f"the dashed line is the training length L = {L}.")
-        caps[f"scaling_{task}"] = (f"{task}: RoPE models with each training-free scaling (PI, NTK-aware, dynamic NTK, "
-                                   f"YaRN) applied beyond L = {L}; within L each line is the unscaled model ({spread}).")
+        scalings = dict.fromkeys(p["variant"] for r in runs for p in r["points"] if p["variant"] != "base")
+        if scalings:
+            caps[f"scaling_{task}"] = (f"{task}: RoPE models with each training-free scaling "
+                                       f"({', '.join(map(scaling_label, scalings))}) applied beyond L = {L}; "
+                                       f"within L each line is the unscaled model ({spread}).")
     caps["passkey_depth"] = ("passkey: accuracy (%) by context length (x) and depth of the key in the context "
                              "(y: 0 = start, 1 = end), one panel per encoding, mean over seeds.")
     return caps
@@ -345,40 +211,6 @@ def write_outputs(results: dict, out: Path) -> list[Path]:
     return paths
 
 
-def load_results(path: str | Path) -> dict:
-    """Read ``results.json`` (a file or the benchmark's output directory)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    if not p.exists():
-        raise FileNotFoundError(f"no benchmark results at {str(p)!r}; run `posenc bench --out DIR` first")
-    results = json.loads(p.read_text())
-    if results.get("format") != RESULTS_FORMAT:
-        raise ValueError(f"{p} is not posenc bench results (format {results.get('format')!r})")
-    return _nan_for_null(results)
-
-
-_NUMBERS = ("value", "train_loss", "in_mean", "in_std", "beyond_mean", "beyond_std")
-_NUMBER_LISTS = ("in_seeds", "beyond_seeds")
-
-
-def _nan_for_null(obj: Any) -> Any:
-    """Undo :func:`~posenc.bench.files.finite_or_none` for the numeric fields: null -> NaN,
-    so the summaries and plots compute as they did before the file was written."""
-    if isinstance(obj, dict):
-        return {k: (math.nan if v is None and (k in _NUMBERS)
-                    else [math.nan if x is None else x for x in v] if k in _NUMBER_LISTS and isinstance(v, list)
-                    else _nan_for_null(v)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_nan_for_null(v) for v in obj]
-    return obj
-
-
-def read_record(path: str | Path) -> dict:
-    """One run's ``result.json``, with null metrics back as NaN."""
-    return _nan_for_null(json.loads(Path(path).read_text()))
-
-
 def _curves(results: dict, task: str, variant_filter) -> dict[str, tuple[list[int], list[float], list[float]]]:
     """label -> (lengths, mean, std) over seeds."""
     acc: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -390,16 +222,16 @@ def _curves(results: dict, task: str, variant_filter) -> dict[str, tuple[list[in
             if not variant_filter(r["encoding"], v):
                 continue
             label = variant_label(r["encoding"], v)
-            curve = _per_length(r["points"], v)
+            curve = per_length(r["points"], v)
             if v != "base":  # scalings apply beyond L; within L the model is the unscaled one
-                base = _per_length(r["points"], "base")
+                base = per_length(r["points"], "base")
                 curve = {n: x for n, x in base.items() if n <= r["train_length"]} | curve
             for n, val in sorted(curve.items()):
                 acc[label][n].append(val)
     out = {}
     for label, by in acc.items():
         ns = sorted(by)
-        ms = [_mean_std(by[n]) for n in ns]
+        ms = [mean_std(by[n]) for n in ns]
         out[label] = (ns, [m for m, _ in ms], [s for _, s in ms])
     return out
 

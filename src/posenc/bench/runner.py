@@ -473,7 +473,7 @@ def run_one(
     done = run_dir / "result.json"
     final = run_dir / "model.safetensors"
     if done.exists():
-        from .report import read_record
+        from .summary import read_record
 
         return read_record(done)
     rank, world = distributed_info()
@@ -564,7 +564,8 @@ def check_runs(out: Path, s: BenchSettings, *, trusted: bool) -> None:
 
 
 def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progress: bool) -> dict | None:
-    from .report import collect, write_outputs
+    from .report import write_outputs
+    from .summary import collect
 
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)

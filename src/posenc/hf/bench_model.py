@@ -484,7 +484,8 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
     from ..progress import bar as progress_bar
 
     from ..bench.files import OutDirLock, write_json
-    from ..bench.report import collect, read_record, write_outputs
+    from ..bench.report import write_outputs
+    from ..bench.summary import collect, read_record
     from ..bench.runner import check_out_dir, check_run_dir
 
     out = Path(out)
