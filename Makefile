@@ -61,6 +61,7 @@ demo: install
 	wait $$pid; b=$$?; cat $(OUT)/report.log; \
 	[ $$a -eq 0 ] && [ $$b -eq 0 ]
 	@echo "report: $(OUT)/report/report.html"
+	$(PY) benchmarks/compare_bench.py $(OUT)/bench/results.json benchmarks/results/bench_quick.json
 
 # Re-run every measurement behind a number in README.md and docs/ (about half an hour on a
 # 2-core CPU), then re-render their tables from the results files in benchmarks/results/.

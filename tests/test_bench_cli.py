@@ -10,7 +10,7 @@ from posenc import list_encodings
 from posenc.bench import figures, load_results
 from posenc.bench.data import load_corpus
 from posenc.bench.summary import mean_reciprocal_rank
-from posenc.bench.runner import PRESETS, settings_for
+from posenc.bench.settings import PRESETS, settings_for
 from posenc.cli import main
 
 FAST = ["--preset", "micro", "--no-progress", "--encodings", "none", "learned"]
@@ -148,7 +148,8 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from posenc.bench.cli import SIZE_FLAGS, _OWN_FLAGS, _overrides  # noqa: E402
-from posenc.bench.runner import BenchSettings, build_model  # noqa: E402
+from posenc.bench.build import build_model  # noqa: E402
+from posenc.bench.settings import BenchSettings  # noqa: E402
 from posenc.cli import build_parser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,8 +295,6 @@ def test_passkey_table_covers_factors_below_the_key_length():
     """--passkey-eval-factors 0.5 with L = 6: the evaluation raises length 3 to the minimum, 6
     (a key needs 6 tokens), so a learned table needs 6 + QUERY SEP + 5 key digits = 13 rows
     (it had round(0.5 * 6) + 7 = 10, and the run failed after training)."""
-    from posenc.bench.runner import _max_positions
-
     s = settings_for("micro", encodings=["learned"], tasks=["passkey"], passkey_length=6, passkey_eval_factors=(0.5,))
-    assert _max_positions(s, "passkey") == 13
+    assert s.max_positions("passkey") == 13
     assert build_model(s, "learned", "passkey", 0).encodings[0].config.max_len == 13

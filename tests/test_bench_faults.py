@@ -18,6 +18,8 @@ import torch
 
 from posenc import ModelConfig, Transformer
 from posenc.bench import runner
+from posenc.bench.runs import settings_hash
+from posenc.bench.settings import run_settings, settings_for
 from posenc.bench.data import TaskBatches
 from posenc.bench.files import OutDirLock, finite_or_none, load_tensors, save_tensors, tensors_checksum, write_json
 from posenc.bench.tasks import VOCAB_SIZE, get_task
@@ -290,9 +292,8 @@ def test_resume_with_a_matching_bench_json_adopts_runs_without_run_json(tmp_path
     (_run_dir(out) / "run.json").unlink()
     assert run_cli([*FAST, "--out", str(out), "--resume"], capsys)[0] == 0
     recorded = strict_json(_run_dir(out) / "run.json")
-    assert recorded["settings"] == runner.run_settings(runner.settings_for("micro", encodings=["none"], tasks=["copy"]),
-                                                       "copy", "none", 0)
-    assert recorded["hash"] == runner.settings_hash(recorded["settings"])
+    assert recorded["settings"] == run_settings(settings_for("micro", encodings=["none"], tasks=["copy"]), "copy", "none", 0)
+    assert recorded["hash"] == settings_hash(recorded["settings"])
 
 
 # --------------------------------------------------------------------------- two processes

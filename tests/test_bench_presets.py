@@ -4,9 +4,9 @@
   seeds; an encoding registered later joins them without any edit (checked by registering one).
 * ``embedding="matched"`` (the default): GPT-2's tied N(0, 0.02) tokens; the absolute codes of
   fixed amplitude (sinusoidal, FLOATER, recurrent) are computed on unit-scale tokens and scaled
-  back by 0.02, so they meet the tokens at their paper's ratio instead of drowning them; every
-  other encoding is the ``"gpt2"`` model bitwise. ``embedding="gpt2"`` is the former model,
-  bitwise; ``"unit"`` (N(0, 1) untied tokens) is kept for results taken with it.
+  back by 0.02 (the model's ``embed_scale``), so they meet the tokens at their paper's ratio
+  instead of drowning them; every other encoding is the ``"gpt2"`` model bitwise.
+  ``embedding="gpt2"``: GPT-2's tokens and every code as built; ``"unit"``: N(0, 1) untied tokens.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from posenc import ModelConfig, Transformer
-from posenc.bench import runner
-from posenc.bench.runner import EMBEDDINGS, PRESETS, BenchSettings, build_model, settings_for
+from posenc.bench.build import build_model
+from posenc.bench.settings import EMBEDDINGS, FIXED_AMPLITUDE, PRESETS, RENAMED_PRESETS, BenchSettings, settings_for
 from posenc.bench.tasks import TASK_NAMES, VOCAB_SIZE
 from posenc.registry import list_encodings
 
@@ -81,7 +81,7 @@ def test_gpt2_convention_is_the_plain_model_bitwise():
     model = build_model(s, "learned", "copy", seed=3)
     torch.manual_seed(3)
     plain = Transformer(ModelConfig(vocab_size=VOCAB_SIZE, d_model=64, n_layer=1, n_head=4, encoding="learned",
-                                    encoding_config={"max_len": runner._max_positions(s, "copy")}))
+                                    encoding_config={"max_len": s.max_positions("copy")}))
     a, b = model.state_dict(), plain.state_dict()
     assert a.keys() == b.keys() and len(a) > 0
     for k in a:
@@ -106,10 +106,9 @@ def _code(model, T=12):
     """The code the model adds at positions 0..T-1: embed(0) (B=1, T, C), for additive encodings."""
     from posenc.positions import SequenceInfo
 
-    pe = [m for m in model.encodings if m.has_embed]
-    assert len(pe) == 1
+    assert len([m for m in model.encodings if m.has_embed]) == 1
     zeros = torch.zeros(1, T, model.cfg.d_model)
-    return pe[0].embed(zeros, SequenceInfo.from_offset(1, T)).detach()
+    return model.embed_positions(zeros, SequenceInfo.from_offset(1, T)).detach()
 
 
 @pytest.mark.parametrize("convention, low, high", [("matched", 0.5, 1.0), ("unit", 0.5, 1.0), ("gpt2", 25.0, 45.0)])
@@ -135,8 +134,8 @@ def test_matched_sinusoidal_adds_the_paper_table_times_the_token_scale():
 
 def test_matched_is_gpt2_bitwise_for_every_encoding_without_a_fixed_amplitude_code():
     """Same weights, same tied N(0, 0.02) tokens, same logits: the quick preset's five other encodings
-    (and any registered one outside FIXED_AMPLITUDE) train exactly as under the former convention."""
-    others = [e for e in settings_for("quick").encodings if e not in runner.FIXED_AMPLITUDE]
+    (and any registered one outside FIXED_AMPLITUDE) train exactly as under the gpt2 convention."""
+    others = [e for e in settings_for("quick").encodings if e not in FIXED_AMPLITUDE]
     assert others == ["none", "learned", "rope", "alibi", "t5"]
     x = torch.randint(0, VOCAB_SIZE, (2, 10))
     for enc in others:
@@ -149,7 +148,7 @@ def test_matched_is_gpt2_bitwise_for_every_encoding_without_a_fixed_amplitude_co
         assert torch.equal(a(x), b(x)), enc
 
 
-@pytest.mark.parametrize("enc", runner.FIXED_AMPLITUDE)
+@pytest.mark.parametrize("enc", FIXED_AMPLITUDE)
 def test_matched_runs_fixed_amplitude_codes_on_unit_scale_tokens(enc):
     """x -> 0.02 * embed_gpt2(x / 0.02) with the gpt2 model's own weights (the same seed draws the
     same weights under both conventions): FLOATER adds 0.02 p(t); recurrent's GRU reads unit tokens."""
@@ -157,19 +156,20 @@ def test_matched_runs_fixed_amplitude_codes_on_unit_scale_tokens(enc):
 
     a = build_model(_micro(), enc, "copy", seed=2)
     b = build_model(_micro(embedding="gpt2"), enc, "copy", seed=2)
+    assert (a.cfg.embed_scale, b.cfg.embed_scale) == (0.02, None)
     sa, sb = a.state_dict(), b.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
-    (pa,), (pb,) = [m for m in a.encodings if m.has_embed], [m for m in b.encodings if m.has_embed]
+    (pb,) = [m for m in b.encodings if m.has_embed]
     x = 0.02 * torch.randn(2, 9, 64)  # tokens at their init scale
     seq = SequenceInfo.from_offset(2, 9)
-    torch.testing.assert_close(pa.embed(x, seq), 0.02 * pb.embed(x / 0.02, seq))
-    code_a, code_b = (pa.embed(x, seq) - x), (pb.embed(x, seq) - x)
+    torch.testing.assert_close(a.embed_positions(x, seq), 0.02 * pb.embed(x / 0.02, seq))
+    code_a, code_b = (a.embed_positions(x, seq) - x), (b.embed_positions(x, seq) - x)
     assert code_a.abs().max() < 0.25 * code_b.abs().max()  # the code no longer dwarfs the tokens
     tokens = torch.randint(0, VOCAB_SIZE, (2, 9))
     assert not torch.allclose(a(tokens), b(tokens))  # the model's forward takes the scaled embed
 
 
-@pytest.mark.parametrize("enc", runner.FIXED_AMPLITUDE)
+@pytest.mark.parametrize("enc", FIXED_AMPLITUDE)
 def test_matched_scaling_survives_deepcopy_and_kv_cache_decoding(enc):
     """scaled_copies deep-copies models; exact_match decodes with the KV cache (recurrent carries its
     GRU state in it): both must see the scaled code, equal to one full forward."""
@@ -180,8 +180,7 @@ def test_matched_scaling_survives_deepcopy_and_kv_cache_decoding(enc):
     with torch.no_grad():
         full = model(tokens)  # (2, 8, V)
         twin = copy.deepcopy(model)
-        (pe,) = [m for m in twin.encodings if m.has_embed]
-        assert pe.embed.__self__ is pe  # bound to the copy, not to the original
+        assert twin.cfg.embed_scale == 0.02  # the scaling is configuration, copied with the model
         assert torch.equal(twin(tokens), full)
         cache = model.new_cache()
         steps = [model(tokens[:, :5], cache=cache)] + [model(tokens[:, t : t + 1], cache=cache) for t in range(5, 8)]
@@ -199,8 +198,8 @@ def test_settings_record_the_convention():
 def test_fixed_amplitude_names_registered_additive_encodings():
     from posenc.registry import get_info
 
-    assert runner.FIXED_AMPLITUDE == ("sinusoidal", "floater", "recurrent")
-    for enc in runner.FIXED_AMPLITUDE:
+    assert FIXED_AMPLITUDE == ("sinusoidal", "floater", "recurrent")
+    for enc in FIXED_AMPLITUDE:
         assert get_info(enc).family == "absolute"
         model = build_model(_micro(embedding="gpt2"), enc, "copy", seed=0)
         assert _code(model).abs().max() > 0.1  # order-one codes, next to 0.02 tokens
@@ -208,11 +207,11 @@ def test_fixed_amplitude_names_registered_additive_encodings():
 
 def test_every_preset_builds_a_model_for_every_encoding():
     """A preset cannot name a size some encoding refuses (checked before hours of other runs)."""
-    names = [p for p in PRESETS if p not in runner.RENAMED_PRESETS]
+    names = [p for p in PRESETS if p not in RENAMED_PRESETS]
     assert names == ["micro", "quick", "standard", "paper"]
     for preset in ("standard",):  # paper: the same code path at d_model 256 (slow to build x19)
         s = settings_for(preset)
-        task = max(s.tasks, key=lambda t: runner._max_positions(s, t))
+        task = max(s.tasks, key=lambda t: s.max_positions(t))
         for enc in s.encodings:
             assert isinstance(build_model(s, enc, task, 0), Transformer)
 

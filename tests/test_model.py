@@ -133,9 +133,9 @@ def test_embed_scale_runs_the_embed_hook_in_scaled_coordinates(scale):
     with torch.no_grad():
         x = m.tok_emb(tokens)
         want = x + s * sinusoidal_table(seq.positions, 32)  # (B, T, C)
-        torch.testing.assert_close(m._apply_embed(x, seq, None), want)
+        torch.testing.assert_close(m.embed_positions(x, seq, None), want)
     g = Transformer(ModelConfig(d_model=32, n_head=4, n_layer=1, encoding="recurrent", embed_scale=scale)).eval()
     pe = g.encodings[0]
     with torch.no_grad():
         x = g.tok_emb(tokens)
-        assert torch.equal(g._apply_embed(x, seq, None), pe.embed(x / s, seq, None) * s)
+        assert torch.equal(g.embed_positions(x, seq, None), pe.embed(x / s, seq, None) * s)

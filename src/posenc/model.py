@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Attention, AttentionContext, EncodingState, KVCache
+from .attention import Attention
+from .context import AttentionContext, EncodingState
+from .kv_cache import KVCache
 from .config import check_int
 from .encoding import PositionalEncoding
 from .model_config import EncodingSpec, ModelConfig
@@ -108,7 +110,9 @@ class Transformer(nn.Module):
         n = self.cfg.absolute_before_last
         return 0 if n is None else self.cfg.n_layer - n
 
-    def _apply_embed(self, x: Tensor, seq: SequenceInfo, cache: KVCache | None) -> Tensor:
+    def embed_positions(self, x: Tensor, seq: SequenceInfo, cache: KVCache | None = None) -> Tensor:
+        """Hidden states (B, T, C) with the absolute encodings' ``embed`` hooks applied, as the
+        forward applies them (in ``cfg.embed_scale`` coordinates; ``cache``: decoding state)."""
         s = self.cfg.embed_scale
         for i, pe in enumerate(self.encodings):
             if pe.has_embed:
@@ -219,11 +223,11 @@ class Transformer(nn.Module):
         embed_at = self._embed_layer()
         for i, block in enumerate(self.blocks):
             if i == embed_at:
-                x = self._apply_embed(x, seq, cache)
+                x = self.embed_positions(x, seq, cache)
             j = self.layer_enc[i]
             x = block(x, ctx, no_encoding if j is None else states[j], cache, i)
         if embed_at == len(self.blocks):
-            x = self._apply_embed(x, seq, cache)
+            x = self.embed_positions(x, seq, cache)
         if cache is not None:
             cache.commit(ctx.k_seq, seq.positions.shape[1])
         x = self.ln_f(x)

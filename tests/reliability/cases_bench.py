@@ -94,13 +94,13 @@ def _missing_weights() -> object:
 
 
 def _settings(**over):
-    from posenc.bench.runner import run_settings, settings_for
+    from posenc.bench.settings import run_settings, settings_for
 
     return run_settings(settings_for("micro", encodings=["none"], tasks=["copy"], **over), "copy", "none", 0)
 
 
 def _other_settings() -> object:
-    from posenc.bench.runner import check_run_dir
+    from posenc.bench.runs import check_run_dir
 
     run = Path("run")
     run.mkdir()
@@ -109,7 +109,7 @@ def _other_settings() -> object:
 
 
 def _unrecorded_run() -> object:
-    from posenc.bench.runner import check_run_dir
+    from posenc.bench.runs import check_run_dir
 
     run = Path("run")
     run.mkdir()
@@ -118,7 +118,8 @@ def _unrecorded_run() -> object:
 
 
 def _bad_bench_json() -> object:
-    from posenc.bench.runner import check_out_dir, settings_for
+    from posenc.bench.runs import check_out_dir
+    from posenc.bench.settings import settings_for
 
     out = Path("out")
     out.mkdir()

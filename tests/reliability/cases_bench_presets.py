@@ -13,7 +13,7 @@ A = "bench presets"
 
 def _settings(preset, **kw):
     def run():
-        from posenc.bench.runner import settings_for
+        from posenc.bench.settings import settings_for
 
         return settings_for(preset, **kw)
 
@@ -21,7 +21,7 @@ def _settings(preset, **kw):
 
 
 def _full_is_paper() -> str:
-    from posenc.bench.runner import settings_for
+    from posenc.bench.settings import settings_for
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):

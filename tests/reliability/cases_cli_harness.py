@@ -47,7 +47,7 @@ def _wild_task():
 
 def _short_synthetic_length():
     from posenc.bench import tasks
-    from posenc.bench.runner import settings_for
+    from posenc.bench.settings import settings_for
 
     saved = dict(tasks._TASKS)
     try:

@@ -10,8 +10,10 @@ Small decoder-only Transformers are trained with each registered encoding on
 with training-free RoPE scalings (PI, NTK-aware, dynamic NTK, YaRN) evaluated as extra
 variants when the rotary encoding offers them. See docs/bench.md.
 
-Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.train`
-(harness), :mod:`.evaluate`, :mod:`.runner` (presets, orchestration), :mod:`.report`
+Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.settings`
+(BenchSettings, presets), :mod:`.build` (one run's model, batches, optimisation), :mod:`.train`
+(harness), :mod:`.evaluate`, :mod:`.runs` (the output folder), :mod:`.runner` (orchestration),
+:mod:`.compare` (a fresh table against a committed one), :mod:`.report`
 (table, CSV, plots, ``load_results``/``figures`` for the HTML report), :mod:`.files`
 (strict JSON, checksummed safetensors, the output-folder lock), :mod:`.cli`.
 """
@@ -19,6 +21,7 @@ Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.trai
 from .cli import add_parser
 from .report import figures, format_table
 from .summary import load_results
-from .runner import PRESETS, BenchSettings, run_bench, settings_for
+from .runner import run_bench
+from .settings import PRESETS, BenchSettings, settings_for
 
 __all__ = ["add_parser", "figures", "format_table", "load_results", "PRESETS", "BenchSettings", "run_bench", "settings_for"]

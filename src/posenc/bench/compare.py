@@ -1,0 +1,162 @@
+"""A fresh benchmark table against a committed one: do they agree within the seeds' spread?
+
+Training is bitwise reproducible only on the same CPU kind with the same thread count
+(docs/bench.md "Determinism: what holds"); elsewhere the runs follow other rounding and end at
+other numbers, as another seed would. So a fresh table is compared with a committed one the
+way two samples are:
+
+* each cell of the table, one (task, encoding, variant) and ``≤L`` or ``>L``, is the mean over
+  seeds; its difference ``d`` is scaled by the standard error of a difference of two means,
+  ``se = sqrt((sd_fresh² + sd_committed²) / n)`` (sample std over the n seeds; log perplexity for
+  ppl cells, whose spread is multiplicative), giving ``z = d / se``;
+* the table agrees when the pooled ratio ``sum(d²) / sum(se²)`` over the cells is at most
+  :data:`RATIO_LIMIT`. Two tables drawn alike give a ratio near 1 (the same numerics give 0);
+  a cell moved by many standard errors lifts it above the limit. Pooling keeps the test stable
+  with 3 seeds, where one cell's own spread is too noisy to judge it alone;
+* ``train_loss`` of every run is compared bitwise, which says whether the numerics were the
+  same at all.
+
+``python benchmarks/compare_bench.py FRESH COMMITTED`` prints it (``make demo`` runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from .stats import mean_std
+
+__all__ = ["RATIO_LIMIT", "CellDiff", "Comparison", "compare_files", "compare_results", "format_comparison",
+           "read_results"]
+
+# The pooled ratio above which two tables disagree. Drawn alike, sum(d²) / sum(se²) is near 1
+# with a spread of about sqrt(2 / cells) (about 0.2 for the quick table's 60 cells, more with
+# the noise of 3-seed stds): 2 leaves room for that, while one cell 10 standard errors off in a
+# table of 60 adds about 1.7.
+RATIO_LIMIT = 2.0
+
+
+@dataclass(frozen=True)
+class CellDiff:
+    """One cell of the table in both files; ``z`` is None where a seed has no value (diverged)."""
+
+    task: str
+    encoding: str
+    variant: str
+    where: str  # "≤L" or ">L"
+    metric: str  # "accuracy" or "ppl" (compared as log ppl)
+    fresh: float
+    committed: float
+    se: float | None
+    z: float | None
+
+    @property
+    def label(self) -> str:
+        name = self.encoding if self.variant == "base" else f"{self.encoding}+{self.variant}"
+        return f"{self.task}/{name} {self.where}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    cells: list[CellDiff]
+    runs: int  # runs present in both files
+    runs_bitwise: int  # of them, with the same train_loss to the last bit
+    ratio: float  # sum(d²) / sum(se²) over the cells with a value (0 when every d is 0)
+
+    @property
+    def agrees(self) -> bool:
+        return self.ratio <= RATIO_LIMIT
+
+
+def _seed_values(row: dict, where: str) -> list[float]:
+    """The per-seed values of one cell (null, a diverged seed or no point there: NaN)."""
+    vals = [math.nan if v is None else float(v) for v in row["in_seeds" if where == "≤L" else "beyond_seeds"]]
+    return [math.log(v) if row["metric"] == "ppl" and v > 0 else v for v in vals]
+
+
+def _same_loss(a: float | None, b: float | None) -> bool:
+    return a == b or (a is None or math.isnan(a)) and (b is None or math.isnan(b))
+
+
+def read_results(path: str | Path) -> dict:
+    """A ``results.json`` (or the benchmark's output folder holding one), as stored."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"no benchmark results at {str(p)!r}")
+    try:
+        results = json.loads(p.read_text())
+    except ValueError as e:
+        raise ValueError(f"{p} is not valid JSON: {e}") from None
+    if not isinstance(results, dict) or not {"settings", "summary", "runs"} <= set(results):
+        raise ValueError(f"{p} is not posenc bench results (it needs settings, summary and runs)")
+    return results
+
+
+def compare_results(fresh: dict, committed: dict) -> Comparison:
+    """Compare two results dicts (:func:`read_results`) cell by cell.
+
+    Raises ValueError when they cannot be compared: other settings, or other (task, encoding,
+    variant) rows or seeds.
+    """
+    skip = ("encodings", "tasks")
+    a = {k: v for k, v in fresh["settings"].items() if k not in skip}
+    b = {k: v for k, v in committed["settings"].items() if k not in skip}
+    if a != b:
+        diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+        raise ValueError(f"the tables were made with other settings (fresh, committed): {diff}")
+    rows_a = {(r["task"], r["encoding"], r["variant"]): r for r in fresh["summary"]}
+    rows_b = {(r["task"], r["encoding"], r["variant"]): r for r in committed["summary"]}
+    if set(rows_a) != set(rows_b):
+        only = sorted(set(rows_a) ^ set(rows_b))
+        raise ValueError(f"the tables hold other rows: {', '.join('/'.join(k) for k in only[:6])}"
+                         f"{' ...' if len(only) > 6 else ''} in one file only")
+    cells: list[CellDiff] = []
+    for key in sorted(rows_a):
+        ra, rb = rows_a[key], rows_b[key]
+        if ra["seed_ids"] != rb["seed_ids"]:
+            raise ValueError(f"{'/'.join(key)}: seeds {ra['seed_ids']} (fresh) against {rb['seed_ids']} (committed)")
+        for where in ("≤L", ">L"):
+            va, vb = _seed_values(ra, where), _seed_values(rb, where)
+            (ma, sa), (mb, sb) = mean_std(va), mean_std(vb)
+            if any(math.isnan(v) for v in va + vb):  # a diverged seed, or no point beyond L
+                se = z = None
+            else:
+                se = math.sqrt((sa**2 + sb**2) / len(va)) if len(va) > 1 else 0.0
+                d = ma - mb
+                z = 0.0 if d == 0 else (math.copysign(math.inf, d) if se == 0 else d / se)
+            cells.append(CellDiff(*key, where, ra["metric"], ma, mb, se, z))
+    losses_a = {(r["task"], r["encoding"], r["seed"]): r["train_loss"] for r in fresh["runs"]}
+    losses_b = {(r["task"], r["encoding"], r["seed"]): r["train_loss"] for r in committed["runs"]}
+    both = set(losses_a) & set(losses_b)
+    bitwise = sum(1 for k in both if _same_loss(losses_a[k], losses_b[k]))
+    num = sum((c.fresh - c.committed) ** 2 for c in cells if c.z is not None)
+    den = sum(c.se**2 for c in cells if c.z is not None)
+    ratio = 0.0 if num == 0 else (math.inf if den == 0 else num / den)
+    return Comparison(cells, len(both), bitwise, ratio)
+
+
+def compare_files(fresh: str | Path, committed: str | Path) -> Comparison:
+    """:func:`compare_results` of two ``results.json`` files (or benchmark output folders)."""
+    return compare_results(read_results(fresh), read_results(committed))
+
+
+def format_comparison(c: Comparison, *, show: int = 8) -> str:
+    """The verdict, the bitwise count, and the ``show`` cells furthest apart."""
+    valued = [x for x in c.cells if x.z is not None]
+    within = sum(1 for x in valued if abs(x.z) <= 2)
+    lines = [
+        f"train_loss bitwise equal in {c.runs_bitwise} of {c.runs} runs"
+        + (" (same numerics: same CPU kind and thread count)" if c.runs and c.runs_bitwise == c.runs else ""),
+        f"{within} of {len(valued)} cells within 2 standard errors of the seeds' spread"
+        f" ({len(c.cells) - len(valued)} n/a); pooled ratio sum(d²)/sum(se²) = {c.ratio:.2f}"
+        f" (limit {RATIO_LIMIT:g}): {'agrees' if c.agrees else 'DISAGREES'}",
+    ]
+    furthest = sorted((x for x in valued if x.z != 0), key=lambda x: -abs(x.z))[:show]
+    for x in furthest:
+        unit = "log ppl" if x.metric == "ppl" else "acc"
+        lines.append(f"  {x.label:<28} {unit} {x.fresh:9.4f} vs {x.committed:9.4f}  z {x.z:+.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""bench/compare.py: a fresh table against a committed one, within the seeds' spread."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from posenc.bench.compare import RATIO_LIMIT, compare_files, compare_results, read_results
+
+COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_quick.json"
+
+
+@pytest.fixture(scope="module")
+def committed() -> dict:
+    return read_results(COMMITTED)
+
+
+def test_a_table_against_itself_is_bitwise_and_agrees(committed):
+    c = compare_results(committed, copy.deepcopy(committed))
+    assert c.runs == len(committed["runs"]) > 0 and c.runs_bitwise == c.runs
+    assert c.ratio == 0.0 and c.agrees
+    valued = [x for x in c.cells if x.z is not None]
+    assert valued and all(x.z == 0.0 for x in valued)
+
+
+def test_the_pooled_ratio_by_hand(committed):
+    """Two cells moved: the ratio is sum(d²) / sum(se²) over every cell with a value, se the
+    standard error of a difference of two 3-seed means (log ppl for ppl cells)."""
+    fresh = copy.deepcopy(committed)
+    rows = [r for r in fresh["summary"] if r["variant"] == "base" and r["metric"] == "accuracy" and r["in_std"] > 0]
+    assert len(rows) >= 2
+    rows[0]["in_seeds"] = [v + 0.01 for v in rows[0]["in_seeds"]]  # every seed + 0.01: the same spread
+    rows[1]["beyond_seeds"] = [v - 0.02 for v in rows[1]["beyond_seeds"]]
+    c = compare_results(fresh, committed)
+    den = 0.0
+    for r in committed["summary"]:
+        for key in ("in_seeds", "beyond_seeds"):
+            vals = r[key]
+            if any(v is None for v in vals):
+                continue
+            vals = [math.log(v) for v in vals] if r["metric"] == "ppl" else vals
+            m = sum(vals) / len(vals)
+            var = sum((v - m) ** 2 for v in vals) / (len(vals) - 1)
+            den += 2 * var / len(vals)  # both tables have the same spread here
+    assert c.ratio == pytest.approx((0.01**2 + 0.02**2) / den, rel=1e-9)
+    moved = {x.label: x.z for x in c.cells if x.z not in (None, 0.0)}
+    assert len(moved) == 2
+
+
+def test_one_cell_far_off_disagrees(committed):
+    fresh = copy.deepcopy(committed)
+    row = next(r for r in fresh["summary"] if r["task"] == "copy" and r["encoding"] == "alibi")
+    row["in_seeds"] = [v - 0.5 for v in row["in_seeds"]]  # ALiBi copies half as well within L
+    c = compare_results(fresh, committed)
+    assert c.ratio > RATIO_LIMIT and not c.agrees
+
+
+def test_tables_of_other_settings_are_not_compared(committed, tmp_path):
+    fresh = copy.deepcopy(committed)
+    fresh["settings"]["steps"] = 400
+    with pytest.raises(ValueError, match=r"^the tables were made with other settings \(fresh, committed\): \{'steps': \(400, 500\)\}$"):
+        compare_results(fresh, committed)
+    (tmp_path / "results.json").write_text(json.dumps({"format": "x"}))
+    with pytest.raises(ValueError, match=r"is not posenc bench results \(it needs settings, summary and runs\)$"):
+        compare_files(tmp_path, COMMITTED)
+    with pytest.raises(FileNotFoundError, match=r"^no benchmark results at"):
+        compare_files(tmp_path / "missing.json", COMMITTED)
