@@ -61,6 +61,7 @@ __all__ = [
     "YarnScaling",
     "Llama3Scaling",
     "LongRopeScaling",
+    "ProportionalScaling",
     "base_inv_freq",
     "make_scaling_config",
     "rope_frequencies",
@@ -567,6 +568,28 @@ def _longrope_ramp(s: float, L: int, rotary_dim: int) -> dict[str, Any]:
             "factor": s, "original_max_position_embeddings": L}
 
 
+@dataclass
+class ProportionalScaling(ScalingConfig):
+    """p-RoPE (Barbero et al. 2025, "Round and Round We Go! What makes Rotary Positional
+    Encodings useful?", ICLR 2025; Gemma 4): the first int(p * d // 2) pairs (the highest
+    frequencies) keep theta_i, the others get theta = 0 (not rotated: position-independent
+    channels); every theta is then divided by ``factor`` (transformers' "proportional")."""
+
+    proportion: float = 1.0  # p, in [0, 1]; transformers' rope-dict partial_rotary_factor
+    factor: float = 1.0
+
+    def validate(self) -> None:
+        check_range("proportion", self.proportion, 0.0, 1.0)
+        check_range("factor", self.factor, 1.0, None)
+
+
+def _proportional(inv_freq: Tensor, cfg: ProportionalScaling, *, base: float, seq_len: int | None = None):
+    kept = int(cfg.proportion * (2 * inv_freq.numel()) // 2)  # as transformers counts the rotated pairs
+    out = inv_freq.clone()
+    out[kept:] = 0.0
+    return out / cfg.factor, 1.0
+
+
 for _entry in (
     Scaling("default", DefaultScaling, _default, "theta_i = base^(-2i/d), as trained", "Su et al. 2021, RoFormer",
             label="no scaling", hf=HFSpec("default")),
@@ -592,6 +615,9 @@ for _entry in (
             "beyond; attention factor sqrt(1 + ln s / ln L)", "Ding et al. 2024, LongRoPE; Phi-3", label="LongRoPE",
             hf=HFSpec("longrope", required=("short_factor", "long_factor"), implied_factor=True),
             illustration=_longrope_ramp),
+    Scaling("proportional", ProportionalScaling, _proportional, "theta_i kept for the first p of the pairs, 0 "
+            "(not rotated) for the rest; all / s", "Barbero et al. 2025, Round and Round We Go (p-RoPE); Gemma 4",
+            label="p-RoPE", illustration=lambda s, L, rotary_dim: {"proportion": 0.25}),
 ):
     register_scaling(_entry)
 del _entry
