@@ -1,0 +1,48 @@
+"""The encodings of issue 23 (dynamic_bias, cope, pope, the hope and proportional RoPE
+scalings, randomized positions): config values refused by name, and inputs they refuse."""
+
+from __future__ import annotations
+
+import torch
+
+from posenc import SequenceInfo, build
+
+from . import Case
+
+
+def _randomized(seq: SequenceInfo, max_length) -> None:
+    from posenc.absolute.randomized import randomized_positions
+
+    randomized_positions(seq, max_length)
+
+
+A = "new encodings"
+CASES = [
+    Case(A, "dynamic_bias width=10**6", r"width must be in \[1, 4096\], got 1000000",
+         run=lambda: build("dynamic_bias", d_model=8, num_heads=2, width=10**6)),
+    Case(A, "dynamic_bias depth=0", r"depth must be in \[1, 16\], got 0",
+         run=lambda: build("dynamic_bias", d_model=8, num_heads=2, depth=0)),
+    Case(A, "cope max_pos=10**9", r"max_pos must be in \[1, 65536\], got 1000000000",
+         run=lambda: build("cope", d_model=8, num_heads=2, max_pos=10**9)),
+    Case(A, "cope init_std=-1", r"init_std must be in \[0.0, 10000.0\], got -1.0",
+         run=lambda: build("cope", d_model=8, num_heads=2, init_std=-1.0)),
+    Case(A, "pope base=1 (frequencies would not decrease)", r"base must be > 1 .*got 1.0",
+         run=lambda: build("pope", d_model=8, num_heads=2, base=1.0)),
+    Case(A, "pope bias_init='normal'", r"bias_init must be one of 'zeros', 'uniform'; got 'normal'",
+         run=lambda: build("pope", d_model=8, num_heads=2, bias_init="normal")),
+    Case(A, "rope scaling='proportional' proportion=1.5", r"proportion must be in \[0.0, 1.0\], got 1.5",
+         run=lambda: build("rope", d_model=8, num_heads=2, scaling="proportional", proportion=1.5)),
+    Case(A, "rope scaling='proportional' written to a transformers config (no HF spelling yet)",
+         r"rope type 'proportional' has no transformers spelling",
+         run=lambda: build("rope", d_model=8, num_heads=2, scaling="proportional", proportion=0.5).to_hf()),
+    Case(A, "rope scaling='hope' without the trained length",
+         r"original_max_position_embeddings is required for rope type 'hope'",
+         run=lambda: build("rope", d_model=8, num_heads=2, scaling="hope")),
+    Case(A, "randomized positions from a range shorter than a document",
+         r"max_length must be > every position .*got 4",
+         run=lambda: _randomized(SequenceInfo.from_offset(1, 6), 4)),
+    Case(A, "randomized positions max_length=10**9", r"max_length must be in \[1, 16777216\], got 1000000000",
+         run=lambda: _randomized(SequenceInfo.from_offset(1, 6), 10**9)),
+    Case(A, "randomized positions of a tensor, not a SequenceInfo", r"seq must be a SequenceInfo, got Tensor",
+         error=TypeError, run=lambda: _randomized(torch.arange(4)[None], 10)),
+]
