@@ -292,3 +292,70 @@ def test_deberta_layer_norm_eps_matches_hf_deberta_v2_model(share):
     torch.testing.assert_close(ours(), want, atol=1e-7, rtol=1e-7)
     old = ours(layer_norm_eps=1e-5)
     assert (old - want).abs().max() > 1e-3 * want.abs().max()
+
+
+# ---- non-finite values and position layouts: the whole registry ---------------------------
+@pytest.mark.parametrize("name", ALL)
+def test_non_finite_config_values_are_refused_by_name(name):
+    """Every config key of every encoding (RoPE's scaling keys included): NaN and +-inf are a
+    ValueError or TypeError naming the key, never accepted and never an OverflowError later."""
+    keys = get_info(name).config_keys
+    for key in keys:
+        for value in (float("nan"), float("inf"), float("-inf")):
+            with pytest.raises((ValueError, TypeError), match=rf"\b{key}\b"):
+                build(name, d_model=16, num_heads=2, **{key: value})
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_non_finite_parameters_propagate_or_are_named(name):
+    """A parameter or buffer of the encoding set to NaN or inf (a diverged update, a bad
+    checkpoint): the forward either runs (the non-finite values propagate into the logits) or
+    raises a ValueError naming that parameter; never an OverflowError, an IndexError or an
+    int conversion error (FIRE's int(ceil(L)) and CoPE's NaN.long() index did)."""
+    model = tiny_model(name)
+    tokens = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(0))
+    seq = SequenceInfo.from_offset(2, 6, 3)
+    tensors = [(n, t) for n, t in [*model.encodings.named_parameters(), *model.encodings.named_buffers()]
+               if t.is_floating_point()]
+    for pname, t in tensors:
+        keep = t.detach().clone()
+        for value in (float("nan"), float("inf")):
+            with torch.no_grad():
+                t.fill_(value)
+                try:
+                    model(tokens, seq)
+                except ValueError as e:
+                    assert pname.split(".")[-1] in str(e), (pname, value, str(e))
+                t.copy_(keep)
+
+
+_BASE = torch.stack([torch.arange(7) + 3, torch.arange(7) * 2])  # two different rows: no shared-row shortcut
+LAYOUTS = {
+    "transposed": _BASE.t().contiguous().t(),  # strides (1, 2)
+    "strided": torch.stack([_BASE, _BASE], -1)[..., 0],  # every other element of a buffer
+    "expanded": (torch.arange(7) + 3).expand(2, 7),  # stride 0 along the batch
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("name", ALL)
+def test_positions_in_any_memory_layout_give_the_same_logits(name, layout):
+    """Positions as a non-contiguous tensor (a transpose, a slice, an expand) give the logits
+    and parameter gradients of the same positions stored contiguously (FIRE's per-pair path
+    called .view on them)."""
+    positions = LAYOUTS[layout]
+    assert not positions.is_contiguous()
+    tokens = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for pos in (positions.contiguous(), positions):
+        model = tiny_model(name)
+        out = model(tokens, SequenceInfo(pos))
+        w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+        grads = torch.autograd.grad((out * w).sum(), list(model.parameters()), allow_unused=True)
+        runs.append((out.detach(), grads))
+    (want, want_g), (got, got_g) = runs
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for a, b in zip(got_g, want_g):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -26,6 +26,13 @@ Q_POS = torch.tensor([[5, 6, 7, 8], [0, 3, 9, 20]])
 K_POS = torch.tensor([[0, 1, 2, 3, 9, 300], [1, 2, 3, 4, 5, 160]])
 H = 3
 
+# From the registry: every encoding with a content-independent bias; those with learned
+# parameters; those whose bias depends on q_pos - k_pos alone (a Toeplitz BiasTerm).
+_BUILT = {n: build(n, d_model=16, num_heads=4) for n in posenc.list_encodings()}
+BIAS = [n for n, e in _BUILT.items() if e.has_bias]
+LEARNED_BIAS = [n for n in BIAS if any(True for _ in _BUILT[n].parameters())]
+TOEPLITZ = [n for n in BIAS if _BUILT[n].logit_bias().toeplitz]
+
 
 def _bias64(name: str, **config) -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
@@ -351,6 +358,50 @@ def test_fire_contiguous_positions_past_the_threshold_against_reference():
             torch.testing.assert_close(bias[:, i, j], want, atol=1e-12, rtol=1e-12)
 
 
+def _layouts(pos: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``pos`` (B, T) in three non-contiguous layouts with the same values."""
+    return {
+        "transposed": pos.t().contiguous().t(),
+        "strided": torch.stack([pos, pos], -1)[..., 0],
+        "expanded": pos[:1].expand_as(pos) if bool((pos == pos[:1]).all()) else pos.t().contiguous().t(),
+    }
+
+
+@pytest.mark.parametrize("side", ["query", "key", "both"])
+@pytest.mark.parametrize("layout", ["transposed", "strided", "expanded"])
+def test_fire_pairs_take_positions_in_any_layout(layout, side):
+    """FIRE's per-pair bias (forward and every parameter's gradient) with query and/or key
+    positions given as a non-contiguous tensor equals the result for contiguous ones (its
+    forward and backward called ``.view`` on the normalised distances, which follow the
+    positions' strides)."""
+    torch.manual_seed(0)
+    enc = build("fire", d_model=12, num_heads=3, init_L=3.0).double()
+    q_pos = torch.tensor([[0, 3, 4, 5, 6, 11], [2, 5, 5, 9, 20, 21]])
+    k_pos = torch.tensor([[0, 1, 5, 6, 7, 8], [0, 2, 3, 4, 5, 6]])
+    if layout == "expanded":  # equal rows, so that the batch can be a stride-0 expand
+        q_pos, k_pos = q_pos[:1].repeat(2, 1), k_pos[:1].repeat(2, 1)
+    q_odd = _layouts(q_pos)[layout] if side in ("query", "both") else q_pos
+    k_odd = _layouts(k_pos)[layout] if side in ("key", "both") else k_pos
+    assert not (q_odd.is_contiguous() and k_odd.is_contiguous())
+    params = list(enc.parameters())
+    want = enc.logit_bias().all_pairs(q_pos, k_pos)
+    got = enc.logit_bias().all_pairs(q_odd, k_odd)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    w = torch.randn_like(want)
+    for a, b in zip(torch.autograd.grad((got * w).sum(), params), torch.autograd.grad((want * w).sum(), params)):
+        torch.testing.assert_close(a, b, atol=1e-13, rtol=0)
+
+
+def test_fire_non_finite_threshold_is_named():
+    enc = build("fire", d_model=8, num_heads=2)
+    pos = torch.arange(5)[None]
+    for value in (float("nan"), float("inf"), float("-inf")):
+        with torch.no_grad():
+            enc.L_multiplier.fill_(value)
+        with pytest.raises(ValueError, match=r"^FIRE's threshold L = \|L_multiplier \* init_L\| must be finite"):
+            enc.logit_bias().dense(pos, pos)
+
+
 def test_fire_pairs_function_equals_its_definition():
     # FireBias.all_pairs (one x per pair, a per-piece scatter in backward, x recomputed) against
     # BiasTerm.all_pairs on the same fn (gather per head, autograd): values and every
@@ -377,7 +428,7 @@ def test_fire_pairs_function_equals_its_definition():
         torch.testing.assert_close(a, b, atol=1e-11, rtol=0, msg=n)
 
 
-@pytest.mark.parametrize("name", ["fire", "t5", "kerple"])
+@pytest.mark.parametrize("name", LEARNED_BIAS)
 @pytest.mark.parametrize("rows", ["shared", "per_row"])
 def test_dense_bias_keeps_nothing_per_pair_for_backward(name, rows):
     # The bias is built once per forward and kept until the backward: what autograd saves to
@@ -395,7 +446,10 @@ def test_dense_bias_keeps_nothing_per_pair_for_backward(name, rows):
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         bias = enc.logit_bias().dense(pos, pos)
     assert bias.shape == (pos.shape[0], 4, T, T) and bias.requires_grad
-    assert sum(saved) < 20 * pos.numel(), saved  # per position or per distance at most, not per pair
+    # Per position or per distance at most (an MLP's width times the distances), never per pair:
+    # no saved tensor near B·T·T numbers, and all of them together less than one such tensor.
+    per_pair = pos.shape[0] * T * T
+    assert saved and max(saved) < per_pair / 16 and sum(saved) < per_pair / 4, saved
 
 
 def test_fire_progressive_interpolation():
@@ -411,17 +465,15 @@ def test_fire_progressive_interpolation():
 
 # -------------------------------------------------------------------- shared behaviour ---
 
-RELATIVE = ["t5", "alibi", "kerple", "fire"]
+def test_bias_encodings_are_relative_and_only_bias():
+    assert {"t5", "alibi", "kerple", "fire"} <= set(BIAS)
+    for name in BIAS:
+        enc = build(name, d_model=16, num_heads=4)
+        assert posenc.get_info(name).family == "relative", name
+        assert not (enc.has_terms or enc.has_rotate or enc.has_embed), name
 
 
-@pytest.mark.parametrize("name", RELATIVE)
-def test_registered_in_relative_family(name):
-    assert name in posenc.list_encodings("relative")
-    enc = build(name, d_model=16, num_heads=4)
-    assert enc.has_bias and not (enc.has_terms or enc.has_rotate or enc.has_embed)
-
-
-@pytest.mark.parametrize("name", RELATIVE)
+@pytest.mark.parametrize("name", BIAS)
 def test_batch_one_bias_only_when_rows_are_provably_equal(name):
     enc = build(name, d_model=16, num_heads=4)
     with torch.no_grad():
@@ -522,7 +574,7 @@ def test_learned_biases_reject_bad_parameters(name, config, match):
 # ---- the Toeplitz path: the bias of Tq + Tk - 1 distances, expanded -----------------------------
 
 
-@pytest.mark.parametrize("name", ["t5", "alibi", "kerple"])
+@pytest.mark.parametrize("name", TOEPLITZ)
 @pytest.mark.parametrize("tq,tk,s", [(5, 5, 0), (3, 8, 5), (6, 2, -1), (1, 9, 8)])
 def test_toeplitz_path_equals_all_pairs(name, tq, tk, s):
     """Contiguous shared positions (q_pos - k_pos = s + i - j): the per-distance form equals
@@ -574,7 +626,7 @@ def test_bias_is_built_once_per_forward(monkeypatch, padded):
     assert masked_calls == ([False, True, True] if padded else [])
 
 
-@pytest.mark.parametrize("name", RELATIVE)
+@pytest.mark.parametrize("name", BIAS)
 def test_sdpa_row_blocked_bias_equals_eager_past_one_block(name):
     # T = 300 > 256 rows: the SDPA path attends in row blocks (causal_sdpa_with_bias).
     tokens = torch.randint(0, 64, (1, 300))

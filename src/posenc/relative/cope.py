@@ -113,6 +113,8 @@ class ContextualPosition(PositionalEncoding):
         per_position = q.to(dt) @ self.pos_emb.to(dt).t()  # (B, H, Tq, max_pos): q_i·e[p]
         lo, hi = pos.floor(), pos.ceil()
         w = pos - lo  # the gradient reaches the gates through w
-        z_lo = per_position.gather(-1, lo.long())  # (B, H, Tq, Tk)
-        z_hi = per_position.gather(-1, hi.long())
+        # A NaN q (a diverged model) makes NaN positions: read row 0 for them, and w, NaN too,
+        # carries the NaN into the logits, as in every other encoding (NaN.long() is int64's minimum).
+        z_lo = per_position.gather(-1, lo.nan_to_num(0.0).long())  # (B, H, Tq, Tk)
+        z_hi = per_position.gather(-1, hi.nan_to_num(0.0).long())
         return [DenseTerm(z_hi * w + z_lo * (1 - w))]

@@ -22,6 +22,7 @@ Shapes: positions (B, T); distances (B, Tq, Tk); bias (B or 1, H, Tq, Tk).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -72,7 +73,8 @@ class _FirePairs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, c: Tensor, L: Tensor, slopes: Tensor, intercepts: Tensor,
                 q_pos: Tensor, k_pos: Tensor, knots: Tensor, eps: float) -> Tensor:
-        x = _normalized(q_pos[:, :, None], k_pos[:, None, :], c, L, eps)  # (B, Tq, Tk)
+        # contiguous: positions may come strided (a transposed or expanded tensor), and so may x
+        x = _normalized(q_pos[:, :, None], k_pos[:, None, :], c, L, eps).contiguous()  # (B, Tq, Tk)
         piece = torch.bucketize(x, knots).view(-1)  # knots[piece - 1] < x <= knots[piece]
         slope_rows, intercept_rows = slopes.t().contiguous(), intercepts.t().contiguous()  # (H, W + 1)
         heads, xf = slope_rows.shape[0], x.view(-1)
@@ -89,7 +91,7 @@ class _FirePairs(torch.autograd.Function):
         heads, pieces = slope_rows.shape
         with torch.enable_grad():
             c_, L_ = c.detach().requires_grad_(), L.detach().requires_grad_()
-            x = _normalized(q_pos[:, :, None], k_pos[:, None, :], c_, L_, ctx.eps)
+            x = _normalized(q_pos[:, :, None], k_pos[:, None, :], c_, L_, ctx.eps).contiguous()
         xf = x.detach().view(-1)
         piece = torch.bucketize(xf, knots)
         g = grad.movedim(1, 0).reshape(heads, -1)  # (H, N), pairs in x's order
@@ -137,7 +139,11 @@ class FireBias(BiasTerm):
         # Positions q0, q0 + 1, ...: the rows strictly below L share psi(L) (a row at L itself
         # is a tie of max(L, i), whose gradient torch splits; it stays with the pairs).
         q0 = q_pos[0, 0]
-        rows = min(max(int(torch.ceil(self.threshold.detach())) - int(q0), 0), tq)
+        threshold = float(self.threshold.detach())
+        if not math.isfinite(threshold):
+            raise ValueError(f"FIRE's threshold L = |L_multiplier * init_L| must be finite, got {threshold} "
+                             "(a non-finite L_multiplier parameter: a diverged update, or one set by hand)")
+        rows = min(max(math.ceil(threshold) - int(q0), 0), tq)
         if rows == 0:
             return self.all_pairs(q_pos, k_pos)
         # One evaluation per distance d at the pair (q0, q0 - d), whose query has the block's normaliser.
