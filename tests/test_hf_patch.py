@@ -362,3 +362,28 @@ def test_docs_hf_examples_run(saved):
         model = namespace["model"]
         assert type(model.base_model.rotary_emb).__name__ == "LlamaRotaryEmbedding"  # unpatched at the end
         assert patched_rope(model) is None
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_a_rope_for_another_head_size_names_the_head_size(name):
+    """A RoPE built for other heads has another rotary_dim too; the error names the cause."""
+    model = make(name)
+    native = from_hf(model.config)
+    head = native.dims.head_dim
+    wrong = Dims(d_model=4 * 2 * head, num_heads=4, head_dim=2 * head)
+    rope = RotaryEmbedding(RotaryConfig(rotary_dim=native.rotary_dim * 2, layout=native.config.layout), wrong)
+    with pytest.raises(ValueError, match=rf"^rope.head_dim must be {head}, the checkpoint's .*got {2 * head} "
+                                         r"\(build it for the checkpoint's heads"):
+        patch_model(model, rope)
+    assert patched_rope(model) is None  # left as it was
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_a_new_scaling_defaults_to_the_one_trained_length(name):
+    """patch_model's default original_max_position_embeddings is posenc.hf.trained_length of
+    the config, for every family (GPT-J's n_positions included); YaRN takes it."""
+    from posenc.hf import trained_length
+
+    model = make(name)
+    rope = patch_model(model, scaling="yarn", factor=2.0)
+    assert rope.config.original_max_position_embeddings == trained_length(model.config) == L

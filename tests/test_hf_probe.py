@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -251,3 +252,81 @@ def test_report_model_section(ckpt, tmp_path):
     assert page.count('alt="probe_layer0"') == 1
     first = data["layers"]["0"]["curves"]["model"]["full"][0]
     assert f"<td>model</td><td>{first:.4g}</td>" in page
+
+
+@pytest.mark.parametrize("family", ["llama", *FAMILIES])
+def test_probe_runs_on_every_family_it_documents(family, tmp_path):
+    """Every family layer_taps reads is accepted by the probe end to end, its trained length
+    read by posenc.hf.trained_length (GPT-J: n_positions), and the curves start at the
+    checkpoint's own logit at d = 0."""
+    from posenc.hf import trained_length
+
+    if family == "llama":
+        cfg = _config()
+    else:
+        cls, extra = FAMILIES[family]
+        kw = dict(_SMALL) if family != "gptj" else dict(vocab_size=260)
+        if family == "phi3":  # Phi3Config's default trained length is 4096, whatever max_position_embeddings says
+            extra = extra | {"original_max_position_embeddings": 64}
+        cfg = getattr(transformers, cls)(**(kw | extra))
+    torch.manual_seed(0)
+    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    m.save_pretrained(tmp_path / "ckpt")
+    s = ProbeSettings(tokens=16, points=8, dtype="float32", scalings=("linear",))
+    r = probe(tmp_path / "ckpt", tmp_path / "out", s, progress=False, model=m)
+    assert r.data["trained_length"] == trained_length(m.config) == 64
+    assert set(r.data["layers"]["0"]["curves"]) == {"model", "base x16", "linear"}
+    assert (tmp_path / "out" / "probe.json").is_file() and r.figures[0].is_file()
+
+
+def test_two_probes_into_one_out_are_refused(ckpt, model, tmp_path):
+    """A second writer (here another process holding --out's lock, as a running probe or bench
+    does) is refused before anything is written: the two never mix their files."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from posenc.bench.files import OutDirLock\n"
+         f"with OutDirLock({str(out)!r}):\n    print('locked', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        s = ProbeSettings(tokens=16, points=8, dtype="float32", scalings=())
+        with pytest.raises(ValueError, match=rf"--out {re.escape(str(out))} is in use by another posenc .*pid {holder.pid}"):
+            probe(ckpt, out, s, progress=False, model=model)
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+    probe(ckpt, out, ProbeSettings(tokens=16, points=8, dtype="float32", scalings=()), progress=False, model=model)
+    assert (out / "probe.json").is_file()
+
+
+def test_text_that_is_a_directory_is_named_as_one(ckpt, model, tmp_path):
+    s = ProbeSettings(tokens=16, points=8, dtype="float32", scalings=())
+    with pytest.raises(ValueError, match=rf"^--text must be a text file, got {re.escape(repr(str(tmp_path)))}, "
+                                         "which is a directory$"):
+        probe(ckpt, tmp_path / "out", s, text=tmp_path, progress=False, model=model)
+
+
+@pytest.mark.parametrize("cut", ["data", "header"])
+def test_truncated_weights_are_refused_before_transformers_reads_them(ckpt, tmp_path, monkeypatch, cut):
+    """A safetensors file cut short (intact header, or inside it) is one line naming the file,
+    before transformers is asked to load (its SafetensorError traceback never shows)."""
+    import shutil
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(ckpt, folder)
+    weights = folder / "model.safetensors"
+    raw = weights.read_bytes()
+    header_end = 8 + int.from_bytes(raw[:8], "little")
+    weights.write_bytes(raw[: header_end + 100] if cut == "data" else raw[: header_end - 10])
+
+    def boom(*a, **k):
+        raise AssertionError("transformers asked to load a truncated file")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
+    s = ProbeSettings(tokens=16, points=8, dtype="float32", scalings=())
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(weights))} is truncated: "):
+        probe(folder, tmp_path / "out", s, progress=False)
