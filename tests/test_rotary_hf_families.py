@@ -24,6 +24,7 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
 from posenc.rotary import from_hf  # noqa: E402
+from posenc.rotary.hf_config import HF_READINGS  # noqa: E402
 
 g = torch.Generator().manual_seed(0)
 SHORT16, LONG16 = (1 + torch.rand(16, generator=g)).tolist(), (1 + 20 * torch.rand(16, generator=g)).tolist()
@@ -392,3 +393,44 @@ def test_phi3_legacy_su_type_is_longrope():
     assert b.config.scaling == "longrope"
     for n in (100, 5000):
         assert torch.equal(a.frequencies(n)[0], b.frequencies(n)[0]) and a.frequencies(n)[1] == b.frequencies(n)[1]
+
+
+def _dims_keys(model_type):
+    """The keys a family's config.json gives its width and heads under (GPT-J: its attribute_map's)."""
+    return ("n_embd", "n_head") if model_type == "gptj" else ("hidden_size", "num_attention_heads")
+
+
+_READ = list(HF_READINGS)
+
+
+def _layer(model_type):
+    """layer_type= for families with one RoPE per layer type (Gemma 3, ModernBERT)."""
+    per_layer = HF_READINGS[model_type].per_layer
+    return {"layer_type": per_layer[0][0]} if per_layer else {}
+
+
+@pytest.mark.parametrize("model_type", _READ, ids=[str(t) for t in _READ])
+def test_missing_dims_name_the_keys_this_family_uses(model_type):
+    """Every reading names its own keys: a config without model_type (or any family but GPT-J)
+    never hears about GPT-J's n_embd / n_head."""
+    config = {} if model_type is None else {"model_type": model_type}
+    if HF_READINGS[model_type].width_key == "qk_rope_head_dim":  # DeepSeek: the rope head is its own key
+        with pytest.raises(TypeError, match=r"^qk_rope_head_dim must be an int, got NoneType None"):
+            from_hf(config)
+        return
+    hidden, heads = _dims_keys(model_type)
+    with pytest.raises(ValueError, match=rf"^config needs 'head_dim', or '{hidden}' and '{heads}' to derive it$"):
+        from_hf(config, **_layer(model_type))
+
+
+@pytest.mark.parametrize("model_type", [t for t in _READ if HF_READINGS[t].width_key != "qk_rope_head_dim"],
+                         ids=str)
+def test_width_not_divisible_by_heads_is_named_as_that(model_type):
+    """hidden_size 100 over 3 heads is reported as that, not as a rotary-fraction problem."""
+    hidden, heads = _dims_keys(model_type)
+    config = {hidden: 100, heads: 3} | ({} if model_type is None else {"model_type": model_type})
+    if model_type == "gptj":
+        config["rotary_dim"] = 8
+    with pytest.raises(ValueError, match=rf"^{hidden} \(100\) must be divisible by {heads} \(3\) to give the head size"):
+        from_hf(config, **_layer(model_type))
+    assert from_hf(config | {"head_dim": 32}, **_layer(model_type)).dims.head_dim == 32  # an explicit head_dim is read as given
