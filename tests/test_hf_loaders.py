@@ -190,3 +190,63 @@ def test_deberta_loader_errors():
         relative_from_deberta(state, config=cfg)
     with pytest.raises(ValueError, match=r"pos_att_type'\] entries must be 'c2p' or 'p2c'; got \['c2c'\]"):
         relative_from_deberta({}, config=cfg | {"pos_att_type": ["c2c"]})
+
+
+# ---- bad files: one line naming the file, for every loader ---------------------------------------
+
+
+def _saved(folder, loader: str):
+    """A good checkpoint folder for ``loader`` (safetensors + config.json)."""
+    if loader == "bert":
+        bert_checkpoint(folder, "relative_key")
+    else:
+        deberta(False).float().save_pretrained(folder)
+    return folder
+
+
+def _truncate_data(folder):
+    path = folder / "model.safetensors"
+    raw = path.read_bytes()
+    path.write_bytes(raw[: 8 + int.from_bytes(raw[:8], "little") + 64])  # the header intact, the data cut
+    return path, r"is truncated: its header describes \d+ bytes, the file has \d+"
+
+
+def _cut_header(folder):
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:40])
+    return path, r"is truncated: its header length says \d+ bytes, 32 follow it"
+
+
+def _not_json(folder):
+    (folder / "config.json").write_text("{not json")
+    return folder / "config.json", "is not valid JSON"
+
+
+def _a_list(folder):
+    (folder / "config.json").write_text("[1, 2]")
+    return folder / "config.json", "must hold a JSON object, got list"
+
+
+def _bad_bin(folder):
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"PK\x03\x04 not a zip")
+    return folder / "pytorch_model.bin", "cannot be read as a torch state dict"
+
+
+FAULTS = {"safetensors cut after its header": _truncate_data, "safetensors cut inside its header": _cut_header,
+          "config.json not JSON": _not_json, "config.json a list": _a_list, "pytorch_model.bin corrupt": _bad_bin}
+LOADERS = {"bert": relative_from_bert, "deberta": relative_from_deberta}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("loader", list(LOADERS))
+def test_a_bad_file_is_one_line_naming_it(tmp_path, loader, fault):
+    """No bare JSONDecodeError, AttributeError ('list' has no 'get') or SafetensorError: a
+    ValueError that starts with the file's path, from the checked reads in posenc.hf.checkpoint."""
+    import re
+
+    folder = _saved(tmp_path / "ckpt", loader)
+    path, what = FAULTS[fault](folder)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:? {what}") as e:
+        LOADERS[loader](folder)
+    assert "\n" not in str(e.value)
