@@ -52,7 +52,7 @@ def test_micro_smoke_resume_and_overwrite(tmp_path, capsys):
         (["--tasks", "multiply"], "unknown task 'multiply'; valid tasks: copy, reverse, sort, addition, parity, summation, passkey, lm"),
         (["--encodings", "nope"], "unknown encoding 'nope'; valid encodings: "),
         (["--tasks", "lm", "--data", "/no/such/path"], "argument --data: must be an existing file or directory, got '/no/such/path'"),
-        (["--steps", "0"], "argument --steps: must be a positive int, got 0"),
+        (["--steps", "0"], "argument --steps: must be an int in [1, 100000000], got 0"),
     ],
 )
 def test_bad_input_is_a_clear_error(tmp_path, capsys, args, message):
@@ -166,11 +166,12 @@ def test_every_setting_has_a_flag_and_reaches_the_settings(tmp_path):
         "--passkey-length": ["40"], "--passkey-eval-factors": ["1", "2.5", "7"], "--passkey-depths": ["0", "0.3"],
         "--passkey-examples": ["3"], "--lm-length": ["20"], "--lm-batch-size": ["2"], "--lm-eval-factors": ["1", "3"],
         "--lm-train-bytes": ["999"], "--lm-eval-tokens": ["77"], "--scalings": ["ntk", "yarn"], "--eval-seed": ["5"],
+        "--embedding": ["gpt2"],
     }
     expected = dict(d_model=48, n_layer=3, n_head=6, steps=7, batch_size=5, lr=0.01, warmup_steps=0, synthetic_length=11,
                     eval_examples=9, passkey_length=40, passkey_eval_factors=(1.0, 2.5, 7.0), passkey_depths=(0.0, 0.3),
                     passkey_examples=3, lm_length=20, lm_batch_size=2, lm_eval_factors=(1, 3), lm_train_bytes=999,
-                    lm_eval_tokens=77, scalings=("ntk", "yarn"), eval_seed=5)
+                    lm_eval_tokens=77, scalings=("ntk", "yarn"), eval_seed=5, embedding="gpt2")
     assert set(expected) == set(SIZE_FLAGS)
     parser = build_parser([])
     args = parser.parse_args(["bench", "--out", str(tmp_path / "o"), *[x for k, v in given.items() for x in (k, *v)]])
@@ -219,7 +220,7 @@ def test_variants_sizes_and_resume_end_to_end(tmp_path, capsys):
     [
         (["--encodings", "rope:rotary_dim=64"], "encoding 'rope@rotary_dim=64' cannot be built with these settings: rotary_dim"),
         (["--encodings", "none", "--heads", "3"], "--d-model (16) must be divisible by --heads (3)"),
-        (["--encodings", "none", "--tasks", "addition", "--synthetic-length", "0"], "argument --synthetic-length: must be a positive int, got 0"),
+        (["--encodings", "none", "--tasks", "addition", "--synthetic-length", "0"], "argument --synthetic-length: must be an int in [1, 1048576], got 0"),
     ],
 )
 def test_impossible_settings_fail_before_training(tmp_path, capsys, args, message):

@@ -35,13 +35,14 @@ from types import ModuleType
 from typing import Sequence
 
 from ._optional import MissingExtra
+from .cli_args import plain
 
 # name -> module that provides add_parser(subparsers). Order is the order of --help.
 SUBCOMMANDS: dict[str, str] = {
     "list": "posenc.cli",
     "example": "posenc.examples",
     "speed": "posenc.speed",
-    "check": "posenc.analysis.checks",
+    "check": "posenc.analysis.runner",
     "plot": "posenc.analysis.plots",
     "bench": "posenc.bench",
     "report": "posenc.analysis.report",
@@ -217,7 +218,21 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in SUBCOMMANDS.items():
         importlib.import_module(module).add_parser(sub)
+    for p in all_parsers(parser):  # descriptions come from docstrings: --help shows them as plain text
+        p.description = plain(p.description)
+        for action in p._actions:
+            action.help = plain(action.help)
     return parser
+
+
+def all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every subcommand's parser below it (``posenc speed model`` included)."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                found.extend(all_parsers(sub))
+    return found
 
 
 def main(argv: Sequence[str] | None = None, *, parser: argparse.ArgumentParser | None = None) -> int:

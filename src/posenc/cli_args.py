@@ -1,5 +1,8 @@
 """argparse ``type=`` functions: every CLI option is checked when it is parsed.
 
+Every numeric type states its closed range in ``.bounds`` (``MAX_INT``, ``MAX_FLOAT`` unless a
+smaller one is given), so no number reaches the library unbounded (``--lr 1e308``).
+
 A bad value raises :class:`argparse.ArgumentTypeError`, so argparse prints the usage and one
 line that names the option, what is allowed and what was received, then exits with code 2::
 
@@ -21,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -31,7 +35,9 @@ __all__ = [
     "nonnegative_int",
     "even_positive_int",
     "int_at_least",
+    "int_in",
     "positive_float",
+    "float_in",
     "nonnegative_float",
     "unit_float",
     "device",
@@ -43,7 +49,16 @@ __all__ = [
     "json_output",
     "add_json_option",
     "emit_json",
+    "plain",
+    "first_sentence",
 ]
+
+
+# The largest count any option takes unless it states a smaller bound: int32 indexing, and far
+# beyond any size that fits in memory (sizes that allocate are checked against memory as well).
+MAX_INT = 2**31 - 1
+# The largest float unless an option states a smaller bound (factors, bases: 1e6 is far past use).
+MAX_FLOAT = 1e6
 
 
 def _int(value: str, what: str) -> int:
@@ -53,44 +68,64 @@ def _int(value: str, what: str) -> int:
         raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}") from None
 
 
-def _bounded_int(value: str, what: str, minimum: int) -> int:
-    """``value`` parsed as an int >= ``minimum``; the error says ``must be {what}``."""
+def _bounded_int(value: str, what: str, minimum: int, maximum: int = MAX_INT) -> int:
+    """``value`` parsed as an int in [minimum, maximum]; the error says ``must be {what}``."""
     n = _int(value, what)
     if n < minimum:
         raise argparse.ArgumentTypeError(f"must be {what}, got {n}")
+    if n > maximum:
+        raise argparse.ArgumentTypeError(f"must be {what} at most {maximum}, got {n}")
     return n
 
 
+def _typed(parse, bounds: tuple[float, float]):
+    """Mark a type function with the closed range it accepts (``parse.bounds``), which
+    tests/test_cli_errors.py reads to check that every numeric option has one."""
+    parse.bounds = bounds
+    return parse
+
+
+def int_in(minimum: int, maximum: int, what: str | None = None):
+    """A type function accepting ints in [minimum, maximum]."""
+    what = what or f"an int in [{minimum}, {maximum}]"
+
+    def parse(value: str) -> int:
+        return _bounded_int(value, what, minimum, maximum)
+
+    parse.__name__ = f"int_in_{minimum}_{maximum}"
+    return _typed(parse, (minimum, maximum))
+
+
 def positive_int(value: str) -> int:
-    """An int >= 1 (lengths, batch sizes, repeats, steps)."""
+    """An int in [1, MAX_INT] (lengths, batch sizes, repeats, steps)."""
     return _bounded_int(value, "a positive int", 1)
 
 
 def nonnegative_int(value: str) -> int:
-    """An int >= 0 (counts where zero means "none")."""
+    """An int in [0, MAX_INT] (counts where zero means "none")."""
     return _bounded_int(value, "a non-negative int", 0)
 
 
 def even_positive_int(value: str) -> int:
-    """An even int >= 2 (head dims that RoPE rotates in pairs)."""
+    """An even int in [2, MAX_INT] (head dims that RoPE rotates in pairs)."""
     n = _bounded_int(value, "an even positive int", 2)
     if n % 2:
         raise argparse.ArgumentTypeError(f"must be an even positive int, got {n}")
     return n
 
 
-def int_at_least(minimum: int):
-    """A type function accepting ints >= ``minimum`` (e.g. lengths a task needs at least 2 of)."""
+def int_at_least(minimum: int, maximum: int = MAX_INT):
+    """A type function accepting ints in [minimum, maximum] (e.g. lengths a task needs at least 2 of)."""
 
     def parse(value: str) -> int:
-        return _bounded_int(value, f"an int >= {minimum}", minimum)
+        return _bounded_int(value, f"an int >= {minimum}", minimum, maximum)
 
     parse.__name__ = f"int_at_least_{minimum}"
-    return parse
+    return _typed(parse, (minimum, maximum))
 
 
-def _bounded_float(value: str, what: str, *, strict: bool) -> float:
-    """A finite float > 0 (``strict``) or >= 0; the error says ``must be {what}``."""
+def _bounded_float(value: str, what: str, *, strict: bool, maximum: float = MAX_FLOAT) -> float:
+    """A finite float in (0, maximum] (``strict``) or [0, maximum]; the error says ``must be {what}``."""
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -99,17 +134,36 @@ def _bounded_float(value: str, what: str, *, strict: bool) -> float:
         raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}")
     if x < 0 or (strict and x == 0):
         raise argparse.ArgumentTypeError(f"must be {what}, got {x:g}")
+    if x > maximum:
+        raise argparse.ArgumentTypeError(f"must be {what} at most {maximum:g}, got {x:g}")
     return x
 
 
 def positive_float(value: str) -> float:
-    """A finite float > 0."""
+    """A finite float in (0, MAX_FLOAT]."""
     return _bounded_float(value, "a positive finite float", strict=True)
 
 
 def nonnegative_float(value: str) -> float:
-    """A finite float >= 0."""
+    """A finite float in [0, MAX_FLOAT]."""
     return _bounded_float(value, "a non-negative finite float", strict=False)
+
+
+def float_in(minimum: float, maximum: float, *, strict: bool = True):
+    """A type function accepting floats in (minimum, maximum] (``strict``, minimum 0 only) or
+    [minimum, maximum]."""
+    if minimum != 0 and strict:
+        raise ValueError(f"float_in: strict (an open lower end) is only for minimum 0, got minimum {minimum:g}")
+    what = f"a float in {'(' if strict else '['}{minimum:g}, {maximum:g}]"
+
+    def parse(value: str) -> float:
+        x = _bounded_float(value, what, strict=strict, maximum=math.inf)
+        if x < minimum or x > maximum:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {x:g}")
+        return x
+
+    parse.__name__ = f"float_in_{minimum:g}_{maximum:g}"
+    return _typed(parse, (minimum, maximum))
 
 
 def unit_float(value: str) -> float:
@@ -118,6 +172,14 @@ def unit_float(value: str) -> float:
     if x > 1:
         raise argparse.ArgumentTypeError(f"must be a float in [0, 1], got {x:g}")
     return x
+
+
+_typed(positive_int, (1, MAX_INT))
+_typed(nonnegative_int, (0, MAX_INT))
+_typed(even_positive_int, (2, MAX_INT))
+_typed(positive_float, (0, MAX_FLOAT))
+_typed(nonnegative_float, (0, MAX_FLOAT))
+_typed(unit_float, (0, 1))
 
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps")
@@ -269,3 +331,34 @@ def emit_json(target: Path | str | None, data: Any) -> bool:
         tmp.unlink(missing_ok=True)
         raise
     return False
+
+
+# reStructuredText in docstrings, shown as plain text in --help: ``code`` and `code`, roles such
+# as :func:`name` (their target's last dotted part when written ~x.y), and "Examples::".
+_ROLE = re.compile(r":[a-z]+:`~?([^`]*)`")
+_LITERAL = re.compile(r"``([^`]*)``|`([^`]*)`")
+
+
+def plain(text: str | None) -> str | None:
+    """``text`` with reStructuredText markup removed (see above); None stays None."""
+    if text is None:
+        return None
+    text = _ROLE.sub(lambda m: m.group(1), text)
+    text = _LITERAL.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+    return re.sub(r"(?<=\S)::$", ":", text, flags=re.M)
+
+
+def first_sentence(doc: str | None) -> str:
+    """The first sentence of a docstring as plain text: its first paragraph up to the first
+    '.', ':' or ';' that ends a word outside parentheses (so "(Men et al.)" stays whole)."""
+    para = " ".join((plain(doc) or "").strip().split("\n\n")[0].split())
+    depth = 0
+    for i, ch in enumerate(para):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch in ".:;" and depth <= 0 and (i + 1 == len(para) or para[i + 1] == " "):
+            # an abbreviation's dot ("et al. 2023", "e.g. x") is followed by a lower-case word or a digit
+            rest = para[i + 2:i + 3]
+            if ch == "." and rest and (rest.islower() or rest.isdigit()):
+                continue
+            return para[:i]
+    return para

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from ..cli_args import output_dir
+from ..cli_args import first_sentence, output_dir
 
 __all__ = ["PLOTS", "PlotResult", "FIGSIZE", "DPI", "make_plot", "parse_options", "prepare_out_dir", "rope_bound", "library_function"]
 
@@ -445,7 +445,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "plot", help="draw the figures that explain each scheme (PNG)",
-        description="Kinds: all, " + ", ".join(f"{k} ({(f.__doc__ or '').split(':')[0].split('.')[0].strip()})" for k, f in PLOTS.items()),
+        description="Kinds (or all):\n" + "\n".join(f"  {k}: {first_sentence(f.__doc__)}" for k, f in PLOTS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("kind", metavar="KIND", help="plot kind, or 'all' (see the list above)")
     p.add_argument("--out", type=output_dir, required=True, help="directory for the PNG files (created if missing)")

@@ -2,8 +2,8 @@
 
 Examples::
 
-    posenc bench --preset quick --out runs/quick             # < 10 min on a laptop CPU
-    posenc bench --preset full --seeds 3 --out runs/full     # the paper-sized sweep
+    posenc bench --preset quick --out runs/quick             # make demo's sweep: minutes on a CPU
+    posenc bench --preset paper --out runs/paper             # every encoding and task at the papers' size (a GPU)
     posenc bench --encodings none rope alibi --tasks copy lm --out runs/x
     posenc bench --encodings rope rope:base=500000 t5:num_buckets=64 --tasks reverse --out runs/v
     posenc bench --preset micro --d-model 32 --layers 2 --synthetic-length 10 --tasks sort --out runs/s
@@ -23,20 +23,49 @@ from typing import Any
 
 from .._optional import require
 from ..cli_args import (
-    device, existing_dir, existing_path, int_at_least, nonnegative_int, output_dir, positive_float, positive_int,
-    unit_float,
+    MAX_INT, device, existing_dir, existing_path, float_in, int_in, output_dir, positive_int, unit_float,
 )
 from ..variants import SPEC_HELP
 from .tasks import PASSKEY_DIGITS, task_names
 
+# Ranges of the numeric flags: far past any run that fits a machine, and refused beyond, so that
+# a typo (--lr 1e308, --steps 1e12) is one line at parse time; the batch sizes are checked
+# against the memory at hand as well (check_memory).
+MAX_WIDTH = 2**16  # d_model
+MAX_DEPTH = 1024  # layers, heads
+MAX_STEPS = 10**8
+MAX_BATCH = 2**20
+MAX_LENGTH = 2**20  # any L
+MAX_FACTOR = 1024  # test lengths as multiples of L
+MAX_LR = 10.0
+MAX_SEEDS = 1000
+MAX_THREADS = 4096
 
-def _scaling(value: str) -> str:
-    """A training-free RoPE scaling the bench evaluates (``posenc.bench.evaluate.SCALINGS``)."""
+
+def _choice(names: Any) -> Any:
+    """A type function accepting one of ``names()`` (read when parsing, so registered ones count)."""
+
+    def parse(value: str) -> str:
+        valid = list(names())
+        if value not in valid:
+            raise argparse.ArgumentTypeError(f"must be one of {', '.join(valid)}, got {value!r}")
+        return value
+
+    return parse
+
+
+def _scaling_names() -> list[str]:
+    """The training-free RoPE scalings the bench evaluates (``posenc.bench.evaluate.SCALINGS``)."""
     from .evaluate import SCALINGS
 
-    if value not in SCALINGS:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(SCALINGS)}, got {value!r}")
-    return value
+    return list(SCALINGS)
+
+
+def _embedding_names() -> list[str]:
+    """The token-embedding conventions (``posenc.bench.settings.EMBEDDINGS``)."""
+    from .settings import EMBEDDINGS
+
+    return list(EMBEDDINGS)
 
 
 # BenchSettings field -> (flags, argparse type, nargs, help). Every other field of BenchSettings
@@ -44,30 +73,37 @@ def _scaling(value: str) -> str:
 # can be given on the command line; the ranges are checked by these types at parse time and by
 # BenchSettings itself.
 SIZE_FLAGS: dict[str, tuple[tuple[str, ...], Any, str | None, str]] = {
-    "d_model": (("--d-model",), positive_int, None, "model width"),
-    "n_layer": (("--layers", "--n-layer"), positive_int, None, "Transformer layers"),
-    "n_head": (("--heads", "--n-head"), positive_int, None, "attention heads (must divide --d-model)"),
-    "steps": (("--steps",), positive_int, None, "training steps"),
-    "batch_size": (("--batch-size",), positive_int, None, "global batch of the task runs (examples per step)"),
-    "lr": (("--lr",), positive_float, None, "peak learning rate"),
-    "warmup_steps": (("--warmup-steps",), nonnegative_int, None, "linear warmup steps"),
-    "synthetic_length": (("--synthetic-length",), positive_int, None,
+    "d_model": (("--d-model",), int_in(1, MAX_WIDTH), None, "model width"),
+    "n_layer": (("--layers", "--n-layer"), int_in(1, MAX_DEPTH), None, "Transformer layers"),
+    "n_head": (("--heads", "--n-head"), int_in(1, MAX_DEPTH), None, "attention heads (must divide --d-model)"),
+    "steps": (("--steps",), int_in(1, MAX_STEPS), None, "training steps"),
+    "batch_size": (("--batch-size",), int_in(1, MAX_BATCH), None,
+                   "global batch of the task runs (examples per step; checked against the memory at hand)"),
+    "lr": (("--lr",), float_in(0, MAX_LR), None, "peak learning rate"),
+    "warmup_steps": (("--warmup-steps",), int_in(0, MAX_STEPS), None, "linear warmup steps"),
+    "synthetic_length": (("--synthetic-length",), int_in(1, MAX_LENGTH), None,
                          "L of the synthetic (and registered) tasks: train on sizes 1..L, test 1..2L"),
-    "eval_examples": (("--eval-examples",), positive_int, None, "examples per length in a synthetic task's test"),
-    "passkey_length": (("--passkey-length",), int_at_least(PASSKEY_DIGITS + 1), None,
+    "eval_examples": (("--eval-examples",), int_in(1, MAX_BATCH), None, "examples per length in a synthetic task's test"),
+    "passkey_length": (("--passkey-length",), int_in(PASSKEY_DIGITS + 1, MAX_LENGTH), None,
                        f"L of passkey: train on contexts of {PASSKEY_DIGITS + 1}..L tokens"),
-    "passkey_eval_factors": (("--passkey-eval-factors",), positive_float, "+", "passkey test lengths, as multiples of L"),
+    "passkey_eval_factors": (("--passkey-eval-factors",), float_in(0, MAX_FACTOR), "+",
+                             "passkey test lengths, as multiples of L"),
     "passkey_depths": (("--passkey-depths",), unit_float, "+", "passkey key depths in [0, 1] (0: start, 1: end)"),
-    "passkey_examples": (("--passkey-examples",), positive_int, None, "passkey examples per (length, depth)"),
-    "lm_length": (("--lm-length",), int_at_least(2), None, "L of lm: training windows of L bytes"),
-    "lm_batch_size": (("--lm-batch-size",), positive_int, None, "lm windows per step"),
-    "lm_eval_factors": (("--lm-eval-factors",), positive_int, "+", "lm test lengths, as multiples of L"),
+    "passkey_examples": (("--passkey-examples",), int_in(1, MAX_BATCH), None, "passkey examples per (length, depth)"),
+    "lm_length": (("--lm-length",), int_in(2, MAX_LENGTH), None, "L of lm: training windows of L bytes"),
+    "lm_batch_size": (("--lm-batch-size",), int_in(1, MAX_BATCH), None,
+                      "lm windows per step (checked against the memory at hand)"),
+    "lm_eval_factors": (("--lm-eval-factors",), int_in(1, MAX_FACTOR), "+", "lm test lengths, as multiples of L"),
     "lm_train_bytes": (("--lm-train-bytes",), positive_int, None, "bytes of the corpus read for lm training"),
     "lm_eval_tokens": (("--lm-eval-tokens",), positive_int, None, "bytes scored at every lm test length"),
-    "scalings": (("--scalings",), _scaling, "*",
-                 "training-free RoPE scalings evaluated beyond L (none given: no scaled rows)"),
-    "eval_seed": (("--eval-seed",), nonnegative_int, None, "seed of the test problems (the same for every run)"),
+    "scalings": (("--scalings",), _choice(_scaling_names), "*",
+                 "training-free RoPE scalings evaluated beyond L (none given: no scaled rows); any of {choices}"),
+    "eval_seed": (("--eval-seed",), int_in(0, MAX_INT), None, "seed of the test problems (the same for every run)"),
+    "embedding": (("--embedding",), _choice(_embedding_names), None,
+                  'token-embedding convention (docs/bench.md "Fair conventions"), one of {choices}'),
 }
+# the choices a help text names ({choices}), read from the definitions
+_CHOICES = {"scalings": _scaling_names, "embedding": _embedding_names}
 # Fields with their own flags (--encodings, --tasks, --seeds, --data, --bf16) or none.
 _OWN_FLAGS = ("encodings", "tasks", "seeds", "data", "bf16")
 
@@ -92,7 +128,7 @@ def _cmd(args: argparse.Namespace) -> int:
         data=None if args.data is None else str(args.data), bf16=args.bf16 or None,
         **_overrides(args),
     )
-    check_models(settings)
+    check_models(settings, device=args.device)
     if args.data is not None and "lm" not in settings.tasks:
         print("posenc bench: --data is only used by the 'lm' task, which is not selected", file=sys.stderr)
     if "lm" in settings.tasks and args.data is not None:
@@ -109,24 +145,52 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def preset_names() -> list[str]:
+    """The presets under their own names (an entry holding another's settings object under a
+    second name is left out)."""
     from .settings import PRESETS
 
+    seen: set[int] = set()
+    names = []
+    for name, preset in PRESETS.items():
+        if id(preset) not in seen:
+            seen.add(id(preset))
+            names.append(name)
+    return names
+
+
+def describe_preset(name: str) -> str:
+    """What a preset runs, read from its settings: ``quick: 6 encodings x 3 tasks x 3 seeds, ...``."""
+    from .settings import ALL, PRESETS, BenchSettings
+
+    p = PRESETS[name]
+    defaults = {f.name: f.default for f in dataclasses.fields(BenchSettings)}
+    get = lambda key: p.get(key, defaults.get(key))  # noqa: E731
+    encodings = "every encoding" if p["encodings"] == ALL else f"{len(p['encodings'])} encodings"
+    tasks = "every task" if set(p["tasks"]) >= set(task_names()) else f"{len(p['tasks'])} tasks"
+    seeds = get("seeds")
+    return (f"{name}: {encodings} x {tasks} x {seeds} seed{'s' if seeds != 1 else ''}, {get('steps')} steps, "
+            f"d_model {get('d_model')}, {get('n_layer')} layer{'s' if get('n_layer') != 1 else ''}")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    names = preset_names()
     p = subparsers.add_parser(
         "bench", help="train small models per encoding; evaluate beyond the training length",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default="quick", choices=list(PRESETS),
-                   help="sizes and lists: micro (seconds), quick (minutes on a CPU), full (hours)")
+    p.add_argument("--preset", default="quick", choices=names,
+                   help="sizes and lists (default quick). " + "; ".join(describe_preset(n) for n in names))
     p.add_argument("--encodings", nargs="+", metavar="SPEC",
                    help=f"encodings to compare (default: the preset's); each {SPEC_HELP}")
     p.add_argument("--tasks", nargs="+", metavar="TASK",
                    help=f"tasks (default: the preset's); any of {', '.join(task_names())} (more with posenc --import)")
-    p.add_argument("--seeds", type=positive_int, help="number of seeds per (task, encoding) (default: the preset's)")
+    p.add_argument("--seeds", type=int_in(1, MAX_SEEDS), metavar="N",
+                   help="number of seeds per (task, encoding) (default: the preset's)")
     p.add_argument("--data", type=existing_path, metavar="PATH", help="text file or folder for the lm task (default: the Python stdlib sources)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training (with --model: load the checkpoint in bfloat16)")
     p.add_argument("--device", type=device, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
-    p.add_argument("--threads", type=positive_int, metavar="N",
+    p.add_argument("--threads", type=int_in(1, MAX_THREADS), metavar="N",
                    help="CPU threads for torch (default: torch's); 1 is fastest for these tiny models on a busy machine")
     p.add_argument("--model", type=existing_dir, metavar="MODEL_DIR",
                    help="evaluate this local Hugging Face checkpoint (passkey, lm) past its trained length, with every RoPE scaling; see docs/hf.md")
@@ -134,9 +198,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="continue the earlier run in --out")
     g.add_argument("--overwrite", action="store_true", help="delete the earlier run in --out and start over")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress: no bar on a terminal, no line per finished run in a log (errors and the table still print)")
     sizes = p.add_argument_group("sizes and lengths (default: the preset's)")
     for field, (flags, type_, nargs, help_) in SIZE_FLAGS.items():
+        if field in _CHOICES:
+            help_ = help_.format(choices=", ".join(_CHOICES[field]()))
         sizes.add_argument(*flags, dest=f"set_{field}", type=type_, nargs=nargs, metavar=_metavar(type_),
                            help=help_)
     _generic_flags(sizes, p)
@@ -144,7 +211,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _metavar(type_: Any) -> str:
-    """N for the int parsers of cli_args (positive_int, int_at_least_6, ...), X otherwise."""
+    """N for the int parsers of cli_args (positive_int, int_in_1_1024, ...), X otherwise."""
     return "N" if "int" in type_.__name__ else "X"
 
 
@@ -172,7 +239,7 @@ def _generic_flags(group: argparse._ArgumentGroup, parser: argparse.ArgumentPars
 
         parse.__name__ = getattr(item, "__name__", "value")
         group.add_argument(flag, dest=f"set_{f.name}", type=parse, nargs="*" if is_tuple else None, metavar="X",
-                           help=f"BenchSettings.{f.name} (default: the preset's)")
+                           help=f"the setting {f.name} (a {parse.__name__}; default: the preset's)")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -184,7 +251,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def check_models(settings: Any) -> None:
+def check_models(settings: Any, device: str | None = None) -> None:
     """Build every encoding's model once, before any training, so that a setting no model
     accepts (--heads not dividing --d-model, rope:rotary_dim above the head size, a position
     table longer than its limit) is an error now rather than after hours of other runs."""
@@ -199,3 +266,61 @@ def check_models(settings: Any) -> None:
             build_model(settings, encoding, task, 0)
         except (TypeError, ValueError) as e:
             raise ValueError(f"encoding {encoding!r} cannot be built with these settings: {e}") from None
+    vocab_size = max(build_model(settings, settings.encodings[0], t, 0).cfg.vocab_size for t in settings.tasks)
+    check_memory(settings, vocab_size, device)
+
+
+def train_tokens(settings: Any, task: str) -> int:
+    """The longest training sequence of ``task``: L bytes (lm), or a size-L example's prompt and target."""
+    from .tasks import PasskeyTask, get_task
+
+    if task == "lm":
+        return settings.lm_length
+    t = PasskeyTask() if task == "passkey" else get_task(task)
+    L = settings.train_length(task)
+    return t.prompt_length(L) + t.target_length(L)
+
+
+def training_bytes(settings: Any, task: str, vocab_size: int) -> int:
+    """An estimate of the memory one training step of ``task`` holds (float32): per layer the
+    activations kept for backward and their gradients (40 floats of width per token) and the
+    attention weights (6 of H x T x T per example), plus the logits (5 of B x T x V). Against
+    a forward and backward's peak (ru_maxrss) at batch 1024 and 4096 of quick's passkey with
+    RoPE: 1.1x and 1.9x the measured growth (so it refuses only what cannot fit)."""
+    B = settings.lm_batch_size if task == "lm" else settings.batch_size
+    T = train_tokens(settings, task)
+    per_layer = B * T * (40 * settings.d_model + 6 * settings.n_head * T)
+    return 4 * (settings.n_layer * per_layer + 5 * B * T * vocab_size)
+
+
+def available_bytes(device: str | None = None) -> int | None:
+    """Memory free for a run: the CUDA device's free memory, else the machine's MemAvailable
+    (None where neither can be read)."""
+    if device is not None and device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(settings: Any, vocab_size: int, device: str | None = None) -> None:
+    """Refuse a batch whose training step cannot fit in the memory at hand (:func:`training_bytes`),
+    before anything is allocated: running out of memory is a silent kill."""
+    free = available_bytes(device)
+    if free is None:
+        return
+    task = max(settings.tasks, key=lambda t: training_bytes(settings, t, vocab_size))
+    need = training_bytes(settings, task, vocab_size)
+    if need > free:
+        flag, batch = ("--lm-batch-size", settings.lm_batch_size) if task == "lm" else ("--batch-size", settings.batch_size)
+        gib = 2**30
+        raise ValueError(f"{flag} {batch}: a training step of {task} needs about {need / gib:.3g} GiB (length "
+                         f"{train_tokens(settings, task)}, width {settings.d_model}, {settings.n_layer} layers), "
+                         f"but {free / gib:.3g} GiB is free; lower {flag}")
