@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["main"]
+__all__ = ["main", "guard_interrupts", "run_as_main"]
 
 
 def _exit_interrupted(signum: int = 2, frame: object = None) -> None:  # noqa: ARG001
@@ -36,14 +36,39 @@ def _exit_interrupted(signum: int = 2, frame: object = None) -> None:  # noqa: A
         os._exit(130)
 
 
+def guard_interrupts() -> None:
+    """From now until :func:`main` runs the command, SIGINT prints ``posenc: interrupted`` and
+    ends the process with code 130. ``python -m posenc`` calls it first thing in
+    ``posenc/__init__.py``, which Python imports (with torch) before ``posenc/__main__.py``."""
+    # _signal, the C module under `signal`, is built in: importing `signal` itself would take
+    # tens of milliseconds (enum, functools) with Python's raising handler still on
+    import _signal
+
+    _signal.signal(_signal.SIGINT, _exit_interrupted)
+
+
+def run_as_main(argv0: str, orig_argv: list[str]) -> bool:
+    """Whether this process is ``python [options] -m posenc ...`` (``argv0``: sys.argv[0], which is
+    ``-m`` while Python imports the package it is about to run)."""
+    if argv0 != "-m":
+        return False
+    for i, arg in enumerate(orig_argv):
+        if arg == "-m":
+            return orig_argv[i + 1:i + 2] == ["posenc"]
+        if arg.startswith("-m"):
+            return arg == "-mposenc"
+    return False
+
+
 def main() -> None:
-    """Import the CLI and build its parser under the guard, then run it; exit with its code."""
+    """Import the CLI and build its parser under the guard, then run it; exit with its code.
+
+    The one entry of both ``posenc`` (the console script) and ``python -m posenc``.
+    """
     try:
-        # _signal, the C module under `signal`, is built in: importing `signal` itself would
-        # take tens of milliseconds (enum, functools) with Python's raising handler still on
+        guard_interrupts()
         import _signal
 
-        _signal.signal(_signal.SIGINT, _exit_interrupted)
         from posenc.cli import build_parser, main as cli_main, one_line
 
         try:

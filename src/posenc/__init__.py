@@ -7,6 +7,16 @@
 >>> rope = posenc.rotary.RotaryEmbedding   # family subpackages load on first use
 """
 
+import sys as _sys
+
+if getattr(_sys, "orig_argv", None) and _sys.argv[:1] == ["-m"]:  # python -m ...: maybe posenc itself
+    from posenc_entry import guard_interrupts as _guard, run_as_main as _run_as_main
+
+    if _run_as_main(_sys.argv[0], _sys.orig_argv):  # Ctrl-C while torch imports: one line, exit 130
+        _guard()
+    del _guard, _run_as_main
+del _sys
+
 from .attention import Attention
 from .context import AttentionContext
 from .config import EncodingConfig
