@@ -330,3 +330,21 @@ def test_truncated_weights_are_refused_before_transformers_reads_them(ckpt, tmp_
     s = ProbeSettings(tokens=16, points=8, dtype="float32", scalings=())
     with pytest.raises(ValueError, match=rf"^{re.escape(str(weights))} is truncated: "):
         probe(folder, tmp_path / "out", s, progress=False)
+
+
+def test_a_checkpoint_missing_a_weight_is_refused_not_filled_at_random(ckpt, tmp_path):
+    """transformers initialises a weight the files lack at random (and only logs it); the probe
+    (and bench --model, through the same load_model) refuses such a checkpoint."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(ckpt, folder)
+    state = load_file(str(folder / "model.safetensors"))
+    del state["model.layers.1.mlp.up_proj.weight"]
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    s = ProbeSettings(tokens=16, points=8, dtype="float32", scalings=())
+    with pytest.raises(ValueError, match=r"lacks 1 weight\(s\) its llama model needs "
+                                         r"\(model.layers.1.mlp.up_proj.weight\): the checkpoint is incomplete"):
+        probe(folder, tmp_path / "out", s, progress=False)

@@ -7,7 +7,8 @@ A checkpoint folder holds ``config.json`` and ``*.safetensors`` weights (what
   bytes of each file), so a model too large for this machine is refused with one line
   before any weight is read (:func:`check_fits`), instead of the process being killed.
 * :func:`load_model` loads it with transformers (an optional dependency, ``posenc[hf]``),
-  in eval mode, in the requested dtype.
+  in eval mode, in the requested dtype; a weight the files lack (which transformers would
+  initialise at random) is refused.
 * :func:`load_tokenizer` returns the folder's own tokenizer when one was saved, else
   :class:`ByteTokenizer`, a byte-level fallback (token id = byte value), so a tiny
   random-init test model without a tokenizer still reads text.
@@ -282,12 +283,20 @@ def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str
     if not progress:
         hf_logging.disable_progress_bar()
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(ckpt.path), dtype=dtype, attn_implementation=attn_implementation
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            str(ckpt.path), dtype=dtype, attn_implementation=attn_implementation, output_loading_info=True
         )
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
+    # transformers initialises a weight the files lack at random and only logs it: evaluating
+    # that model would give plausible wrong numbers
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ValueError(f"MODEL_DIR {str(ckpt.path)!r} lacks {len(missing)} weight(s) its "
+                         f"{ckpt.config.get('model_type')} model needs ({shown}): the checkpoint is incomplete "
+                         "or of another architecture")
     return model.to(device).eval()
 
 
