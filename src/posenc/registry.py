@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 from .config import EncodingConfig, check_choice, check_int, field_types
 from .encoding import Dims, PositionalEncoding
 
-__all__ = ["EncodingInfo", "register", "build", "list_encodings", "get_info", "FAMILIES"]
+__all__ = ["EncodingInfo", "register", "unregister", "build", "list_encodings", "get_info", "FAMILIES"]
 
 FAMILIES = ("none", "absolute", "relative", "rotary")
 
@@ -91,6 +91,15 @@ def register(name: str, *, family: str, summary: str, paper: str) -> Callable[[E
         return cls
 
     return deco
+
+
+def unregister(name: str) -> EncodingInfo:
+    """Remove encoding ``name`` from the registry and return its entry (a test's or a plugin's
+    temporary encoding; registering the name again is then allowed). An unknown name lists the
+    registered ones."""
+    info = get_info(name)
+    del _REGISTRY[name]
+    return info
 
 
 def _load_families() -> None:
