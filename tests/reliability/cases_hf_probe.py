@@ -123,7 +123,7 @@ def _dir_arg(*extra: str) -> list[str]:
 
 
 CASES = [
-    Case(A, "MODEL_DIR is not a directory", r"argument MODEL_DIR: must be an existing directory, got '/nonexistent/posenc-model'",
+    Case(A, "MODEL_DIR is not a directory", r"MODEL '/nonexistent/posenc-model' is neither a folder, a \.gguf file nor a named model",
          argv=_dir_arg()),
     Case(A, "`posenc probe --layer -1`", r"argument --layer: must be a non-negative int, got -1",
          argv=["probe", ".", "--out", "/tmp/x", "--layer", "-1"]),
