@@ -15,7 +15,8 @@ and <= 2 with two (relative_key_query, Transformer-XL, DeBERTa), decoding includ
 
 ``--impl`` picks the attention backend of every model (posenc.backends: eager, sdpa, flex,
 auto); the results record it. ``flex`` cannot train on CPU (flex_attention has no CPU
-backward in torch 2.13), so on CPU it is refused for the training columns.
+backward: :data:`posenc.torch_facts.FLEX_HAS_CPU_BACKWARD`), so on CPU it is refused for the
+training columns.
 
 Example::
 
@@ -44,6 +45,7 @@ from ..model import Transformer
 from ..model_config import ModelConfig
 from ..registry import get_info, list_encodings
 from ..terms import ValueTerm
+from ..torch_facts import FLEX_HAS_CPU_BACKWARD
 from .timing import describe_machine, peak_memory
 
 __all__ = ["goal_for", "run_model_speed", "add_arguments", "run"]
@@ -117,9 +119,9 @@ def run_model_speed(
     model with attention backend ``impl`` (one of posenc.backends.IMPLS)."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}")
-    if impl == "flex" and device == "cpu" and lengths:
-        raise ValueError("impl='flex' cannot time training on CPU (flex_attention has no CPU backward in "
-                         "torch 2.13); use --impl sdpa/auto, or a CUDA device")
+    if impl == "flex" and device == "cpu" and lengths and not FLEX_HAS_CPU_BACKWARD:
+        raise ValueError(f"impl='flex' cannot time training on CPU (flex_attention has no CPU backward in "
+                         f"torch {torch.__version__}); use --impl sdpa/auto, or a CUDA device")
     for field, value in (("batch", batch), ("layers", layers), ("width", width), ("heads", heads),
                          ("rounds", rounds), ("decode_tokens", decode_tokens), ("decode_batch", decode_batch)):
         check_int(field, value, minimum=1)
