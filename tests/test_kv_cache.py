@@ -216,3 +216,44 @@ def test_an_empty_first_step_then_a_real_step_equals_the_full_forward():
         want = model(tokens)
     assert empty.shape == (2, 0, 64)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+# ---- a cache crosses inference_mode, no_grad and autograd ------------------------------------------
+MODES = {
+    "inference_mode": torch.inference_mode,
+    "no_grad": torch.no_grad,
+    "grad": lambda: torch.enable_grad(),
+}
+# A prompt and four decoding steps, each under another mode (and back).
+STEPS = [(4, "inference_mode"), (1, "no_grad"), (2, "grad"), (1, "inference_mode"), (1, "grad"), (1, "no_grad")]
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa", "flex"])
+@pytest.mark.parametrize("name", all_encodings())
+def test_decoding_across_grad_modes_equals_the_full_forward(name, impl, monkeypatch):
+    """A cache filled under torch.inference_mode() continues under no_grad and with autograd
+    (and back), for every encoding and backend, and gives the full forward's logits. flex runs
+    uncompiled; on CPU it has no backward, so its grad-enabled steps run with frozen weights."""
+    from posenc.backends import flex
+
+    monkeypatch.setattr(flex, "COMPILE", False)
+    model = tiny_model(name, impl=impl, dtype=torch.float64, n_kv_head=2)
+    if impl == "flex" and model.encodings[0].has_value_terms:
+        pytest.skip("flex cannot apply value terms (refused by the plan, tests/test_backends.py)")
+    if impl == "flex":
+        model.requires_grad_(False)
+    T = sum(n for n, _ in STEPS)
+    tokens = _tokens(2, T, seed=3)
+    with torch.no_grad():
+        want = model(tokens)
+    cache, parts, t = model.new_cache(), [], 0
+    for n, mode in STEPS:
+        with MODES[mode]():
+            out = model(tokens[:, t : t + n], cache=cache)
+            assert torch.is_grad_enabled() == (mode == "grad")
+        if mode == "grad" and impl != "flex":
+            assert out.requires_grad
+            out.sum().backward()  # the step's graph is usable
+        parts.append(out.detach().clone())
+        t += n
+    torch.testing.assert_close(torch.cat(parts, dim=1), want, atol=1e-10, rtol=1e-10)

@@ -153,28 +153,47 @@ def test_small_step_rolled_form_is_the_eager_kernel_bit_for_bit(dtype, spy):
     """A small step on CPU without autograd (a decoding step) rotates by
     x·[cos | cos] + roll(x, D/2)·[-sin | sin] (three ops): the same bits as the eager kernel,
     within one rounding of the complex-number reference; with grad enabled, or more than
-    SMALL_STEP positions, or partial rotary, the state carries no rolled tables."""
-    from posenc.rotary import rope as rope_module
+    SMALL_STEP positions, or partial rotary, or the interleaved layout, the plan takes another way."""
+    from posenc.rotary import functional
+    from posenc.rotary.functional import Rotation, rotation_plan
 
     H, D = 4, 16
     rope = posenc.build("rope", d_model=H * D, num_heads=H, base=500.0)
     pos = torch.tensor([[37, 38, 39]])
     q, k = torch.randn(2, H, 3, D).to(dtype), torch.randn(2, 2, 3, D).to(dtype)
-    taken = spy(rope_module, "rotate_half_rolled")
+    taken = spy(functional, "rotate_half_rolled")
     with torch.no_grad():
         state = rope.prepare(pos, pos)
-        assert state.rolled is not None
+        assert rotation_plan("auto", "half", q, k, state.tables).way is Rotation.ROLLED
         rq, rk = rope.rotate(q, k, pos, pos, state=state)
-        eq, ek = apply_rotary(q, state.cos, state.sin, "half", kernel="eager"), apply_rotary(k, state.cos, state.sin, "half", kernel="eager")
-    assert taken == [1, 1] and rq.dtype == dtype
+        assert taken == [1, 1] and rq.dtype == dtype
+        eq, ek = functional.WAYS[Rotation.EAGER](q, k, state.tables, "half")  # the eager kernel itself
+    assert taken == [1, 1]
     assert torch.equal(rq, eq) and torch.equal(rk, ek)
     tol = dict(atol=1e-2, rtol=2**-8) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=0)
     torch.testing.assert_close(rq.double(), reference_complex(q, pos, D, 500.0, "half"), **tol)
 
-    assert rope.prepare(pos, pos).rolled is None  # autograd on
+    way = lambda enc, q, k, p: rotation_plan(enc.config.kernel, enc.config.layout, q, k, enc.prepare(p, p).tables).way  # noqa: E731
+    assert way(rope, q.clone().requires_grad_(), k, pos) is Rotation.FUNCTIONAL  # autograd records
     with torch.no_grad():
-        long = torch.arange(rope_module.SMALL_STEP + 1)[None]
-        assert rope.prepare(long, long).rolled is None
+        long = torch.arange(functional.SMALL_STEP + 1)[None]
+        ql = torch.randn(1, H, long.shape[1], D).to(dtype)
+        assert way(rope, ql, ql, long) is Rotation.EAGER
         partial = posenc.build("rope", d_model=H * D, num_heads=H, rotary_dim=8)
         interleaved = posenc.build("rope", d_model=H * D, num_heads=H, layout="interleaved")
-        assert partial.prepare(pos, pos).rolled is None and interleaved.prepare(pos, pos).rolled is None
+        assert way(partial, q, k, pos) is Rotation.EAGER and way(interleaved, q, k, pos) is Rotation.EAGER
+
+
+def test_a_prepared_state_rotates_keys_at_the_query_positions_only():
+    """``state`` describes the keys of self-attention; keys of another length are refused with
+    it, and without it a call at other key positions equals the per-position rotation."""
+    rope = posenc.build("rope", d_model=32, num_heads=2)
+    q_pos, k_pos = torch.tensor([[5, 6]]), torch.tensor([[0, 1, 2]])
+    q, k = torch.randn(1, 2, 2, 16), torch.randn(1, 2, 3, 16)
+    with pytest.raises(ValueError, match=r"state is prepare\(\)'s, for keys at the 2 query positions, but k has 3"):
+        rope.rotate(q, k, q_pos, k_pos, state=rope.prepare(q_pos, k_pos))
+    rq, rk = rope.rotate(q, k, q_pos, k_pos)
+    torch.testing.assert_close(rk, rope.rotate(k, k, k_pos, k_pos)[0], atol=0, rtol=0)
+    torch.testing.assert_close(rq, rope.rotate(q, q, q_pos, q_pos)[0], atol=0, rtol=0)
+
+

@@ -130,21 +130,23 @@ def test_float16_key_overflow_below_the_limit_is_an_error():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_prepared_state_and_small_step_equal_a_standalone_call(dtype, spy):
     """prepare() computes q's and k's scaled tables once per forward; a decoding-sized step
-    without autograd rotates with the three-op rolled form. Both give the same bits as a
-    standalone rotate (its own tables, the eager kernel), and the scores match the complex
-    reference."""
-    from posenc.rotary import xpos as xpos_module
+    without autograd rotates with the three-op rolled form: the same bits as the eager
+    kernel, and the scores match the complex reference; with autograd the plan takes the
+    functional form."""
+    from posenc.rotary import functional
+    from posenc.rotary.functional import Rotation, rotation_plan
 
     H, D = 2, 16
     enc = posenc.build("xpos", d_model=H * D, num_heads=H, scale_base=64.0)
     pos = torch.tensor([[40, 41]])
     q, k = torch.randn(1, H, 2, D, dtype=torch.float64).to(dtype), torch.randn(1, H, 2, D, dtype=torch.float64).to(dtype)
-    taken = spy(xpos_module, "rotate_half_rolled")
+    taken = spy(functional, "rotate_half_rolled")
     with torch.no_grad():
         state = enc.prepare(pos, pos)
-        assert state.rolled is not None
+        assert rotation_plan("auto", "half", q, k, state.tables).way is Rotation.ROLLED
         fast = enc.rotate(q, k, pos, pos, state=state)
-        alone = enc.rotate(q, k, pos, pos.clone())  # other key positions object: its own tables, no rolled form
+        assert taken == [1, 1]
+        alone = functional.WAYS[Rotation.EAGER](q, k, state.tables, "half")  # the eager kernel itself
     assert taken == [1, 1]
     for a, b in zip(fast, alone):
         assert a.dtype == dtype and torch.equal(a, b)
@@ -154,7 +156,8 @@ def test_prepared_state_and_small_step_equal_a_standalone_call(dtype, spy):
             for j in range(2):
                 want = reference_scores(inter(q[0, :, i]), inter(k[0, :, j]), 40 + i, 40 + j, D, 64.0)
                 torch.testing.assert_close((fast[0][0, :, i] * fast[1][0, :, j]).sum(-1), want, atol=1e-5, rtol=1e-6)
-    assert enc.prepare(pos, pos).rolled is None  # autograd on: the kernel's form
+    q.requires_grad_()
+    assert rotation_plan("auto", "half", q, k, enc.prepare(pos, pos).tables).way is Rotation.FUNCTIONAL  # autograd
     with torch.no_grad():
         with pytest.raises(ValueError, match="positions must be >= 0"):
             enc.prepare(torch.tensor([[-1, 0]]), torch.tensor([[-1, 0]]))

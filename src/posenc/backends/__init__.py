@@ -1,18 +1,19 @@
-"""Attention backends: eager (the readable reference), sdpa and flex.
+"""Attention backends: eager (the readable reference), sdpa and flex, and the plan that picks
+the path of each call.
 
-Each backend computes ``softmax(q·kᵀ·scale + logit terms + mask)·v (+ value terms)`` from the
+Every path computes ``softmax(q·kᵀ·scale + logit terms + mask)·v (+ value terms)`` from the
 same inputs: q (B, H, Tq, D), k and v (B, H, Tk, D) (grouped-query heads already repeated),
 the per-forward mask description (:class:`~posenc.masks.AttentionMask`) and the layer's terms
-(:class:`LayerTerms`, built from :mod:`posenc.terms`). A backend is a function with the
-signature of :data:`Backend`; :data:`BACKENDS` is the table, :func:`choose` the one place that
-picks among them:
+(:class:`LayerTerms`, built from :mod:`posenc.terms`). :func:`plan` (in :mod:`.planner`) is the
+one place that decides which leaf runs a call, from ``impl`` and the inputs, with the reason;
+:func:`run` is the plan then the leaf:
 
 * ``eager`` — logits, terms, mask and softmax spelled out in float32 or wider; value terms
   from the probabilities. The reference every other path is tested against.
 * ``sdpa`` — ``F.scaled_dot_product_attention``: plain causal -> ``is_causal``; a bias alone
-  -> the bias with the mask folded in (built once per forward, shared by layers); table, dense
-  and value terms -> :func:`posenc.backends.fused.fused_attention` (blockwise, no (T, T)
-  probabilities kept for backward).
+  -> the CPU flash kernel with the bias, or the bias with the mask folded in (built once per
+  forward, shared by layers); table, dense and value terms -> the blockwise
+  :func:`posenc.backends.fused.fused_attention` (no (T, T) probabilities kept for backward).
 * ``flex`` — ``torch.nn.attention.flex_attention`` with a ``score_mod`` composed from the
   terms and the mask's ``BlockMask``: no (Tq, Tk) tensor. It cannot take value terms (it does
   not return the probabilities) and has no backward on CPU in this torch.
@@ -33,7 +34,7 @@ from ..masks import AttentionMask
 from ..terms import BiasTerm, DenseTerm, TableTerm, Term, ValueTerm
 from .cpu_flash import SummedBias
 
-__all__ = ["IMPLS", "BACKENDS", "Backend", "Impl", "LayerTerms", "SharedBias", "choose", "logit_dtype", "run"]
+__all__ = ["IMPLS", "LEAVES", "Backend", "Impl", "LayerTerms", "Leaf", "Plan", "SharedBias", "logit_dtype", "plan", "run"]
 
 Impl = Literal["eager", "sdpa", "flex", "auto"]
 IMPLS: tuple[str, ...] = ("eager", "sdpa", "flex", "auto")
@@ -134,23 +135,5 @@ def needs_grad(q: Tensor, k: Tensor, v: Tensor, terms: LayerTerms) -> bool:
     return any(t.requires_grad for t in (q, k, v, *terms.tensors(), *dense_bias))
 
 
-def choose(impl: str, q: Tensor, terms: LayerTerms) -> str:
-    """The backend for ``impl`` on this call: ``auto`` resolved by device and terms."""
-    if impl != "auto":
-        return impl
-    if q.device.type == "cuda" and (terms.bias is not None or len(terms.logits) > 0) and len(terms.values) == 0:
-        return "flex"
-    return "sdpa"
-
-
-def run(impl: str, q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
-    """Attention through the backend ``impl`` (one of :data:`IMPLS`): (B, H, Tq, Dv)."""
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}")
-    return BACKENDS[choose(impl, q, terms)](q, k, v, scale=scale, mask=mask, terms=terms)
-
-
-# The submodules import the names above, so the table is filled last.
-from . import eager, flex, sdpa  # noqa: E402
-
-BACKENDS: dict[str, Backend] = {"eager": eager.attention, "sdpa": sdpa.attention, "flex": flex.attention}
+# The leaves import the names above, so the plan comes last.
+from .planner import LEAVES, Leaf, Plan, plan, run  # noqa: E402

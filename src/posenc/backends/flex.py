@@ -4,9 +4,10 @@ small tensors (bias parameters, (B, H, T, R) tables) by (b, h, q_idx, kv_idx).
 
 Compiled with ``torch.compile`` (once per process, at module level; keyed on nothing the user
 owns) unless :data:`COMPILE` is False, which runs flex's unfused reference implementation
-(tests on CPU use it: compiling costs more than the tests). Refused, with a ``ValueError``
-naming ``impl``: value terms (flex returns no probabilities for Shaw's a^V) and a backward on
-CPU (flex_attention's CPU backward raises NotImplementedError in torch 2.13).
+(tests on CPU use it: compiling costs more than the tests). :func:`posenc.backends.plan`
+refuses, with a ``ValueError`` naming ``impl``, value terms (flex returns no probabilities
+for Shaw's a^V) and a backward on CPU (flex_attention's CPU backward raises
+NotImplementedError in torch 2.13), and sends a call without queries elsewhere.
 
 Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
 """
@@ -20,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from . import LayerTerms, needs_grad
+from . import LayerTerms
 
 __all__ = ["attention", "COMPILE", "score_mod"]
 
@@ -56,20 +57,8 @@ def score_mod(terms: LayerTerms) -> Callable | None:
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
-    """(B, H, Tq, D) with flex_attention."""
-    if len(terms.values) > 0:
-        raise ValueError(
-            "impl='flex' cannot apply value terms (Shaw's use_value): flex_attention does not return "
-            "the attention probabilities they read; use impl='sdpa' (fused), 'eager' or 'auto'"
-        )
-    if q.device.type == "cpu" and needs_grad(q, k, v, terms):
-        raise ValueError(
-            f"impl='flex' has no backward on CPU (torch {torch.__version__}: flex_attention's CPU "
-            "backward raises NotImplementedError); train on CPU with impl='sdpa' or 'auto', or run "
-            "flex under torch.no_grad()"
-        )
-    fn = _flex()
+    """(B, H, Tq, D) with flex_attention (the calls it cannot run are refused by the plan)."""
     with warnings.catch_warnings():
         # The unfused-implementation warning is expected when COMPILE is False.
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        return fn(q, k, v, score_mod=score_mod(terms), block_mask=mask.block_mask(), scale=scale)
+        return _flex()(q, k, v, score_mod=score_mod(terms), block_mask=mask.block_mask(), scale=scale)

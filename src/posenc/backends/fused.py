@@ -38,9 +38,11 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..terms import BucketFn, TableTerm, ValueTerm
+from ..masks import AttentionMask
+from ..terms import BucketFn, DenseTerm, TableTerm, ValueTerm
+from . import LayerTerms
 
-__all__ = ["fused_attention", "BLOCK_ROWS"]
+__all__ = ["attention", "fused_attention", "BLOCK_ROWS"]
 
 # Query rows per block: the scratch is (B, H, rows, Tk) float32, i.e. rows / Tq of one dense
 # logit tensor; 256 rows keep the matmuls large enough to run at full speed on CPU.
@@ -181,12 +183,30 @@ def fused_attention(
     return _Fused.apply(spec, q, k, v, *extra)
 
 
+def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
+    """The backend leaf: :func:`fused_attention` with a layer's terms and the forward's mask."""
+    bias = None if terms.bias is None else terms.bias.dense()
+    for t in terms.logits:
+        if isinstance(t, DenseTerm):
+            bias = t.logits if bias is None else bias + t.logits
+    # Causality as a flag lets the fused function skip key blocks; padding and documents (and
+    # the rows-that-see-nothing rule) come as the dense bool mask, broadcast over queries.
+    only_causal = mask.causal_only
+    m = None if only_causal else mask.dense()
+    m = None if m is None else m.expand(m.shape[0], 1, mask.tq, mask.tk)
+    return fused_attention(
+        q, k, v, scale=scale, mask=m, causal=only_causal, bias=bias,
+        tables=[t for t in terms.logits if isinstance(t, TableTerm)], values=terms.values,
+        q_pos=terms.q_pos, k_pos=terms.k_pos,
+    )
+
+
 def _factored(t: TableTerm) -> bool:
     """A query-side term given as factors (``TableTerm.product``) whose table was not built:
     each block of query rows computes just the columns its buckets reach, x_rows @ rows[:, lo:hi],
     so no (B, H, Tq, R) table exists (Transformer-XL's R = Tq + Tk - 1 made it twice the size
     of the logits, per layer)."""
-    return t.side == "query" and t._table is None and t.x is not None
+    return t.side == "query" and t.is_factored and t.x is not None
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -16,8 +16,10 @@ bfloat16 input is rotated to within one bfloat16 ulp of the exact result.
 Kernels (``kernel=``):
 
 * ``"eager"``: plain PyTorch; the interleaved layout is one complex multiplication
-  (``view_as_complex``), the half layout writes both halves in place when no gradient is
-  needed (about five passes over x: eager PyTorch cannot fuse the rotation).
+  (``view_as_complex``), the half layout writes both halves into a fresh tensor when no
+  gradient is recorded (about five passes over x: eager PyTorch cannot fuse the rotation),
+  else takes the functional form; a small step on CPU takes the three-op rolled form
+  (:func:`rotate_half_rolled`, the same bits).
 * ``"compiled"``: the same math through ``torch.compile`` with q and k in one graph. Inductor
   fuses the rotation, the pass-through channels and both dtype casts into one loop per
   tensor: one read and one write of x, float32 only in registers (each half is rounded to
@@ -39,14 +41,20 @@ returns them; the Triton kernel does so without a temporary, the others rotate t
 
 Inside an outer ``torch.compile`` every kernel is the plain functional form, which the
 outer graph fuses with its neighbours.
+
+:func:`rotation_plan` is the one place that decides among these ways (:class:`Rotation`:
+functional, triton, compiled, rolled, eager) for a call, with the reason; each way is a
+straight-line function in :data:`WAYS`, and :func:`rotate_qk` is the plan then the way.
 """
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import os
 import warnings
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -54,7 +62,8 @@ from torch import Tensor
 from ..config import check_choice, check_int
 
 __all__ = [
-    "LAYOUTS", "KERNELS", "apply_rotary", "apply_rotary_qk", "angles_cos_sin", "convert_qk_layout", "triton_available",
+    "LAYOUTS", "KERNELS", "QKTables", "Rotation", "RotationPlan", "SMALL_STEP", "WAYS", "apply_rotary", "apply_rotary_qk",
+    "angles_cos_sin", "convert_qk_layout", "rotate_qk", "rotation_plan", "triton_available",
 ]
 
 LAYOUTS = ("half", "interleaved")
@@ -118,8 +127,7 @@ def _interleaved_qk(q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk
 
 # ---- eager kernels -----------------------------------------------------------------------
 def _half_eager(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
-        return _half_functional(x, cos, sin)
+    # Writes into a fresh tensor: for calls autograd does not record (see rotation_plan).
     h = cos.shape[-1]
     r = 2 * h
     cos, sin = cos[:, None].to(_compute_dtype(x)), sin[:, None].to(_compute_dtype(x))  # (B|1, 1, T, r/2)
@@ -169,7 +177,7 @@ def rotate_half_rolled(x: Tensor, cos2: Tensor, sin2: Tensor) -> Tensor:
     a few tokens), where each op's fixed cost outweighs its arithmetic: about 12 us against
     72 us for one (1, 8, 1, 64) tensor on a 2-core CPU, with the same products and sums, so
     the same bits as the eager kernel. Computed in float32 (float64 for float64 x), rounded
-    once to x's dtype. The tables are built once per forward (``RotaryState.rolled``).
+    once to x's dtype. The tables are built once per forward (:meth:`QKTables.rolled`).
     """
     cdt = _compute_dtype(x)
     xf = x if x.dtype == cdt else x.to(cdt)
@@ -181,29 +189,22 @@ _EAGER: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
     "half": _half_eager,
     "interleaved": _interleaved_eager,
 }
-_FUNCTIONAL: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
-    "half": _half_functional,
-    "interleaved": _interleaved_functional,
-}
 _FUNCTIONAL_QK: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "half": _half_qk,
     "interleaved": _interleaved_qk,
 }
 
 # ---- compiled kernel ---------------------------------------------------------------------
-_compiled: dict[tuple[str, bool], Callable] = {}
+_compiled: dict[str, Callable] = {}
 _compile_failed = False
 
 
-def _compiled_kernel(layout: str, qk: bool) -> Callable | None:
-    if _compile_failed:
-        return None
-    key = (layout, qk)
-    if key not in _compiled:
+def _compiled_kernel(layout: str) -> Callable:
+    if layout not in _compiled:
         # dynamic=None: the first shape gets a static loop (fastest on CPU); a second shape
         # recompiles once with its varying sizes symbolic, so decoding does not recompile per step.
-        _compiled[key] = torch.compile((_FUNCTIONAL_QK if qk else _FUNCTIONAL)[layout], fullgraph=True)
-    return _compiled[key]
+        _compiled[layout] = torch.compile(_FUNCTIONAL_QK[layout], fullgraph=True)
+    return _compiled[layout]
 
 
 def _check_fits(x: Tensor, cos: Tensor, sin: Tensor, name: str) -> None:
@@ -216,22 +217,16 @@ def _check_fits(x: Tensor, cos: Tensor, sin: Tensor, name: str) -> None:
         )
 
 
-def _run_compiled(kernel: str, layout: str, qk: bool, numel: int, args: tuple[Tensor, ...]):
-    """The compiled kernel's result, or None when ``kernel`` says eager or compilation failed."""
+def _run_compiled(layout: str, args: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    """The compiled kernel's result; the eager kernel's (from now on) if compilation fails."""
     global _compile_failed
-    if kernel == "eager" or (
-        kernel == "auto" and (AUTO_COMPILE_MIN_NUMEL is None or numel < AUTO_COMPILE_MIN_NUMEL)
-    ):
-        return None
-    fn = _compiled_kernel(layout, qk)
-    if fn is None:
-        return None
     try:
-        return fn(*args)
+        return _compiled_kernel(layout)(*args)
     except Exception as e:  # no C++ compiler, no Triton, unsupported platform, ...
         _compile_failed = True
         warnings.warn(f"posenc: compiled rotary kernel unavailable ({type(e).__name__}: {e}); using eager")
-        return None
+        q, k, cq, sq, ck, sk = args
+        return _EAGER[layout](q, cq, sq), _EAGER[layout](k, ck, sk)
 
 
 def triton_available() -> bool:
@@ -274,6 +269,135 @@ def _check_inplace(inplace: bool, *xs: Tensor) -> None:
         raise ValueError("inplace=True needs q and k in separate memory, got one tensor (or view) for both")
 
 
+# ---- the rotation plan ---------------------------------------------------------------------
+#: Steps of at most this many positions (q's and k's) rotate with the three-op rolled form on
+#: CPU: one (1, 8, 1, 64) tensor in about 12 us against the eager kernel's 72 us, and faster up
+#: to 256 positions; 64 keeps the margin.
+SMALL_STEP = 64
+
+
+class Rotation(enum.Enum):
+    """The ways to rotate q and k (see the module docstring and :func:`rotation_plan`)."""
+
+    FUNCTIONAL = "functional"
+    TRITON = "triton"
+    COMPILED = "compiled"
+    ROLLED = "rolled"
+    EAGER = "eager"
+
+
+class RotationPlan(NamedTuple):
+    """Which way rotates a call, and why (a sentence for a person)."""
+
+    way: Rotation
+    reason: str
+
+
+@dataclass(eq=False)
+class QKTables:
+    """cos/sin (B|1, T, r/2) float32 for q and for k, with the rolled form of each
+    (:func:`half_rolled_tables`) made on first use and kept: a forward's state makes them once
+    for every layer. ``keys_at_queries``: k's tables are q's (self-attention), made once."""
+
+    cos_q: Tensor
+    sin_q: Tensor
+    cos_k: Tensor
+    sin_k: Tensor
+    keys_at_queries: bool = False
+    _rolled: tuple | None = field(default=None, repr=False)
+
+    @classmethod
+    def shared(cls, cos: Tensor, sin: Tensor) -> "QKTables":
+        """The tables of keys at the query positions."""
+        return cls(cos, sin, cos, sin, keys_at_queries=True)
+
+    def rolled(self) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+        """((cos2, sin2) of q, (cos2, sin2) of k), (B|1, 1, T, r)."""
+        if self._rolled is None:
+            q = half_rolled_tables(self.cos_q, self.sin_q)
+            self._rolled = (q, q if self.keys_at_queries else half_rolled_tables(self.cos_k, self.sin_k))
+        return self._rolled
+
+
+def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTables) -> RotationPlan:
+    """The one place that decides how q (B, H, Tq, D) and k (B, Hkv, Tk, D) are rotated.
+
+    Raises ``ValueError`` for ``kernel="triton"`` where it cannot run.
+    """
+    if torch.compiler.is_compiling():
+        return RotationPlan(Rotation.FUNCTIONAL, "inside torch.compile: the functional form, fused by the outer graph")
+    cos_sin = (tables.cos_q, tables.sin_q, tables.cos_k, tables.sin_k)
+    if _use_triton(kernel, (q, k), cos_sin):
+        return RotationPlan(Rotation.TRITON, f"kernel={kernel!r} on CUDA: one Triton launch for q and k")
+    numel = q.numel() + k.numel()
+    big = kernel == "auto" and AUTO_COMPILE_MIN_NUMEL is not None and numel >= AUTO_COMPILE_MIN_NUMEL
+    if (kernel == "compiled" or big) and not _compile_failed:
+        return RotationPlan(Rotation.COMPILED, f"kernel={kernel!r}, {numel} elements: the compiled kernel")
+    records = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, *cos_sin))
+    if (
+        layout == "half" and kernel in ("auto", "eager") and q.device.type == "cpu" and not records
+        and max(q.shape[2], k.shape[2]) <= SMALL_STEP and 2 * tables.cos_q.shape[-1] == q.shape[-1]
+    ):
+        return RotationPlan(Rotation.ROLLED, "a small step on CPU, every channel rotated: the three-op rolled form")
+    if layout == "half" and records:
+        return RotationPlan(Rotation.FUNCTIONAL, "autograd records: the functional form (the eager kernel writes in place)")
+    return RotationPlan(Rotation.EAGER, "the eager kernel")
+
+
+# The ways, one straight-line function each: (q, k, tables, layout) -> (q', k').
+def _triton(q: Tensor, k: Tensor, t: QKTables, layout: str, inplace: bool = False) -> tuple[Tensor, Tensor]:
+    from .triton_rope import rotary_qk
+
+    return rotary_qk(q, k, t.cos_q, t.sin_q, t.cos_k, t.sin_k, layout, inplace=inplace)
+
+
+def _functional(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
+    return _FUNCTIONAL_QK[layout](q, k, t.cos_q, t.sin_q, t.cos_k, t.sin_k)
+
+
+def _rolled(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
+    (cq, sq), (ck, sk) = t.rolled()
+    return rotate_half_rolled(q, cq, sq), rotate_half_rolled(k, ck, sk)
+
+
+def _compiled_way(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
+    return _run_compiled(layout, (q, k, t.cos_q, t.sin_q, t.cos_k, t.sin_k))
+
+
+def _eager(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
+    return _EAGER[layout](q, t.cos_q, t.sin_q), _EAGER[layout](k, t.cos_k, t.sin_k)
+
+
+WAYS: dict[Rotation, Callable[[Tensor, Tensor, QKTables, str], tuple[Tensor, Tensor]]] = {
+    Rotation.FUNCTIONAL: _functional,
+    Rotation.TRITON: _triton,
+    Rotation.COMPILED: _compiled_way,
+    Rotation.ROLLED: _rolled,
+    Rotation.EAGER: _eager,
+}
+
+
+def rotate_qk(
+    q: Tensor, k: Tensor, tables: QKTables, layout: str = "half", kernel: str = "auto", inplace: bool = False
+) -> tuple[Tensor, Tensor]:
+    """Rotate q (B, H, Tq, D) by q's tables and k (B, Hkv, Tk, D) by k's, the way
+    :func:`rotation_plan` picks. Returns new tensors of q's and k's dtypes, or q and k
+    themselves, rotated, with ``inplace=True`` (inference only)."""
+    check_choice("kernel", kernel, KERNELS)
+    check_choice("layout", layout, LAYOUTS)
+    _check_fits(q, tables.cos_q, tables.sin_q, "q")
+    _check_fits(k, tables.cos_k, tables.sin_k, "k")
+    _check_inplace(inplace, q, k)
+    way = rotation_plan(kernel, layout, q, k, tables).way
+    if inplace and way is Rotation.TRITON:  # the Triton kernel writes q and k without a temporary
+        return _triton(q, k, tables, layout, inplace=True)
+    out = WAYS[way](q, k, tables, layout)
+    if inplace:
+        q.copy_(out[0]), k.copy_(out[1])
+        return q, k
+    return out
+
+
 def apply_rotary_qk(
     q: Tensor,
     k: Tensor,
@@ -291,26 +415,7 @@ def apply_rotary_qk(
     in one call (one guard check) and the Triton kernel in one launch. Returns new tensors of
     q's and k's dtypes, or q and k themselves, rotated, with ``inplace=True`` (inference only).
     """
-    check_choice("kernel", kernel, KERNELS)
-    check_choice("layout", layout, LAYOUTS)
-    _check_fits(q, cos_q, sin_q, "q")
-    _check_fits(k, cos_k, sin_k, "k")
-    _check_inplace(inplace, q, k)
-    if torch.compiler.is_compiling():
-        # The plain functional form: an outer torch.compile fuses it with its neighbours.
-        out = _FUNCTIONAL_QK[layout](q, k, cos_q, sin_q, cos_k, sin_k)
-    elif _use_triton(kernel, (q, k), (cos_q, sin_q, cos_k, sin_k)):
-        from .triton_rope import rotary_qk
-
-        return rotary_qk(q, k, cos_q, sin_q, cos_k, sin_k, layout, inplace=inplace)
-    else:
-        out = _run_compiled(kernel, layout, True, q.numel() + k.numel(), (q, k, cos_q, sin_q, cos_k, sin_k))
-        if out is None:
-            out = _EAGER[layout](q, cos_q, sin_q), _EAGER[layout](k, cos_k, sin_k)
-    if inplace:
-        q.copy_(out[0]), k.copy_(out[1])
-        return q, k
-    return out
+    return rotate_qk(q, k, QKTables(cos_q, sin_q, cos_k, sin_k), layout, kernel, inplace)
 
 
 def apply_rotary(
@@ -321,25 +426,10 @@ def apply_rotary(
     ``cos``/``sin``: (B or 1, T, r/2), as made by :func:`angles_cos_sin`. Returns a new tensor
     of x's dtype (channels r.. copied unchanged), or x itself, rotated, with ``inplace=True``.
     """
-    check_choice("kernel", kernel, KERNELS)
-    check_choice("layout", layout, LAYOUTS)
-    _check_fits(x, cos, sin, "x")
-    _check_inplace(inplace, x)
-    if torch.compiler.is_compiling():
-        out = _FUNCTIONAL[layout](x, cos, sin)
-    elif _use_triton(kernel, (x,), (cos, sin)):
-        from .triton_rope import rotary_qk
-
-        # k empty (B, 0, 0, D): the kernel launches programs for x only.
-        k = x.new_empty(x.shape[0], 0, 0, x.shape[-1])
-        c0 = cos.new_empty(1, 0, cos.shape[-1])
-        return rotary_qk(x, k, cos, sin, c0, c0, layout, inplace=inplace)[0]
-    else:
-        out = _run_compiled(kernel, layout, False, x.numel(), (x, cos, sin))
-        out = _EAGER[layout](x, cos, sin) if out is None else out
-    if inplace:
-        return x.copy_(out)
-    return out
+    # An empty k (B, 0, 0, D): every way then rotates x alone (Triton launches programs for x only).
+    k = x.new_empty(x.shape[0], 0, 0, x.shape[-1])
+    c0 = cos.new_empty(1, 0, cos.shape[-1])
+    return rotate_qk(x, k, QKTables(cos, sin, c0, c0), layout, kernel, inplace)[0]
 
 
 def _layout_permutation(head_dim: int, rotary_dim: int, to: str) -> Tensor:

@@ -33,7 +33,7 @@ from torch import Tensor
 from ..config import EncodingConfig, check_choice, check_even, check_positive, field_types
 from ..encoding import Dims, PositionalEncoding
 from ..registry import register
-from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary_qk, half_rolled_tables, rotate_half_rolled
+from .functional import KERNELS, LAYOUTS, QKTables, angles_cos_sin, rotate_qk
 from .scaling import SCALINGS, ScalingConfig, all_scaling_params, base_inv_freq, make_scaling_config
 
 __all__ = ["RotaryConfig", "RotaryEmbedding", "RotaryState"]
@@ -42,9 +42,9 @@ __all__ = ["RotaryConfig", "RotaryEmbedding", "RotaryState"]
 # computed per token instead (a 2^18 x 32 table pair is 64 MiB).
 MAX_TABLE_POSITIONS = 1 << 18
 _MAX_TABLES = 4  # cached (device, frequency set) pairs per module
-#: Steps of at most this many positions rotate with the three-op form (RotaryState.rolled);
-#: measured faster than the eager kernel up to 256 positions of a (1, 8, T, 64) tensor on CPU.
-SMALL_STEP = 64
+#: Angles are float64: integers above 2**53 are not all representable there, so positions
+#: from 2**53 on would be rotated by the angle of a neighbouring position.
+MAX_POSITION = 2**53 - 1
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,14 @@ class RotaryState:
     """Per-forward rotary state: cos/sin (B|1, Tq, r/2) float32 at the query positions, for
     the frequencies of ``seq_len`` (None unless the scaling depends on the length).
 
-    ``rolled``: the same angles as :func:`~posenc.rotary.functional.half_rolled_tables`, made
-    for small steps on CPU without autograd (a decoding step), where ``rotate`` then takes the
-    three-op :func:`~posenc.rotary.functional.rotate_half_rolled`; None otherwise."""
+    It rotates q and the keys new in this forward, which sit at the query positions
+    (self-attention): ``tables`` holds cos/sin for both, with their rolled form made once
+    for every layer when the rotation plan takes it (a decoding step on CPU)."""
 
     seq_len: int | Tensor | None
     cos: Tensor
     sin: Tensor
-    rolled: tuple[Tensor, Tensor] | None = None
+    tables: QKTables
 
 
 @dataclass(init=False, eq=False)
@@ -269,6 +269,11 @@ class RotaryEmbedding(PositionalEncoding):
         lo, hi = (int(v) for v in torch.aminmax(positions))
         if lo < 0:
             raise ValueError(f"positions must be >= 0, got {lo}")
+        if hi > MAX_POSITION:
+            raise ValueError(
+                f"positions must be <= {MAX_POSITION} (2**53 - 1: float64 angles hold every integer up to "
+                f"there, no further), got {hi}"
+            )
         if seq_len is None:
             seq_len = hi + 1
         inv_freq, factor = self.frequencies(seq_len if self._scaling_cfg.length_dependent else None)
@@ -291,44 +296,33 @@ class RotaryEmbedding(PositionalEncoding):
     # ---- the hook ----------------------------------------------------------------------
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> RotaryState:
         """cos/sin at the query positions, once per forward for every layer that shares this
-        module. In self-attention the new keys sit at the query positions, so ``rotate`` reuses
-        them for k; ``k_pos`` (all keys, cache included) only sets the current length of
-        length-dependent scalings, as in ``rotate``."""
+        module. In self-attention the new keys sit at the query positions, so ``rotate`` uses
+        the same tables for k; ``k_pos`` (all keys, cache included) is not rotated here."""
         seq_len = self.current_length(q_pos, q_pos)
         cos, sin = self.cos_sin(q_pos, seq_len)
-        rolled = half_rolled_tables(cos, sin) if self._small_step(q_pos) else None
-        return RotaryState(seq_len, cos, sin, rolled)
-
-    def _small_step(self, q_pos: Tensor) -> bool:
-        """Whether ``rotate`` takes the three-op half-layout form: a few positions (at most
-        ``SMALL_STEP``), on CPU, eagerly, without autograd, every channel rotated, and no
-        kernel asked for by name (on CUDA the fused Triton kernel is one launch for q and k)."""
-        c = self.config
-        return (
-            q_pos.shape[1] <= SMALL_STEP and q_pos.device.type == "cpu" and c.layout == "half"
-            and c.kernel in ("auto", "eager") and self.rotary_dim == self.dims.head_dim
-            and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-        )
-
-    def _cos_sin_qk(self, q_pos: Tensor, k_pos: Tensor, state: RotaryState | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        if k_pos is q_pos:  # self-attention: the new keys are at the query positions
-            state = self.prepare(q_pos, k_pos) if state is None else state
-            return state.cos, state.sin, state.cos, state.sin
-        # Cross-attention, or a standalone call with other key positions: both tables here,
-        # at one length for q and k (length-dependent scalings).
-        seq_len = self.current_length(q_pos, k_pos)
-        return (*self.cos_sin(q_pos, seq_len), *self.cos_sin(k_pos, seq_len))
+        return RotaryState(seq_len, cos, sin, QKTables.shared(cos, sin))
 
     def rotate(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: RotaryState | None = None
     ) -> tuple[Tensor, Tensor]:
         """Rotate q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk).
 
-        ``state`` is :meth:`prepare`'s result for this forward (computed here when None).
+        ``state``: :meth:`prepare`'s result for this forward, for keys at the query positions
+        (self-attention: ``k_pos`` is then ``q_pos``); None makes q's and k's tables here,
+        at one length for both (length-dependent scalings). The way to rotate is
+        :func:`~posenc.rotary.functional.rotation_plan`'s.
         """
-        if state is not None and state.rolled is not None and k_pos is q_pos:  # see _small_step
-            return rotate_half_rolled(q, *state.rolled), rotate_half_rolled(k, *state.rolled)
-        return apply_rotary_qk(q, k, *self._cos_sin_qk(q_pos, k_pos, state), self.config.layout, self.config.kernel)
+        if state is None:
+            seq_len = self.current_length(q_pos, k_pos)
+            tables = QKTables(*self.cos_sin(q_pos, seq_len), *self.cos_sin(k_pos, seq_len))
+        else:
+            if k.shape[-2] != state.cos.shape[-2]:
+                raise ValueError(
+                    f"state is prepare()'s, for keys at the {state.cos.shape[-2]} query positions, but k has "
+                    f"{k.shape[-2]}; pass state=None for keys at other positions"
+                )
+            tables = state.tables
+        return rotate_qk(q, k, tables, self.config.layout, self.config.kernel)
 
     def extra_repr(self) -> str:
         c = self.config

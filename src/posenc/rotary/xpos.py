@@ -28,8 +28,8 @@ overflow is an error too. Under torch.compile these checks (host syncs) are skip
 past the range is inf or 0 there.
 
 xPos has no cached tables: the scaled cos/sin of q and of k are computed from the positions
-once per forward (``prepare``, an :class:`XPosState` shared by every layer), eager or
-compiled; a decoding step on CPU rotates with the three-op form RoPE uses (``rolled``).
+once per forward (``prepare``, an :class:`XPosState` shared by every layer), and rotated the
+way :func:`~posenc.rotary.functional.rotation_plan` picks, as RoPE's are.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from torch import Tensor
 
 from ..config import check_positive
 from ..registry import register
-from .functional import apply_rotary_qk, half_rolled_tables, rotate_half_rolled
+from .functional import QKTables, rotate_qk
 from .rope import RotaryConfig, RotaryEmbedding
 
 __all__ = ["XPosConfig", "XPos", "XPosState", "xpos_max_position", "xpos_scale"]
@@ -110,7 +110,7 @@ class XPos(RotaryEmbedding):
         cos, sin = ang.cos() * (scale * factor), ang.sin() * (scale * factor)
         return cos.float(), sin.float()
 
-    def _state(self, q_pos: Tensor, k_pos: Tensor, small_step: bool = False) -> "XPosState":
+    def _state(self, q_pos: Tensor, k_pos: Tensor) -> "XPosState":
         """q's tables at q_pos, k's at k_pos; positions checked (>= 0) once, here."""
         hi = None
         if not torch.compiler.is_compiling():  # a host sync: eager only
@@ -119,8 +119,7 @@ class XPos(RotaryEmbedding):
             hi = max([int(p.max()) for p in (q_pos, k_pos) if p.numel()], default=0)
         seq_len = self.current_length(q_pos, k_pos)
         q_cs, k_cs = self._scaled_cos_sin(q_pos, 1.0, seq_len), self._scaled_cos_sin(k_pos, -1.0, seq_len)
-        rolled = (half_rolled_tables(*q_cs), half_rolled_tables(*k_cs)) if small_step else None
-        return XPosState(hi, q_cs, k_cs, rolled)
+        return XPosState(hi, QKTables(*q_cs, *k_cs))
 
     def _check_range(self, q: Tensor, k: Tensor, hi: int) -> None:
         # See the module docstring: past this position a scale is inf or subnormal in the
@@ -141,24 +140,25 @@ class XPos(RotaryEmbedding):
         """q's and the new keys' tables, once per forward for every layer: in self-attention
         the new keys sit at the query positions (``k_pos``, every key with the cache, is not
         rotated again)."""
-        return self._state(q_pos, q_pos, small_step=self._small_step(q_pos))
+        return self._state(q_pos, q_pos)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: "XPosState | None" = None) -> tuple[Tensor, Tensor]:
         """Rotate and scale q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk).
 
-        ``state`` is :meth:`prepare`'s result for this forward; it is used when ``k_pos is
-        q_pos`` (self-attention), otherwise the tables are made here. Positions past the
-        dtype's range (:func:`xpos_max_position`) and float16 keys that overflow are errors.
+        ``state``: :meth:`prepare`'s result for this forward, for keys at the query positions
+        (self-attention); None makes the tables here. Positions past the dtype's range
+        (:func:`xpos_max_position`) and float16 keys that overflow are errors.
         """
-        if state is None or k_pos is not q_pos:  # a standalone or cross-attention call: its own tables
+        if state is None:
             state = self._state(q_pos, k_pos)
+        elif k.shape[-2] != state.tables.cos_k.shape[-2]:
+            raise ValueError(
+                f"state is prepare()'s, for keys at the {state.tables.cos_k.shape[-2]} query positions, but k has "
+                f"{k.shape[-2]}; pass state=None for keys at other positions"
+            )
         if state.hi is not None:
             self._check_range(q, k, state.hi)
-        if state.rolled is not None:  # a small step (see RotaryEmbedding._small_step)
-            (q_cos2, q_sin2), (k_cos2, k_sin2) = state.rolled
-            rq, rk = rotate_half_rolled(q, q_cos2, q_sin2), rotate_half_rolled(k, k_cos2, k_sin2)
-        else:
-            rq, rk = apply_rotary_qk(q, k, *state.q, *state.k, self.config.layout, self.config.kernel)
+        rq, rk = rotate_qk(q, k, state.tables, self.config.layout, self.config.kernel)
         if not torch.compiler.is_compiling() and torch.finfo(_storage_dtype(rk.dtype)).max < 1e6:
             # float16: k's scale (<= 16383 at the largest allowed position) times |k| may still
             # pass 65504. q's scale is <= 1, so only k can overflow; one pass, float16 only.
@@ -174,12 +174,10 @@ class XPos(RotaryEmbedding):
 
 @dataclass(frozen=True, eq=False)
 class XPosState:
-    """Per-forward xPos state: q's scaled cos/sin (zeta^(m/scale_base)) and k's
-    (zeta^(-n/scale_base)), each a pair (B|1, T, r/2) float32; ``hi`` the largest position
-    (None under torch.compile, where the range checks are skipped); ``rolled`` the
-    :func:`~posenc.rotary.functional.half_rolled_tables` of both for a small step, else None."""
+    """Per-forward xPos state: ``tables`` holds q's scaled cos/sin (zeta^(m/scale_base)) and
+    k's (zeta^(-n/scale_base)), each (B|1, T, r/2) float32, with their rolled form made once
+    when the rotation plan takes it; ``hi`` the largest position (None under torch.compile,
+    where the range checks are skipped)."""
 
     hi: int | None
-    q: tuple[Tensor, Tensor]
-    k: tuple[Tensor, Tensor]
-    rolled: tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+    tables: QKTables

@@ -1,0 +1,151 @@
+"""The planner: the one place that decides how an attention call runs: :func:`plan` -> :class:`Plan`.
+
+A plan is a leaf (:class:`Leaf`) and the reason it was taken. Every leaf is a function of
+the backend signature, (q, k, v, *, scale, mask, terms) -> (B, H, Tq, Dv), without branches of
+its own; :func:`run` is ``plan`` then the leaf. Tests ask ``plan(...)`` which leaf a call
+takes (or record the plans of a model's forward by wrapping this function).
+
+Each leaf is kept by a measurement on a 2-core CPU (``/tmp`` A/B in the commit that made this
+module; B=1, H=8, D=64, float32, best of 3):
+
+=================  ====================================================================
+leaf               kept because
+=================  ====================================================================
+EMPTY              no query rows: flex's kernels fail on T = 0 (SIGFPE compiled, an
+                   IndexError uncompiled); the other leaves' results are the same empty
+                   tensor
+EAGER              the reference (``impl="eager"``); with terms, a decoding step without
+                   autograd (Tq <= 16 < Tk): Shaw, Tq=1, Tk=512: 0.33 ms against the fused
+                   function's 0.95 ms; and under torch.compile (the fused Function does not
+                   trace with fullgraph=True)
+SDPA_CAUSAL        no terms, plain causal: SDPA's ``is_causal`` (no mask tensor)
+SDPA_MASK          no terms, any other mask: SDPA's bool ``attn_mask`` (None when full)
+CPU_FLASH_BIAS     a bias alone on CPU, plain causal or full: T5 T=512 forward + backward
+                   26 ms against 61 ms (masked SDPA) and 54 ms (fused); ALiBi T=1024
+                   forward 21 ms against 33 ms (row blocks) and 57 ms (one masked call)
+SDPA_BIAS_ROWS     a fixed bias (or compiling), plain causal, T > 256, off the CPU flash
+                   leaf: ALiBi T=1024 forward 33 ms against 57 ms for one masked call
+SDPA_BIAS          a fixed bias (or compiling) otherwise: the masked bias as SDPA's float
+                   mask; ALiBi with padding T=512 forward + backward 17 ms against the
+                   fused function's 37 ms
+FUSED              table / dense / value terms, or a learned bias in training off the CPU
+                   flash leaf: no (B, H, T, T) probabilities kept for the backward (T5 peak
+                   memory about 1.15x NoPE's against 1.85x with SDPA)
+FLEX               ``impl="flex"`` (and ``auto`` on CUDA with logit terms): score_mod and
+                   BlockMask, no (Tq, Tk) tensor
+=================  ====================================================================
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..masks import AttentionMask
+from . import IMPLS, Backend, LayerTerms, needs_grad
+from . import eager, flex, fused, sdpa
+
+__all__ = ["Leaf", "Plan", "plan", "run", "LEAVES", "DECODE_ROWS", "BIAS_ROWS"]
+
+#: A step of at most this many queries against more keys, without autograd, is a decoding step.
+DECODE_ROWS = 16
+#: Plain causal attention with a fixed bias runs in blocks of this many query rows past it.
+BIAS_ROWS = sdpa.ROWS
+
+
+class Leaf(enum.Enum):
+    EMPTY = "empty"
+    EAGER = "eager"
+    SDPA_CAUSAL = "sdpa_causal"
+    SDPA_MASK = "sdpa_mask"
+    CPU_FLASH_BIAS = "cpu_flash_bias"
+    SDPA_BIAS_ROWS = "sdpa_bias_rows"
+    SDPA_BIAS = "sdpa_bias"
+    FUSED = "fused"
+    FLEX = "flex"
+
+
+class Plan(NamedTuple):
+    """Which leaf runs an attention call, and why (a sentence for a person)."""
+
+    leaf: Leaf
+    reason: str
+
+
+def _learned_bias(terms: LayerTerms) -> bool:
+    return torch.is_grad_enabled() and terms.bias is not None and terms.bias.dense().requires_grad
+
+
+def plan(impl: str, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, terms: LayerTerms) -> Plan:
+    """The leaf for attention through backend ``impl`` (one of :data:`~posenc.backends.IMPLS`)
+    on these inputs. Raises ``ValueError`` naming ``impl`` for a call the backend cannot run
+    (flex with value terms, or with autograd on CPU)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}")
+    if mask.tq == 0:
+        return Plan(Leaf.EMPTY, "no query rows: the result is empty")
+    has_logits = terms.bias is not None or len(terms.logits) > 0
+    if impl == "auto":
+        if q.device.type == "cuda" and has_logits and len(terms.values) == 0:
+            impl = "flex"
+        else:
+            impl = "sdpa"  # CPU never picks flex: no CPU backward, and a minute to compile per shape
+    if impl == "eager":
+        return Plan(Leaf.EAGER, "impl='eager': the reference")
+    if impl == "flex":
+        if len(terms.values) > 0:
+            raise ValueError(
+                "impl='flex' cannot apply value terms (Shaw's use_value): flex_attention does not return "
+                "the attention probabilities they read; use impl='sdpa' (fused), 'eager' or 'auto'"
+            )
+        if q.device.type == "cpu" and needs_grad(q, k, v, terms):
+            raise ValueError(
+                f"impl='flex' has no backward on CPU (torch {torch.__version__}: flex_attention's CPU "
+                "backward raises NotImplementedError); train on CPU with impl='sdpa' or 'auto', or run "
+                "flex under torch.no_grad()"
+            )
+        return Plan(Leaf.FLEX, "impl='flex': score_mod and BlockMask")
+    # sdpa. len(): dynamo cannot `not` a tuple.
+    if terms.empty:
+        if mask.plain_causal:
+            return Plan(Leaf.SDPA_CAUSAL, "no terms, plain causal: is_causal")
+        return Plan(Leaf.SDPA_MASK, "no terms: the bool mask")
+    compiling = torch.compiler.is_compiling()
+    bias_only = len(terms.logits) == 0 and len(terms.values) == 0
+    if bias_only and not compiling and q.device.type == "cpu" and (mask.plain_causal or mask.is_full):
+        return Plan(Leaf.CPU_FLASH_BIAS, "a bias alone on CPU, plain causal or full: the flash kernel with the bias")
+    if bias_only and (compiling or not _learned_bias(terms)):
+        if mask.plain_causal and mask.tq > BIAS_ROWS:
+            return Plan(Leaf.SDPA_BIAS_ROWS, "a fixed bias, plain causal and long: SDPA in row blocks")
+        return Plan(Leaf.SDPA_BIAS, "a fixed bias: SDPA with the masked bias as float mask")
+    if compiling:
+        return Plan(Leaf.EAGER, "terms under torch.compile: the dense composition, fused by the compiler")
+    if mask.tq <= DECODE_ROWS < mask.tk and not needs_grad(q, k, v, terms):
+        return Plan(Leaf.EAGER, "a decoding step without autograd: the dense composition is small")
+    return Plan(Leaf.FUSED, "terms (or a learned bias in training): the blockwise fused function")
+
+
+def _empty(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
+    """(B, H, 0, Dv), connected to q, k, v (their gradients are zeros)."""
+    return q.new_zeros(*q.shape[:3], v.shape[-1]) + 0 * (q.sum() + k.sum() + v.sum())
+
+
+LEAVES: dict[Leaf, Backend] = {
+    Leaf.EMPTY: _empty,
+    Leaf.EAGER: eager.attention,
+    Leaf.SDPA_CAUSAL: sdpa.causal,
+    Leaf.SDPA_MASK: sdpa.masked,
+    Leaf.CPU_FLASH_BIAS: sdpa.cpu_flash_bias,
+    Leaf.SDPA_BIAS_ROWS: sdpa.bias_rows,
+    Leaf.SDPA_BIAS: sdpa.bias,
+    Leaf.FUSED: fused.attention,
+    Leaf.FLEX: flex.attention,
+}
+
+
+def run(impl: str, q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
+    """Attention through the backend ``impl``: (B, H, Tq, Dv), the leaf :func:`plan` picks."""
+    return LEAVES[plan(impl, q, k, v, mask, terms).leaf](q, k, v, scale=scale, mask=mask, terms=terms)
