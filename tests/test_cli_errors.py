@@ -8,6 +8,7 @@ Errors found after parsing (cross-option checks, unknown names) are one line too
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
@@ -237,10 +238,20 @@ def test_console_script_prints_no_traceback(tmp_path):
 _SCRIPT = "import os, sys; os.write(1, b'R'); from posenc_entry import main; sys.argv[0] = 'posenc'; main()"
 
 
+# `python -m posenc ARGS` as Python runs it (sys.argv[0] is '-m' and sys.orig_argv the command
+# line while the package, and torch, are imported before posenc/__main__.py), with the same
+# first byte: posenc/__init__.py must put the guard on itself.
+_MODULE = ("import os, runpy, sys; os.write(1, b'R'); sys.argv[0] = '-m'; "
+           "sys.orig_argv = [sys.executable, '-m', 'posenc', *sys.argv[1:]]; runpy._run_module_as_main('posenc')")
+ENTRIES = {"script": ["-c", _SCRIPT], "python -m": ["-c", _MODULE]}
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("delay", [0.05, 0.3, 1.0])
-def test_ctrl_c_at_any_moment_is_one_line_exit_130(tmp_path, delay):
-    """SIGINT while the package and torch are imported, the parser built, or the bench trains."""
-    argv = [sys.executable, "-c", _SCRIPT, "bench", "--preset", "micro", "--tasks", "copy", "--encodings", "none",
+def test_ctrl_c_at_any_moment_is_one_line_exit_130(tmp_path, delay, entry):
+    """SIGINT while the package and torch are imported, the parser built, or the bench trains,
+    through the console script and through python -m posenc."""
+    argv = [sys.executable, *ENTRIES[entry], "bench", "--preset", "micro", "--tasks", "copy", "--encodings", "none",
             "--no-progress", "--steps", "100000", "--out", str(tmp_path / "b")]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=tmp_path)
     assert proc.stdout.read(1) == b"R"
@@ -253,9 +264,10 @@ def test_ctrl_c_at_any_moment_is_one_line_exit_130(tmp_path, delay):
     assert len(lines) == 1 and lines[0].startswith("posenc: interrupted"), lines
 
 
-def test_ctrl_c_while_training_saves_and_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("entry", [["-c", _SCRIPT], ["-m", "posenc"]], ids=["script", "python -m"])
+def test_ctrl_c_while_training_saves_and_says_how_to_resume(tmp_path, entry):
     out = tmp_path / "b"
-    argv = [sys.executable, "-c", _SCRIPT, "bench", "--preset", "micro", "--tasks", "copy", "--encodings", "none",
+    argv = [sys.executable, *entry, "bench", "--preset", "micro", "--tasks", "copy", "--encodings", "none",
             "--no-progress", "--steps", "100000", "--out", str(out)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=tmp_path)
     run = out / "runs" / "copy" / "none" / "seed0"
@@ -359,3 +371,54 @@ def test_plugins_entry_point_group_is_loaded(tmp_path):
     assert proc.stderr.splitlines() == [
         "posenc: error: entry point 'h8' (h8plugin) of group 'posenc.plugins' failed to load: ImportError: missing dependency"
     ]
+
+
+# ---- every number has a stated range (issue 24: --lr 1e308 reached the library, --batch-size 1e9 ran out of memory)
+
+
+def _numeric_options() -> list[tuple[str, argparse.Action]]:
+    """(prog, action) for every option of every subcommand whose type parses numbers."""
+    from posenc.cli import all_parsers, build_parser
+
+    found = []
+    for parser in all_parsers(build_parser([])):
+        for action in parser._actions:
+            if action.type is None or action.nargs == 0:
+                continue
+            for probe in ("1", "2", "8", "64", "0.5"):
+                try:
+                    value = action.type(probe)
+                except (argparse.ArgumentTypeError, ValueError, TypeError):
+                    continue
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    found.append((parser.prog, action))
+                break
+    return found
+
+
+NUMERIC = _numeric_options()
+
+
+def test_numeric_options_are_found():
+    progs = {prog for prog, _ in NUMERIC}
+    assert len(NUMERIC) >= 40 and {"posenc bench", "posenc speed model", "posenc check", "posenc probe"} <= progs
+
+
+@pytest.mark.parametrize("prog, action", NUMERIC, ids=[f"{p} {a.option_strings[0] if a.option_strings else a.dest}" for p, a in NUMERIC])
+def test_every_numeric_option_has_a_bounded_type(prog, action):
+    """Its type states a finite closed range (``.bounds``), accepts both ends and refuses a value
+    past either with a one-line message."""
+    bounds = getattr(action.type, "bounds", None)
+    assert bounds is not None, f"{prog} {action.option_strings}: type {action.type.__name__} states no range"
+    lo, hi = bounds
+    assert math.isfinite(lo) and math.isfinite(hi) and lo <= hi
+    is_int = isinstance(hi, int)
+    text = str if is_int else repr
+    assert action.type(text(hi)) == hi
+    if is_int:  # a float's lower end may be open: (0, hi]
+        assert action.type(text(lo)) == lo
+    for past in ((hi + 1, lo - 1) if is_int else (hi * 2, -1.0)):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"^must be .*, got "):
+            action.type(text(past))
+    with pytest.raises(argparse.ArgumentTypeError):
+        action.type("1e308")

@@ -107,8 +107,8 @@ def nonnegative_int(value: str) -> int:
 
 
 def even_positive_int(value: str) -> int:
-    """An even int in [2, MAX_INT] (head dims that RoPE rotates in pairs)."""
-    n = _bounded_int(value, "an even positive int", 2)
+    """An even int in [2, MAX_INT - 1] (head dims that RoPE rotates in pairs)."""
+    n = _bounded_int(value, "an even positive int", 2, MAX_INT - 1)
     if n % 2:
         raise argparse.ArgumentTypeError(f"must be an even positive int, got {n}")
     return n
@@ -163,7 +163,7 @@ def float_in(minimum: float, maximum: float, *, strict: bool = True):
         return x
 
     parse.__name__ = f"float_in_{minimum:g}_{maximum:g}"
-    return _typed(parse, (minimum, maximum))
+    return _typed(parse, (float(minimum), float(maximum)))
 
 
 def unit_float(value: str) -> float:
@@ -176,10 +176,10 @@ def unit_float(value: str) -> float:
 
 _typed(positive_int, (1, MAX_INT))
 _typed(nonnegative_int, (0, MAX_INT))
-_typed(even_positive_int, (2, MAX_INT))
-_typed(positive_float, (0, MAX_FLOAT))
-_typed(nonnegative_float, (0, MAX_FLOAT))
-_typed(unit_float, (0, 1))
+_typed(even_positive_int, (2, MAX_INT - 1))
+_typed(positive_float, (0.0, MAX_FLOAT))
+_typed(nonnegative_float, (0.0, MAX_FLOAT))
+_typed(unit_float, (0.0, 1.0))
 
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps")
