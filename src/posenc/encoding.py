@@ -18,7 +18,7 @@ encoding overrides and never branch on its name:
 ``attention_scale(head_dim)`` sets the logit scale (DeBERTa divides by sqrt(d * (1 + n))).
 
 ``score_bias``, ``score`` and ``output`` are dense conveniences derived from those two hooks
-(for analysis code and standalone use); encodings do not override them.
+(for standalone use and tests); encodings do not override them.
 
 Per-forward state: ``prepare(q_pos, k_pos)`` computes whatever depends on positions (and
 parameters) only, such as RoPE's cos/sin tables or a relative scheme's distance layout. The

@@ -371,7 +371,8 @@ def check_linear_attention(enc: PositionalEncoding, probe: Probe) -> CheckResult
     if enc.has_rotate:
         rq, rk = (r.double() for r in rotated(enc, fq.float(), fk.float(), pos, pos))
     causal = torch.ones(t, t, dtype=torch.bool).tril()
-    add = attention_logits(enc, fq.float(), fk.float(), pos, pos, probe_projection(probe), terms_only=True)  # (1, H, T, T)
+    proj = probe_projection(probe) if enc.has_terms else None
+    add = attention_logits(enc, fq.float(), fk.float(), pos, pos, proj, terms_only=True)  # (1, H, T, T)
     mult = add.exp().masked_fill(~causal, 0.0)  # (1, H, T, T)
     num_q = ((rq @ rk.transpose(-2, -1)) * mult) @ v  # (1, H, T, D)
     den_q = ((fq @ fk.transpose(-2, -1)) * mult).sum(-1, keepdim=True)  # (1, H, T, 1)

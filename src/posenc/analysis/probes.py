@@ -17,6 +17,7 @@ Notation: B batch, T length, H heads, D head dim, C model width, N positions.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -131,22 +132,27 @@ def position_codes(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> 
         q = qc[None, :, None, :].expand(1, H, N, D).contiguous()  # (1, H, N, D)
         k = kc[None, :, None, :].expand(1, H, N, D).contiguous()
         pos = positions[None]
-        rq, rk = rotated(enc, q, k, pos, pos)
-        parts.append(rq[0].transpose(0, 1).reshape(N, H * D).double())  # (N, H*D)
+        rq, rk = rotated(enc, q, k, pos, pos)  # (1, H, N, D'): D' = D, or 2D for PoPE's real form
+        parts.append(rq[0].transpose(0, 1).reshape(N, -1).double())  # (N, H*D')
         parts.append(rk[0].transpose(0, 1).reshape(N, -1).double())
     return torch.cat(parts, dim=-1) if parts else None
 
 
+@functools.lru_cache(maxsize=4)
+def _projection(d_model: int, num_heads: int, seed: int) -> QKProjection:
+    with torch.random.fork_rng():  # the checks' own random draws stay as they were
+        torch.manual_seed(seed)
+        return QKProjection.of(Attention(d_model, num_heads, impl="eager", causal=False))
+
+
 def probe_projection(probe: Probe) -> QKProjection:
     """The projections a content-dependent encoding may read (DeBERTa's ``share_att_key``):
-    those of a seeded attention layer of the probe's size."""
-    with torch.random.fork_rng():
-        torch.manual_seed(probe.seed)
-        return QKProjection.of(Attention(probe.d_model, probe.num_heads, impl="eager", causal=False))
+    those of a seeded attention layer of the probe's size (built once per size and seed)."""
+    return _projection(probe.d_model, probe.num_heads, probe.seed)
 
 
 def attention_logits(
-    enc: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, proj: QKProjection,
+    enc: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, proj: QKProjection | None,
     terms_only: bool = False,
 ) -> Tensor:
     """Logits (B, H, Tq, Tk) float64 of one bidirectional attention call, before the softmax.
@@ -159,11 +165,12 @@ def attention_logits(
     operands. ``terms_only``: the additive terms alone, without q·kᵀ.
     """
     state = _prepared(enc, q_pos, k_pos)
+    scale = state.scale(q.shape[-1])  # of the head dim before rotation (PoPE's rotate doubles the width)
     q, k = state.rotate(q, k, k_pos)
     terms = state.layer_terms(q, k, k, proj)
     logits = torch.zeros(*q.shape[:3], k.shape[2], dtype=torch.float64)  # (B, H, Tq, Tk)
     if not terms_only:
-        logits = logits + (q.double() @ k.double().transpose(-2, -1)) * state.scale(q.shape[-1])
+        logits = logits + (q.double() @ k.double().transpose(-2, -1)) * scale
     add = terms.dense_logits()  # (B|1, H|1, Tq, Tk)
     if add is not None:
         logits = logits + add.double()
@@ -186,7 +193,8 @@ def position_logits(
     qc, kc = content_vectors(enc, probe, content)
     q = qc[None, :, None, :].expand(1, H, Tq, D).contiguous()  # (1, H, Tq, D)
     k = kc[None, :, None, :].expand(1, H, Tk, D).contiguous()  # (1, H, Tk, D)
-    logits = attention_logits(enc, q, k, q_pos[None], k_pos[None], probe_projection(probe), terms_only)[0]
+    proj = probe_projection(probe) if enc.has_terms else None  # only ``terms`` reads it
+    logits = attention_logits(enc, q, k, q_pos[None], k_pos[None], proj, terms_only)[0]
     if enc.has_embed and not terms_only:
         eq, ek = _embed_code(enc, q_pos, probe), _embed_code(enc, k_pos, probe)
         logits = (eq @ ek.T / math.sqrt(C))[None] + logits  # PE(i)·PE(j), identity projections
@@ -296,9 +304,11 @@ def code_parts(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> list
         parts.append(emb)
         at = C
     if enc.has_rotate:
-        H, D = enc.dims.num_heads, enc.dims.head_dim
+        rot = code[:, at:]  # rotated q then k, each (N, H*D') with D' the rotated head width
+        half = rot.shape[1] // 2
+        D = half // enc.dims.num_heads
         keep = max(1, (MAX_FIT // 2) // D) * D  # whole heads
-        q, k = code[:, at : at + H * D], code[:, at + H * D :]
+        q, k = rot[:, :half], rot[:, half:]
         qk = torch.cat([q[:, :keep], k[:, :keep]], dim=-1)
         parts.extend([qk] if qk.shape[-1] <= MAX_FIT else [q[:, :keep], k[:, :keep]])
     return parts
