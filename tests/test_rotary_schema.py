@@ -142,7 +142,8 @@ def test_the_listings_follow_the_entries():
 def test_entries_are_consistent(entry):
     assert entry.params == tuple(f.name for f in dataclasses.fields(entry.config))
     assert entry.label and isinstance(entry.label, str)
-    if entry.params and entry.extension is None and entry.illustration is None:
+    ruled = not entry.params or entry.extension is not None or entry.illustration is not None
+    if not ruled:
         with pytest.raises(ValueError, match=rf"scaling '{entry.name}' has no training-free rule"):
             entry.at_factor(4.0, 64, 8, illustrate=True)
     else:  # its rule gives parameters its own config accepts, for factor 4 x L = 64
@@ -151,8 +152,11 @@ def test_entries_are_consistent(entry):
     if entry.hf is not None:
         keys = hf_rope_keys(entry.hf.rope_type)
         assert {entry.hf.key(p) for p in entry.params if p not in entry.hf.top_level} <= keys
-    else:
-        assert entry.hf_default_base is not None  # written as a 'default' with another base
+    elif entry.hf_default_base is None and ruled:  # transformers has no spelling for it: to_hf says so
+        rope = posenc.build("rope", d_model=32, num_heads=2, scaling=entry.name,
+                            **entry.at_factor(4.0, 64, 16, illustrate=True))
+        with pytest.raises(ValueError, match=rf"rope type '{entry.name}' has no transformers spelling"):
+            to_hf(rope)
 
 
 @pytest.mark.parametrize(
