@@ -110,6 +110,20 @@ def _gptj_probe_settings() -> object:
             f"layout {rope.config.layout}")
 
 
+def _bench_model(folder: Callable[[], Path]) -> Callable[[], object]:
+    def run() -> object:
+        from posenc.hf.bench_model import model_settings, run_model_bench
+
+        try:
+            settings, _ = model_settings("micro", folder(), tasks=["lm"])
+            run_model_bench(settings, "out", progress=False)
+        except ValueError as e:  # bench --model names the folder by its absolute path: shown as TMP
+            return f"refused: {str(e).replace(os.getcwd(), 'TMP')}"
+        return "not refused"
+
+    return _in_tmp(run)
+
+
 def _bad_bin() -> Path:
     p = Path("ckpt")
     p.mkdir()
@@ -169,6 +183,15 @@ CASES = [
     Case(A, "`posenc probe` on weights of another architecture (transformers would fill the rest at random)",
          r"^MODEL_DIR 'ckpt' lacks \d+ weight\(s\) its llama model needs \(.*\): the checkpoint is incomplete",
          _probe(lambda: _folder())),
+    Case(A, "`posenc bench --model` on a safetensors file cut after its intact header",
+         r"^refused: TMP/ckpt/model.safetensors is truncated: its header describes \d+ bytes, the file has \d+",
+         _bench_model(lambda: _folder(data=8)), error=None),
+    Case(A, "`posenc bench --model` on weights of another architecture",
+         r"^refused: MODEL_DIR 'TMP/ckpt' lacks \d+ weight\(s\) its llama model needs", _bench_model(lambda: _folder()),
+         error=None),
+    Case(A, "`posenc bench --model` on a config.json that holds a list",
+         r"^refused: (TMP/)?ckpt/config.json must hold a JSON object, got list", _bench_model(lambda: _folder(config=[1, 2])),
+         error=None),
     Case(A, "`posenc probe` on a config.json that holds a list", r"^ckpt/config.json must hold a JSON object, got list",
          _probe(lambda: _folder(config=[1, 2]))),
     Case(A, "`posenc probe --text DIR`", r"^--text must be a text file, got 'notes', which is a directory$",
