@@ -220,3 +220,47 @@ def test_evaluation_flags_apply_with_model(ckpt, tmp_path, monkeypatch):
     s = seen["s"]
     assert (s.passkey_examples, s.lm_eval_factors, s.scalings) == (3, (1, 4), ("yarn", "ntk"))
     assert s.passkey_depths == (0.0, 1.0) and s.trained_length == L  # the rest: micro's
+
+
+def test_table_speaks_in_tokens_and_names_the_model(run, ckpt):
+    """The printed table: token perplexity and passkey %, rows named by the model and the
+    scalings' registry labels; one checkpoint, so no ranking."""
+    from posenc.hf.bench_model import format_model_table
+    from posenc.rotary.scaling import SCALINGS
+
+    out, _ = run
+    text = format_model_table(load_results(out))
+    name = ckpt.resolve().name
+    assert "token perplexity" in text and "passkey accuracy" in text and f"L = {L} tokens" in text
+    assert f"+ {SCALINGS['linear'].label}" in text and any(line.startswith(name + " ") for line in text.splitlines())
+    for word in ("byte", "MRR", "rank", "as rope"):
+        assert word not in text
+
+
+@torch.no_grad()
+def test_nll_keeps_no_full_logits_and_equals_the_full_forward(model, monkeypatch):
+    """HFCausalLM.nll runs the head on chunks (never more than head_chunk positions at once) and
+    gives the summed loss of the model's own full logits."""
+    from posenc.hf.bench_model import HFCausalLM
+
+    torch.manual_seed(1)
+    ids = torch.randint(0, 260, (2, 100))
+    lm = HFCausalLM(model, head_chunk=16)
+    widths = []
+    head = lm.head
+    monkeypatch.setattr(lm, "head", lambda h: widths.append(h.shape[1]) or head(h))
+    total, count = lm.nll(ids)
+    logits = model(input_ids=ids[:, :-1]).logits
+    ref = float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="sum"))
+    assert count == 2 * 99 and total == pytest.approx(ref, rel=1e-5)
+    assert max(widths) == 16 and sum(widths) == 99
+
+
+def test_estimate_grows_with_length(model):
+    from posenc.hf.bench_model import HFCausalLM, estimate_cost
+
+    cfg = model.config.to_dict()
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    short = estimate_cost(HFCausalLM(model), cfg, [(64, 1, 64)])
+    long = estimate_cost(HFCausalLM(model), cfg, [(4096, 1, 4096)] * 2)
+    assert 0 < short[0] < long[0] and weights < short[1] < long[1] and long[2] > 0
