@@ -256,9 +256,8 @@ def test_report_model_section(ckpt, tmp_path):
 
 @pytest.mark.parametrize("family", ["llama", *FAMILIES])
 def test_probe_runs_on_every_family_it_documents(family, tmp_path):
-    """Every family layer_taps reads is accepted by the probe end to end, its trained length
-    read by posenc.hf.trained_length (GPT-J: n_positions), and the curves start at the
-    checkpoint's own logit at d = 0."""
+    """Every family layer_taps reads is loaded and probed end to end, its trained length read
+    by posenc.hf.trained_length (GPT-J: n_positions)."""
     from posenc.hf import trained_length
 
     if family == "llama":
@@ -273,7 +272,8 @@ def test_probe_runs_on_every_family_it_documents(family, tmp_path):
     m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
     m.save_pretrained(tmp_path / "ckpt")
     s = ProbeSettings(tokens=16, points=8, dtype="float32", scalings=("linear",))
-    r = probe(tmp_path / "ckpt", tmp_path / "out", s, progress=False, model=m)
+    # loaded from the folder as a user's run does (GPT-J: transformers has no SDPA path for it)
+    r = probe(tmp_path / "ckpt", tmp_path / "out", s, progress=False)
     assert r.data["trained_length"] == trained_length(m.config) == 64
     assert set(r.data["layers"]["0"]["curves"]) == {"model", "base x16", "linear"}
     assert (tmp_path / "out" / "probe.json").is_file() and r.figures[0].is_file()

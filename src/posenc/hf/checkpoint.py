@@ -269,10 +269,12 @@ def _transformers():
     return transformers
 
 
-def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str = "sdpa", device: str = "cpu",
+def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str | None = None, device: str = "cpu",
                progress: bool = True):
     """The checkpoint as a transformers causal LM in eval mode (after :func:`check_fits`).
-    ``progress=False`` also hides transformers' own weight-loading bar."""
+    ``attn_implementation``: None takes transformers' choice for the architecture (SDPA where
+    the family has it, eager else: GPT-J has no SDPA path). ``progress=False`` also hides
+    transformers' own weight-loading bar."""
     transformers = _transformers()
     for path in ckpt.weights:  # a truncated file: one line naming it, not transformers' SafetensorError
         check_safetensors(path)
@@ -283,8 +285,9 @@ def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str
     if not progress:
         hf_logging.disable_progress_bar()
     try:
+        chosen = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
-            str(ckpt.path), dtype=dtype, attn_implementation=attn_implementation, output_loading_info=True
+            str(ckpt.path), dtype=dtype, output_loading_info=True, **chosen
         )
     finally:
         if was_enabled:
