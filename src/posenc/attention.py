@@ -125,6 +125,11 @@ class Attention(nn.Module):
         q, k = encoding.rotate(q, k, None if context is None else encoding.k_pos[:, -Tk:])
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, Tcache + Tk, D)
+            if k.shape[2] != ctx.mask.tk:
+                raise ValueError(
+                    f"cache layer {layer} holds {k.shape[2]} keys with this step's but the context describes "
+                    f"{ctx.mask.tk}: after a standalone step, call cache.commit(ctx.k_seq, T) (the model does)"
+                )
         if Hkv != H:
             k = k.repeat_interleave(H // Hkv, dim=1)  # (B, H, Tk, D)
             v = v.repeat_interleave(H // Hkv, dim=1)

@@ -48,6 +48,15 @@ def _empty_on_flex(compiled: bool) -> str:
     return f"output of shape {tuple(out.shape)}"
 
 
+def _standalone_step_without_commit() -> None:
+    attn = posenc.Attention(32, 4, pe=posenc.build("alibi", d_model=32, num_heads=4))
+    cache = posenc.KVCache(1)
+    x = torch.randn(1, 6, 32)
+    with torch.no_grad():
+        attn(x[:, :5], SequenceInfo.from_offset(1, 5), cache=cache)  # no cache.commit(...)
+        attn(x[:, 5:], SequenceInfo.from_offset(1, 1, 5), cache=cache)
+
+
 def _rope_far(position: int) -> None:
     rope = posenc.build("rope", d_model=32, num_heads=4)
     q = torch.randn(1, 4, 1, 8)
@@ -65,6 +74,9 @@ CASES = [
          run=lambda: _empty_on_flex(True), error=None),
     Case(A, "a (B, 0) batch on flex, uncompiled", r"output of shape \(2, 0, 50\)",
          run=lambda: _empty_on_flex(False), error=None),
+    Case(A, "a standalone Attention step on a KV cache whose last step was not committed",
+         r"cache layer 0 holds 6 keys with this step's but the context describes 1: .*cache.commit",
+         run=_standalone_step_without_commit),
     Case(A, "a RoPE position of 2**53 (float64 angles no longer hold every integer)",
          r"positions must be <= 9007199254740991 \(2\*\*53 - 1.*got 9007199254740992", run=lambda: _rope_far(2**53)),
     Case(A, "SequenceInfo.from_offset with offset + length past int64",
