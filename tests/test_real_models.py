@@ -25,6 +25,16 @@ from posenc.hf.models import MODELS, resolve_model  # noqa: E402
 NAME = "smollm2-135m"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One thread: on a machine shared by other jobs, torch's threads wait on each other at every op
+    (measured: extend's grid at 128 tokens took 12 min with 2 threads at a load average of 12)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def smol_dir():
     try:
