@@ -3,6 +3,7 @@ an interrupted evaluation. Nothing is lost, nothing damaged is trained from or d
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -322,3 +323,60 @@ def test_second_bench_on_the_same_out_is_refused_while_the_first_runs(tmp_path):
         first.wait(timeout=60)
     with OutDirLock(out):  # free again
         pass
+
+
+# --------------------------------------------------------------------------- a write that fails
+
+
+def _failing_save_file(real, fail_at: int, error: OSError, calls: list[str]):
+    """safetensors' save_file (``real``), failing on its ``fail_at``-th call (from 1) with ``error``."""
+
+    def save_file(tensors, filename, metadata=None):
+        calls.append(filename)
+        if len(calls) == fail_at:
+            raise error
+        return real(tensors, filename, metadata=metadata)
+
+    return save_file
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES], ids=errno.errorcode.get)
+@pytest.mark.parametrize("fail_at", [1, 2, "last"], ids=["first checkpoint", "second checkpoint", "final weights"])
+def test_a_failed_write_is_one_line_loses_nothing_and_resume_finishes_identically(tmp_path, capsys, monkeypatch,
+                                                                                code, fail_at):
+    """A full disk or a read-only folder while bench writes a checkpoint or the final weights:
+    one line naming the file and the cause, exit 2, no temporary file left, the earlier
+    checkpoint intact; --resume then gives the result of a run that never failed."""
+    import safetensors.torch
+
+    real = safetensors.torch.save_file
+    argv = [*FAST, "--steps", "8"]  # a checkpoint every 2 steps (build.train_config)
+    ref = tmp_path / "ref"
+    calls: list[str] = []
+    monkeypatch.setattr(safetensors.torch, "save_file", _failing_save_file(real, 0, OSError(), calls))
+    assert run_cli([*argv, "--out", str(ref)], capsys)[0] == 0
+    writes = list(calls)
+    assert len(writes) == 5, writes  # checkpoints at steps 2, 4, 6, 8 and the final weights
+    expected = strict_json(_run_dir(ref) / "result.json")
+
+    out = tmp_path / "b"
+    n = len(writes) if fail_at == "last" else fail_at
+    calls.clear()
+    monkeypatch.setattr(safetensors.torch, "save_file", _failing_save_file(real, n, OSError(code, os.strerror(code)), calls))
+    exit_code, lines = run_cli([*argv, "--out", str(out)], capsys)
+    target = _run_dir(out) / Path(calls[-1]).name.split(".tmp")[0].lstrip(".")
+    assert exit_code == 2 and lines == [
+        f"posenc bench: error: cannot write file {target}: {os.strerror(code)}; the file it replaces is intact: "
+        "free space or fix the folder's permissions, then rerun with --resume"
+    ]
+    assert not [p.name for p in _run_dir(out).iterdir() if ".tmp" in p.name]
+    ckpt = _run_dir(out) / "checkpoint.safetensors"
+    if n > 1:  # the checkpoint written before the failure is whole and verified
+        load_tensors(ckpt)
+    assert not (_run_dir(out) / "result.json").exists()
+    monkeypatch.undo()
+    assert run_cli([*argv, "--out", str(out), "--resume"], capsys)[0] == 0
+    got = strict_json(_run_dir(out) / "result.json")
+    for record in (got, expected):
+        record.pop("train_seconds")
+    assert got == expected

@@ -7,12 +7,17 @@
   metadata; :func:`load_tensors` refuses a missing, empty, truncated or corrupted file, a file
   whose checksum does not match (flipped bytes), and non-finite values, with one line naming
   the file. A refused file is left where it is: nothing here deletes.
+* **Failed writes say which file and why.** A write that fails (a full disk, a read-only
+  folder) raises :class:`WriteFailed`, an OSError whose one line names the file and the cause;
+  the file it was to replace is untouched (writes go to a temporary file renamed over it), and
+  the temporary file is removed.
 * **One writer per output folder.** :class:`OutDirLock` holds an exclusive ``flock`` on
   ``OUT/.lock`` for the whole run; the kernel drops it when the process ends, even on kill -9.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -25,9 +30,35 @@ from torch import Tensor
 
 from .._optional import require
 
-__all__ = ["write_json", "finite_or_none", "tensors_checksum", "save_tensors", "load_tensors", "OutDirLock"]
+__all__ = ["write_json", "finite_or_none", "tensors_checksum", "save_tensors", "load_tensors", "OutDirLock", "WriteFailed"]
 
 CHECKSUM_KEY = "sha256"
+
+
+class WriteFailed(OSError):
+    """Writing ``path`` failed; the message names it and the cause, and says nothing was lost."""
+
+    def __init__(self, what: str, path: Path, cause: BaseException):
+        reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else " ".join(str(cause).split())
+        errno_ = cause.errno if isinstance(cause, OSError) and cause.errno else errno.EIO
+        super().__init__(errno_, f"cannot write {what} {path}: {reason or type(cause).__name__}; the file it "
+                                 "replaces is intact: free space or fix the folder's permissions, then rerun with --resume")
+        self.path = path
+
+
+def _replace_atomically(path: Path, what: str, write) -> None:
+    """``write(tmp)`` then rename ``tmp`` over ``path``; any failure is :class:`WriteFailed` with
+    ``tmp`` removed and ``path`` as it was."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+    except Exception as e:  # OSError, or safetensors' own SafetensorError wrapping one
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise WriteFailed(what, path, e) from None
 
 
 def finite_or_none(obj: Any) -> Any:
@@ -45,9 +76,7 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = None) 
     """Write ``obj`` as strict JSON (non-finite floats -> null), atomically."""
     path = Path(path)
     text = json.dumps(finite_or_none(obj), indent=indent, allow_nan=False)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+    _replace_atomically(path, "file", lambda tmp: tmp.write_text(text))
 
 
 def tensors_checksum(tensors: dict[str, Tensor]) -> str:
@@ -62,16 +91,19 @@ def tensors_checksum(tensors: dict[str, Tensor]) -> str:
     return h.hexdigest()
 
 
-def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
-    """Write a safetensors file with a checksum in its metadata, atomically."""
+def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str],
+                 what: str = "file") -> None:
+    """Write a safetensors file with a checksum in its metadata, atomically (a failure is
+    :class:`WriteFailed` naming ``what`` and the file)."""
     save_file = require("safetensors.torch", extra="bench").save_file
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WriteFailed(what, path, e) from None
     meta = dict(metadata, **{CHECKSUM_KEY: tensors_checksum(tensors)})
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file(tensors, str(tmp), metadata=meta)
-    os.replace(tmp, path)
+    _replace_atomically(path, what, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
 
 
 def load_tensors(
