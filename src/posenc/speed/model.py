@@ -197,9 +197,9 @@ def run_model_speed(
     per_encoding = len(lengths) * (rounds + 1) + len(decode_contexts) + 1
     bar = None
     if progress:
-        from tqdm import tqdm
+        from ..progress import bar as progress_bar
 
-        bar = tqdm(total=max(len(others), 1) * per_encoding, desc="speed model", unit="run")
+        bar = progress_bar(max(len(others), 1) * per_encoding, "speed model", unit="run")
     reference = build_model("none")
     ref_train: dict[int, list[float]] = {T: [] for T in lengths}
     ref_decode: dict[int, list[float]] = {C: [] for C in decode_contexts}
