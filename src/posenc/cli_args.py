@@ -69,12 +69,14 @@ def _int(value: str, what: str) -> int:
 
 
 def _bounded_int(value: str, what: str, minimum: int, maximum: int = MAX_INT) -> int:
-    """``value`` parsed as an int in [minimum, maximum]; the error says ``must be {what}``."""
+    """``value`` parsed as an int in [minimum, maximum]; the error says ``must be {what}`` (and
+    the maximum, unless ``what`` states the range)."""
     n = _int(value, what)
     if n < minimum:
         raise argparse.ArgumentTypeError(f"must be {what}, got {n}")
     if n > maximum:
-        raise argparse.ArgumentTypeError(f"must be {what} at most {maximum}, got {n}")
+        top = "" if what.endswith(f"{maximum}]") else f" at most {maximum}"
+        raise argparse.ArgumentTypeError(f"must be {what}{top}, got {n}")
     return n
 
 

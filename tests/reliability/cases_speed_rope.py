@@ -72,11 +72,17 @@ CASES = [
     Case(A, "--batch 0", r"argument --batch: must be a positive int, got 0", argv=["speed", "rope", "--batch", "0"]),
     Case(A, "--device banana", r"argument --device: must be one of cpu, cuda, mps \(or cuda:N\), got 'banana'",
          argv=["speed", "rope", "--device", "banana"]),
-    Case(A, f"--device {_BAD_CUDA} where there is no such CUDA device",
+    Case(A, "--device cuda without CUDA (cuda:99 with it)",
          r"argument --device: (CUDA is not available on this machine|CUDA device index must be in)",
-         argv=["speed", "rope", "--device", _BAD_CUDA]),
+         argv=["speed", "rope", "--device", _BAD_CUDA],
+         doc="without CUDA: posenc speed rope: error: argument --device: CUDA is not available on this machine, "
+             "got 'cuda'; use --device cpu; with it: argument --device: CUDA device index must be in [0, N-1] "
+             "on this machine, got 'cuda:99'"),
     Case(K, "kernel='triton' on CPU tensors (outside TRITON_INTERPRET=1)",
-         r"kernel='triton' needs (CUDA tensors, got tensors on cpu|the triton package)", run=_triton_on_cpu),
+         r"kernel='triton' needs (CUDA tensors, got tensors on cpu|the triton package)", run=_triton_on_cpu,
+         doc="with triton installed: kernel='triton' needs CUDA tensors, got tensors on cpu; use kernel='auto', "
+             "'eager' or 'compiled' on CPU (or TRITON_INTERPRET=1 in tests). Without it: kernel='triton' needs the "
+             "triton package (pip install triton); use kernel='auto', 'eager' or 'compiled'"),
     Case(K, "an unknown kernel name", r"kernel must be one of .*'triton'.*got 'cuda'", run=_unknown_kernel),
     Case(K, "inplace=True while q requires grad", r"inplace=True is for inference", run=_inplace_with_grad),
     Case(K, "inplace given a string", r"inplace must be a bool, got 'yes'", run=_inplace_not_bool, error=TypeError),

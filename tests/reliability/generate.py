@@ -20,7 +20,8 @@ Every row is a case in `tests/reliability/cases_*.py`, run by `tests/test_reliab
 asserts the error type and that the message names what is wrong; this page is written from the
 messages those runs produce (`python -m tests.reliability.generate`), and a test fails when it
 is out of date. CLI errors are one line on stderr with exit code 2. "result" rows are inputs that
-have a defined result instead of an error.
+have a defined result instead of an error. Where the message depends on the machine (an optional
+package, a GPU), the row says what each machine gets.
 """
 
 
@@ -33,7 +34,7 @@ def render() -> str:
             area = case.area
             out.append(f"\n## {area}\n\n| input or fault | gives |\n|---|---|")
         o = run_case(case)
-        msg = o.message.replace("|", "\\|").replace("\n", " ")
+        msg = (o.message if case.doc is None else case.doc).replace("|", "\\|").replace("\n", " ")
         what = case.what.replace("|", "\\|")
         out.append(f"| {what} | `{o.kind}`: {msg} |")
     return "\n".join(out) + "\n"
