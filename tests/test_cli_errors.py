@@ -422,3 +422,43 @@ def test_every_numeric_option_has_a_bounded_type(prog, action):
             action.type(text(past))
     with pytest.raises(argparse.ArgumentTypeError):
         action.type("1e308")
+
+
+def test_check_prints_its_legend_only_when_asked(capsys):
+    from posenc.analysis.checks import LEGEND
+
+    assert main(["check", "none"]) == 0
+    out = capsys.readouterr().out
+    assert LEGEND not in out and "(posenc check --legend explains the columns and symbols)" in out
+    assert main(["check", "none", "--legend"]) == 0
+    assert LEGEND in capsys.readouterr().out
+
+
+def test_help_is_plain_text_and_names_real_choices(capsys):
+    """No reStructuredText markup in any --help; bench's help names the presets, scalings and
+    embeddings from their definitions (a renamed preset cannot linger in the help)."""
+    from posenc.bench.evaluate import SCALINGS
+    from posenc.bench.settings import EMBEDDINGS, PRESETS
+    from posenc.cli import all_parsers, build_parser
+
+    parsers = all_parsers(build_parser([]))
+    assert len(parsers) > len(["list", "example", "speed", "check", "plot", "bench", "report", "probe"])
+    for parser in parsers:
+        text = parser.format_help()
+        assert "``" not in text and ":func:" not in text and "::\n" not in text, parser.prog
+    bench = next(p for p in parsers if p.prog == "posenc bench").format_help()
+    flat = " ".join(bench.split())
+    for name in PRESETS:
+        if any(PRESETS[name] is PRESETS[other] for other in list(PRESETS)[:list(PRESETS).index(name)]):
+            assert f"--preset {name}" not in flat and f"{name}:" not in flat, name  # a second name for a preset
+        else:
+            assert f"{name}:" in flat, name
+    assert ", ".join(SCALINGS) in flat and ", ".join(EMBEDDINGS) in flat
+    assert "BenchSettings." not in flat
+    # plot: one line per kind, each a whole sentence of its docstring (no parenthesis left open)
+    from posenc.analysis.plots import PLOTS
+
+    plot = next(p for p in parsers if p.prog == "posenc plot").description.splitlines()
+    kinds = [ln.strip() for ln in plot if ln.strip().split(":")[0] in PLOTS]
+    assert len(kinds) == len(PLOTS)
+    assert all(k.count("(") == k.count(")") for k in kinds), [k for k in kinds if k.count("(") != k.count(")")]

@@ -98,7 +98,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if not emit_json(args.json, finite_or_none(results_to_json(results))):
         print(format_table(results))
         print()
-        print(LEGEND)
+        print(LEGEND if args.legend else "(posenc check --legend explains the columns and symbols)")
         differ = [(n, k, r) for n, rs in results.items() for k, r in rs.items() if r.verdict == "differs"]
         print(f"{sum(r.verdict == 'agrees' for rs in results.values() for r in rs.values())} cells agree with "
               f"the literature, {len(differ)} differ" + (":" if differ else "."))
@@ -120,4 +120,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--d-model", type=int_at_least(2), default=64, help="probe model width C (default 64)")
     p.add_argument("--heads", type=positive_int, default=4, help="probe heads H, dividing --d-model (default 4)")
     p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L the curves are judged against (default 128)")
+    p.add_argument("--legend", action="store_true", help="print what each column and symbol of the table means")
     p.set_defaults(func=_cmd_check)
