@@ -5,32 +5,34 @@ the backend signature, (q, k, v, *, scale, mask, terms) -> (B, H, Tq, Dv), witho
 its own; :func:`run` is ``plan`` then the leaf. Tests ask ``plan(...)`` which leaf a call
 takes (or record the plans of a model's forward by wrapping this function).
 
-Each leaf is kept by a measurement on a 2-core CPU (``/tmp`` A/B in the commit that made this
-module; B=1, H=8, D=64, float32, best of 3):
+Each leaf is kept by a measurement (2-core CPU shared with other jobs, one thread, best of 5-7
+interleaved rounds; B=1, H=8, D=64, float32; the same leaf functions called directly):
 
 =================  ====================================================================
 leaf               kept because
 =================  ====================================================================
 EMPTY              no query rows: flex's kernels fail on T = 0 (SIGFPE compiled, an
-                   IndexError uncompiled); the other leaves' results are the same empty
+                   IndexError uncompiled); every other leaf's result is the same empty
                    tensor
 EAGER              the reference (``impl="eager"``); with terms, a decoding step without
-                   autograd (Tq <= 16 < Tk): Shaw, Tq=1, Tk=512: 0.33 ms against the fused
-                   function's 0.95 ms; and under torch.compile (the fused Function does not
+                   autograd (Tq <= 16 < Tk): Shaw, Tq=1, Tk=512: 0.71 ms against the fused
+                   function's 1.72 ms; and under torch.compile (the fused Function does not
                    trace with fullgraph=True)
-SDPA_CAUSAL        no terms, plain causal: SDPA's ``is_causal`` (no mask tensor)
+SDPA_CAUSAL        no terms, plain causal: T=1024 forward 43 ms against 66 ms with the bool
+                   mask (SDPA_MASK) and 268 ms eager
 SDPA_MASK          no terms, any other mask: SDPA's bool ``attn_mask`` (None when full)
-CPU_FLASH_BIAS     a bias alone on CPU, plain causal or full: T5 T=512 forward + backward
-                   26 ms against 61 ms (masked SDPA) and 54 ms (fused); ALiBi T=1024
-                   forward 21 ms against 33 ms (row blocks) and 57 ms (one masked call)
+CPU_FLASH_BIAS     a bias alone on CPU, plain causal or full: a learned bias (T5), T=512
+                   forward + backward 112 ms against 125 ms fused and 162 ms with SDPA's
+                   float mask (which keeps every layer's probabilities); a fixed bias (ALiBi)
+                   forward T=1024 79 ms, level with the row blocks' 72 ms, without their
+                   masked (T, T) copy of the bias
 SDPA_BIAS_ROWS     a fixed bias (or compiling), plain causal, T > 256, off the CPU flash
-                   leaf: ALiBi T=1024 forward 33 ms against 57 ms for one masked call
-SDPA_BIAS          a fixed bias (or compiling) otherwise: the masked bias as SDPA's float
-                   mask; ALiBi with padding T=512 forward + backward 17 ms against the
-                   fused function's 37 ms
+                   leaf: ALiBi T=1024 forward 72 ms against 98 ms for one masked call
+SDPA_BIAS          a fixed bias (or compiling) otherwise: ALiBi with padding, T=512 forward +
+                   backward 83 ms against the fused function's 136 ms
 FUSED              table / dense / value terms, or a learned bias in training off the CPU
-                   flash leaf: no (B, H, T, T) probabilities kept for the backward (T5 peak
-                   memory about 1.15x NoPE's against 1.85x with SDPA)
+                   flash leaf: no (B, H, T, T) probabilities kept for the backward (T5's peak
+                   memory about 1.15x NoPE's against 1.85x with SDPA's float mask)
 FLEX               ``impl="flex"`` (and ``auto`` on CUDA with logit terms): score_mod and
                    BlockMask, no (Tq, Tk) tensor
 =================  ====================================================================

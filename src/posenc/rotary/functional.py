@@ -271,8 +271,8 @@ def _check_inplace(inplace: bool, *xs: Tensor) -> None:
 
 # ---- the rotation plan ---------------------------------------------------------------------
 #: Steps of at most this many positions (q's and k's) rotate with the three-op rolled form on
-#: CPU: one (1, 8, 1, 64) tensor in about 12 us against the eager kernel's 72 us, and faster up
-#: to 256 positions; 64 keeps the margin.
+#: CPU: q and k of (1, 8, T, 64), no autograd, one thread: 0.023 ms against the eager kernel's
+#: 0.23 ms at T=1, 0.066 against 0.19 at T=64, 0.16 against 0.20 at T=256 (the margin closes).
 SMALL_STEP = 64
 
 
