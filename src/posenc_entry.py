@@ -68,7 +68,10 @@ def main() -> None:
     try:
         guard_interrupts()
         import _signal
+        import warnings
 
+        # torch warns on import where numpy is missing; posenc needs numpy only for its extras
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         from posenc.cli import build_parser, main as cli_main, one_line
 
         try:
