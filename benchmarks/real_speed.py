@@ -6,7 +6,8 @@ own, and the peak memory of a perplexity evaluation.
 
 Decoding: one model, ``generate`` (greedy, a fixed number of new tokens after a prompt of real
 text), timed in alternation unpatched / patched (``patch_model`` / ``unpatch_model``, no
-reload) for ``--rounds`` rounds at each thread count, the order alternating (ABBA); tokens/s per round, the ratio is the
+reload) for ``--rounds`` rounds at each thread count, the order alternating (ABBA), and the
+one rotary call a decoding step makes, timed alone; tokens/s per round, the ratio is the
 median of the per-round ratios (a 2-core machine shared with other work drifts between rounds,
 not within a pair). Memory: each length in a fresh process (the peak resident set before and
 after one ``HFCausalLM.nll`` over that many tokens; the LM head runs in chunks, so the growth is
@@ -98,6 +99,40 @@ def decoding(rounds: int, new: int, prompt_len: int, threads: list[int]) -> dict
     return out
 
 
+def rotary_step(threads: list[int], calls: int = 300) -> dict:
+    """Microseconds of the one rotary call a decoding step makes (cos/sin for one new position),
+    transformers' module against posenc's, median of 5 blocks of ``calls``: what patching can
+    add to a step, beside the whole step's time."""
+    from posenc.hf import patch_model, unpatch_model
+
+    _, model, _ = _model()
+    x = torch.zeros(1, 1, model.config.hidden_size)
+    pos = torch.tensor([[150]])
+    out = {}
+    for t in threads:
+        torch.set_num_threads(t)
+        row = {}
+        for name in ("unpatched", "patched"):
+            if name == "patched":
+                patch_model(model)
+            try:
+                module = model.model.rotary_emb
+                module(x, pos)
+                blocks = []
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        module(x, pos)
+                    blocks.append((time.perf_counter() - t0) / calls * 1e6)
+                row[f"{name}_us"] = round(statistics.median(blocks), 1)
+            finally:
+                unpatch_model(model)
+        out[str(t)] = row
+        print(f"threads {t}: rotary call per decoding step {row['unpatched_us']} us (transformers) | "
+              f"{row['patched_us']} us (posenc)", flush=True)
+    return out
+
+
 def _memory_child(n: int) -> None:
     """Run in a fresh process: print JSON with the peak RSS before and after one nll over n tokens."""
     from posenc.hf.bench_model import HFCausalLM, _peak_bytes
@@ -147,6 +182,7 @@ def main() -> None:
     t0 = time.perf_counter()
     result = dict(model=NAME, machine=describe_machine(), command=" ".join([Path(sys.executable).name, *sys.argv]),
                   decoding=decoding(args.rounds, args.new_tokens, args.prompt_tokens, args.threads),
+                  rotary_step=rotary_step(args.threads),
                   memory=memory(args.memory_lengths))
     result["seconds"] = round(time.perf_counter() - t0, 1)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
