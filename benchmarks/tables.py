@@ -135,6 +135,8 @@ RESULTS: dict[str, Result] = {
               ("out/probe_tiny_llama/probe_layer0.png", "docs/img/probe_tiny_llama.png")),
         threads=1,
     ),
+    "determinism": Result("determinism.json", ("python", "benchmarks/determinism.py", "--out",
+                                               "benchmarks/results/determinism.json")),
     "bench_model_tiny_llama": Result(
         "bench_model_tiny_llama.json",
         ("bench", "--model", "out/tiny_llama", "--out", "out/bench_tiny_llama", "--tasks", "lm", "--lm-eval-tokens", "8192",
@@ -584,8 +586,34 @@ def render_bench_model_tiny_llama(page: str) -> str:
     return "```\n" + format_table(data) + "\n```\n\n" + caption("bench_model_tiny_llama", page, data)
 
 
+def render_determinism(page: str) -> str:
+    """One bench run in fresh processes under changes: its loss and weights bit for bit."""
+    data = load("determinism")
+    rows = data["rows"]
+    assert rows, "determinism.json has no rows"
+    ref = rows[0]
+    out = []
+    for r in rows:
+        same = r["loss_hex"] == ref["loss_hex"] and r["weights"] == ref["weights"]
+        if r is ref:
+            verdict = "the reference"
+        elif same:
+            verdict = "bitwise equal"
+        else:
+            verdict = f"differs: loss {abs(r['loss'] - ref['loss']) / abs(ref['loss']):.1e} relative, other weights"
+        out.append([r["change"], str(r["threads"]), r["capability"], repr(r["loss"]), verdict])
+    run = data["run"]
+    committed = "equals" if ref["loss"] == data["committed_loss"] else "differs from"
+    extra = (f"the quick preset's {run['task']} / {run['encoding']} / seed {run['seed']} run, {run['steps']} steps, each "
+             f"row a fresh interpreter (PYTHONHASHSEED=0 unless the row sets it), Python {data['python']}; the "
+             f"reference's loss {committed} the committed quick table's run of the same seed, bit for bit")
+    return md_table(["what changes", "threads", "CPU capability", "train loss", "against the reference"], out) \
+        + "\n\n" + caption("determinism", page, data, extra)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     "results_files": render_results_files,
+    "determinism": render_determinism,
     "bench_quick": render_bench_quick,
     "bench_quick_text": render_bench_quick_text,
     "rope_cpu": render_rope_cpu,

@@ -154,6 +154,7 @@ RESULT_SMOKE: dict[str, Smoke] = {
         expect=("{tmp}/bmt/results.json",)),
     "hf_parity": Smoke(set={"--out": ["{tmp}/hf.json"]}, add=("--case", "llama"), expect=("{tmp}/hf.json",),
                        how="script"),
+    "determinism": Smoke(set={"--out": ["{tmp}/det.json"], "--steps": ["2"]}, expect=("{tmp}/det.json",), how="script"),
 }
 
 

@@ -1,8 +1,10 @@
 """The training harness: AdamW, warmup + cosine decay, clipping, resumable and data parallel.
 
-* **Deterministic.** Weights are initialised from ``seed``; the batch of step ``s`` is a
-  pure function of ``(seed, s)`` (:mod:`posenc.bench.data`), so the data loader's state is
-  the step counter.
+* **Seeded.** Weights are initialised from ``seed``; the batch of step ``s`` is a pure
+  function of ``(seed, s)`` (:mod:`posenc.bench.data`), so the data loader's state is the
+  step counter. A run is bitwise the same in a fresh process on the same torch build, CPU
+  capability and thread count; other numerics (threads, ISA) round differently and the run
+  drifts from there (docs/bench.md "Determinism: what holds").
 * **Resumable, bitwise.** A checkpoint (safetensors, written to a temporary file and
   renamed, so a kill never leaves half a file) holds the weights, AdamW's moments and step
   counts, the step, the last loss, and the torch RNG states. Resuming from it reaches bitwise
