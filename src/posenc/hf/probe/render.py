@@ -11,7 +11,7 @@ from typing import Any
 
 from ...rotary.scaling import SCALINGS
 
-__all__ = ["curve_label", "html_section", "plot_layer"]
+__all__ = ["curve_label", "html_section", "plot_layer", "plot_layers"]
 
 
 def curve_label(name: str) -> str:
@@ -20,8 +20,30 @@ def curve_label(name: str) -> str:
     return name if entry is None else entry.label
 
 
+def _layer_view(data: dict, layer: int) -> tuple[list, dict, int, int]:
+    """(distances, curves, Ld, n): a layer's curves cut at extend * Ld (its trained distance)."""
+    entry = data["layers"][str(layer)]
+    ld = entry["trained_distance"]
+    last = data["settings"]["extend"] * ld
+    n = sum(1 for x in data["distances"] if x <= last)
+    curves = {name: {kind: v[:n] for kind, v in c.items()} for name, c in entry["curves"].items()}
+    return data["distances"][:n], curves, ld, n
+
+
+def _layer_title(data: dict, layer: int) -> str:
+    entry = data["layers"][str(layer)]
+    kind = f"{entry['layer_type']}, " if entry["layer_type"] else ""
+    return f"layer {layer} ({kind}base {entry['rope']['base']:g}, Ld = {entry['trained_distance']})"
+
+
+def _verdict_note(entry: dict) -> str:
+    return "\n".join(f"({'abc'[i]}) {'holds' if v['holds'] else 'does not hold'}"
+                      for i, v in enumerate(entry["verdicts"].values()))
+
+
 def plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
-    """Three panels: the checkpoint's curve; its high/low-frequency halves; base and scalings."""
+    """Three panels: the checkpoint's curve; its high/low-frequency halves; base and scalings
+    (to extend x the layer's trained distance)."""
     from ..._optional import require
 
     matplotlib = require("matplotlib", extra="plot")
@@ -29,27 +51,29 @@ def plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    d = data["distances"]
-    L = data["trained_length"]
-    curves = data["layers"][str(layer)]["curves"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharex=True)
+    entry = data["layers"][str(layer)]
+    d, curves, L, _ = _layer_view(data, layer)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharex=True)
     heads = data["heads"]
     who = f"all {len(heads)} heads" if data["settings"]["heads"] is None else f"heads {', '.join(map(str, heads))}"
-    axes[0].plot(d, curves["model"]["full"], lw=0.8, color="C0", label=f"base {data['rope']['base']:g}")
-    axes[0].set_title("(a) real q·k against distance")
-    axes[1].plot(d, curves["model"]["high"], lw=0.8, color="C3", label=f"high-frequency half ({len(data['high_pairs'])} pairs)")
-    axes[1].plot(d, curves["model"]["low"], lw=0.8, color="C2", label=f"low-frequency half ({len(data['low_pairs'])} pairs)")
-    axes[1].set_title("(b) the two halves of the rotary pairs")
+    axes[0].plot(d, curves["model"]["full"], lw=0.8, color="C0", label=f"base {entry['rope']['base']:g}")
+    axes[0].set_title("real q·k against distance")
+    axes[0].text(0.98, 0.04, "claims: " + _verdict_note(entry).replace("\n", ", "), transform=axes[0].transAxes,
+                 ha="right", va="bottom", fontsize=7)
+    axes[1].plot(d, curves["model"]["high"], lw=0.8, color="C3", label=f"high-frequency half ({len(entry['high_pairs'])} pairs)")
+    axes[1].plot(d, curves["model"]["low"], lw=0.8, color="C2", label=f"low-frequency half ({len(entry['low_pairs'])} pairs)")
+    axes[1].set_title("the two halves of the rotary pairs")
     for i, (name, c) in enumerate(curves.items()):
         axes[2].plot(d, c["full"], lw=0.8, color=f"C{i}", label=curve_label(name), alpha=0.9)
-    axes[2].set_title(f"(c) raised base and scalings (factor {data['settings']['extend']:g}), no training")
+    axes[2].set_title(f"raised base and scalings (factor {data['settings']['extend']:g}), no training")
     for ax in axes:
-        ax.axvline(L, color="gray", ls="--", lw=1, label=f"trained length L={L}")
+        ax.axvline(L, color="gray", ls="--", lw=1, label=f"trained distance Ld={L}")
         ax.set_xlabel("relative distance d = m - n (tokens)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("attention logit  scale · q̄·R(d)·k̄")
-    fig.suptitle(f"{data['model']}: layer {layer}, mean over {who}, q/k from {data['text_tokens']} tokens of {data['text']}")
+    fig.suptitle(f"{data['model']}: {_layer_title(data, layer)}, mean over {who}, "
+                 f"q/k from {data['text_tokens']} tokens of {data['text']}", fontsize=10)
     fig.tight_layout()
     path = out_dir / f"probe_layer{layer}.png"
     fig.savefig(path, dpi=100)
@@ -57,15 +81,63 @@ def plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
     return path
 
 
+def plot_layers(data: dict, out_dir: Path) -> Path:
+    """The probed layers side by side (Gemma 3's sliding and global layers): per layer, top its
+    curve at its own base and at the raised base, bottom its two frequency halves, each to
+    extend x its trained distance, the verdicts in the corner."""
+    from ..._optional import require
+
+    matplotlib = require("matplotlib", extra="plot")
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    layers = list(data["layers"])
+    fig, axes = plt.subplots(2, len(layers), figsize=(5.2 * len(layers), 7), squeeze=False)
+    factor = f"base x{data['settings']['base_factor']:g}"
+    for col, layer in enumerate(layers):
+        entry = data["layers"][layer]
+        d, curves, L, _ = _layer_view(data, int(layer))
+        top, bottom = axes[0][col], axes[1][col]
+        top.plot(d, curves["model"]["full"], lw=0.8, color="C0", label=f"base {entry['rope']['base']:g}")
+        top.plot(d, curves[factor]["full"], lw=0.8, color="C1", label=f"{factor} (no training)")
+        top.set_title(_layer_title(data, int(layer)), fontsize=10)
+        top.text(0.98, 0.04, _verdict_note(entry), transform=top.transAxes, ha="right", va="bottom", fontsize=7)
+        bottom.plot(d, curves["model"]["high"], lw=0.8, color="C3", label="high-frequency half")
+        bottom.plot(d, curves["model"]["low"], lw=0.8, color="C2", label="low-frequency half")
+        bottom.set_xlabel("relative distance d (tokens)")
+        for ax in (top, bottom):
+            ax.axvline(L, color="gray", ls="--", lw=1, label=f"Ld = {L}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper right")
+    axes[0][0].set_ylabel("attention logit, mean over heads")
+    axes[1][0].set_ylabel("the halves' logits")
+    fig.suptitle(f"{data['model']}: the probed layers side by side (claims (a)-(c): see docs/hf.md)", fontsize=10)
+    fig.tight_layout()
+    path = out_dir / "probe_layers.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def html_section(data: dict[str, Any], figures: list[Path], json_path: Path) -> str:
-    """A probe's data as an HTML section: a table of the curves at d = 0, L and the farthest
-    distance, and the figures (embedded as base64)."""
+    """A probe's data as an HTML section: the claims' verdicts with their numbers, a table of
+    the curves at d = 0, L and the farthest distance, and the figures (embedded as base64)."""
     import base64
     import html
 
     d = data["distances"]
     L = data["trained_length"]
     at = {"d = 0": 0, f"d = L = {L}": min(range(len(d)), key=lambda i: abs(d[i] - L)), f"d = {d[-1]}": len(d) - 1}
+    from .verdicts import verdict_line
+
+    verdicts = []
+    for layer, entry in data["layers"].items():
+        for name, v in entry["verdicts"].items():
+            word = "holds" if v["holds"] else "does not hold"
+            line = verdict_line(name, v).split(" — ", 1)[1]
+            verdicts.append(f"<tr><td>{html.escape(layer)}</td><td>{html.escape(v['claim'])}</td>"
+                            f"<td class='{'ok' if v['holds'] else 'bad'}'>{word}</td><td>{html.escape(line)}</td></tr>")
     rows = []
     for layer, entry in data["layers"].items():
         for name, c in entry["curves"].items():
@@ -78,10 +150,17 @@ def html_section(data: dict[str, Any], figures: list[Path], json_path: Path) -> 
         f"scale · q̄·R(d)·k̄ (see docs/hf.md)</figcaption></figure>"
         for p in figures
     )
+    ropes = "; ".join(f"layer {k}: base {e['rope']['base']:g} ({html.escape(e['rope']['scaling'])}), "
+                      f"trained distance {e['trained_distance']}" for k, e in data["layers"].items())
     return (
         f"<h2>Checkpoint probe: {html.escape(data['model'])}</h2>"
         f"<p class='note'>model_type {html.escape(str(data['model_type']))}, trained length L = {L}, "
-        f"RoPE base {data['rope']['base']:g} ({html.escape(data['rope']['scaling'])}), q/k from "
-        f"{data['text_tokens']} tokens of {html.escape(data['text'])}; data in {html.escape(str(json_path))}.</p>"
+        f"{ropes}; q/k from {data['text_tokens']} tokens of {html.escape(data['text'])}; "
+        f"data in {html.escape(str(json_path))}.</p>"
+        f"<h3>The seeds' claims on this model</h3><p class='note'>Window means (width Ld/8, every Ld/16) of the mean "
+        f"curve over the chosen heads, at every distance to {data['settings']['extend']:g} Ld; the rules are in "
+        f"docs/hf.md (posenc.hf.probe.verdicts).</p>"
+        f'<table id="probe-verdicts"><tr><th>layer</th><th>claim</th><th>verdict</th><th>numbers</th></tr>'
+        f'{"".join(verdicts)}</table>'
         f'<table id="probe"><tr><th>layer</th><th>RoPE</th>{head}</tr>{"".join(rows)}</table>{figs}'
     )

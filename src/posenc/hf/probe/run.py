@@ -3,8 +3,13 @@
 :func:`probe` reads the checkpoint's config (a RoPE :func:`posenc.rotary.from_hf` understands,
 the trained length L by :func:`posenc.hf.checkpoint.trained_length`), takes the ``--out``
 lock that ``posenc bench`` takes (one writer per folder), captures q and k
-(:mod:`.capture`), computes the curves (:mod:`.curves`) and writes ``probe.json`` and
-``probe_layer<L>.png`` (:mod:`.render`).
+(:mod:`.capture`), computes the curves (:mod:`.curves`) and the claims' verdicts
+(:mod:`.verdicts`) and writes ``probe.json``, ``probe_layer<L>.png`` and, for several layers,
+``probe_layers.png`` (:mod:`.render`).
+
+Per-layer-type RoPE (Gemma 3: sliding layers base 10000, global layers base 1e6) is read per
+layer (``from_hf(config, layer_type=config["layer_types"][layer])``); a sliding-window layer's
+trained distance is its window (it never attends farther), the others' is L.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ from ...rotary import from_hf
 from ..checkpoint import DTYPES, check_fits, load_model, load_tokenizer, open_checkpoint, trained_length
 from .capture import capture_qk, layer_taps, probe_text_ids
 from .curves import distances, frequency_halves, probe_scalings, score_curves, variant_ropes
-from .render import html_section, plot_layer
+from .render import html_section, plot_layer, plot_layers
+from .verdicts import dense_curves, judge, verdict_line, window_grid
 
-__all__ = ["PROBE_FORMAT", "ProbeResult", "ProbeSettings", "probe", "report_section"]
+__all__ = ["PROBE_FORMAT", "ProbeResult", "ProbeSettings", "default_layers", "layer_rope", "layer_trained_distance",
+           "probe", "report_section", "summary_lines"]
 
-PROBE_FORMAT = "posenc-probe-1"
+PROBE_FORMAT = "posenc-probe-2"
 _MAX_POINTS = 1 << 16
 
 
@@ -35,11 +42,13 @@ class ProbeSettings:
     """What a probe computes (stored in probe.json).
 
     Attributes:
-        layers: decoder layers to probe (0-based).
+        layers: decoder layers to probe (0-based); None: the first layer of each layer type
+            (:func:`default_layers`: layer 0, and Gemma 3's first global layer).
         heads: query heads averaged in the figure; None = all.
         tokens: tokens of text the model reads (capped at the trained length L, so q and k come
             from positions the model was trained at).
-        extend: curves run to ``extend * L`` (L the trained length); also the scalings' factor.
+        extend: curves run to ``extend * L`` (L the trained length; a sliding layer's to
+            ``extend * window``); also the scalings' factor. The verdicts read 0..extend * Ld.
         base_factor: the "base raised" curve uses ``base * base_factor``.
         points: at most this many distances, evenly spaced from 0 (every distance when fewer).
         scalings: training-free scalings drawn (a subset of :func:`~.curves.probe_scalings`);
@@ -47,10 +56,10 @@ class ProbeSettings:
         dtype: the model's dtype while it reads the text (q and k are analysed in float32).
     """
 
-    layers: tuple[int, ...] = (0,)
+    layers: tuple[int, ...] | None = None
     heads: tuple[int, ...] | None = None
     tokens: int = 512
-    extend: float = 4.0
+    extend: float = 8.0
     base_factor: float = 16.0
     points: int = 2048
     scalings: tuple[str, ...] | None = None
@@ -59,9 +68,9 @@ class ProbeSettings:
     def __post_init__(self) -> None:
         from ...config import check_choice, check_int, check_positive
 
-        if not self.layers:
-            raise ValueError("layers must name at least one layer, got none")
-        for layer in self.layers:
+        if self.layers is not None and not self.layers:
+            raise ValueError("layers must name at least one layer or be None (one per layer type), got none")
+        for layer in self.layers or ():
             check_int("layer", layer, minimum=0)
         for h in self.heads or ():
             check_int("head", h, minimum=0)
@@ -69,8 +78,9 @@ class ProbeSettings:
             raise ValueError("heads must name at least one head or be None (all), got none")
         check_int("tokens", self.tokens, minimum=2)
         check_positive("extend", self.extend)
-        if self.extend < 1:
-            raise ValueError(f"extend must be >= 1 (curves reach extend * the trained length), got {self.extend}")
+        if self.extend < 1.25:
+            raise ValueError(f"extend must be >= 1.25 (curves reach extend * the trained length; the verdicts "
+                             f"compare windows of L/8 past it), got {self.extend}")
         check_positive("base_factor", self.base_factor)
         check_int("points", self.points, minimum=2, maximum=_MAX_POINTS)
         offered = probe_scalings()
@@ -79,6 +89,47 @@ class ProbeSettings:
         for s in self.scalings:
             check_choice("scalings", s, offered)
         check_choice("dtype", self.dtype, tuple(DTYPES))
+
+
+def default_layers(config: dict[str, Any]) -> tuple[int, ...]:
+    """The first layer of each layer type of ``config["layer_types"]`` (Gemma 3: (0, 5)); (0,)
+    without layer types."""
+    types = config.get("layer_types") or []
+    return tuple(sorted({t: i for i, t in reversed(list(enumerate(types)))}.values())) or (0,)
+
+
+def layer_rope(config: dict[str, Any], layer: int) -> Any:
+    """The RoPE of ``layer``: ``from_hf(config, layer_type=...)`` when the config names layer
+    types (per-layer-type rope parameters, Gemma 3), else the one ``from_hf(config)``."""
+    types = config.get("layer_types")
+    if types and layer < len(types):
+        params = config.get("rope_parameters")
+        nested = isinstance(params, dict) and types[layer] in params
+        if nested:
+            return from_hf(config, layer_type=types[layer])
+    return from_hf(config)
+
+
+def layer_trained_distance(config: dict[str, Any], layer: int, L: int) -> int:
+    """The farthest distance ``layer`` attended to in training: the window of a
+    ``sliding_attention`` layer (when smaller than L), else the trained length L."""
+    types = config.get("layer_types") or []
+    window = config.get("sliding_window")
+    if layer < len(types) and types[layer] == "sliding_attention" and isinstance(window, int) and 0 < window < L:
+        return window
+    return L
+
+
+def summary_lines(data: dict[str, Any]) -> list[str]:
+    """The printed summary: per layer, its RoPE and the three verdicts with their numbers."""
+    out = []
+    for layer, entry in data["layers"].items():
+        r = entry["rope"]
+        out.append(f"layer {layer} ({entry['layer_type'] or 'one RoPE'}, base {r['base']:g}, trained distance "
+                   f"Ld = {entry['trained_distance']}; windows of {entry['verdicts']['rise']['window']} tokens, "
+                   f"mean of {len(data['heads'])} heads):")
+        out += [f"  {verdict_line(name, v)}" for name, v in entry["verdicts"].items()]
+    return out
 
 
 @dataclass
@@ -121,58 +172,77 @@ def probe(
 
     s = ProbeSettings() if settings is None else settings
     ckpt = open_checkpoint(model_dir)
-    rope = from_hf(ckpt.config)  # before loading: a config posenc cannot read fails fast
+    layers = default_layers(ckpt.config) if s.layers is None else s.layers
+    n_layers = ckpt.config.get("num_hidden_layers", ckpt.config.get("n_layer"))  # n_layer: GPT-J
+    for layer in layers:
+        if isinstance(n_layers, int) and layer >= n_layers:
+            raise ValueError(f"--layer must be in [0, {n_layers - 1}] (the model has {n_layers} layers), got {layer}")
+    # before loading: a config posenc cannot read fails fast
+    layer_ropes = {layer: layer_rope(ckpt.config, layer) for layer in layers}
+    rope = layer_ropes[layers[0]]
     if model is None:
         check_fits(ckpt, DTYPES[s.dtype])  # before anything is written
     L = trained_length(ckpt.config)
+    trained = {layer: layer_trained_distance(ckpt.config, layer, L) for layer in layers}
     with _locked_out(out) as out_dir:
         n_heads = rope.dims.num_heads
         heads = tuple(range(n_heads)) if s.heads is None else s.heads
         for h in heads:
             if h >= n_heads:
                 raise ValueError(f"--heads must be in [0, {n_heads - 1}] (the model has {n_heads} query heads), got {h}")
-        n_layers = ckpt.config.get("num_hidden_layers", ckpt.config.get("n_layer"))  # n_layer: GPT-J
-        for layer in s.layers:
-            if isinstance(n_layers, int) and layer >= n_layers:
-                raise ValueError(f"--layer must be in [0, {n_layers - 1}] (the model has {n_layers} layers), got {layer}")
         tokenizer = load_tokenizer(ckpt)
         # at most L tokens: q and k are read where the model was trained (the curves then go past L)
         ids = probe_text_ids(tokenizer, text, min(s.tokens, L))
         if model is None:
             model = load_model(ckpt, DTYPES[s.dtype], progress=progress)
         taps = layer_taps(model)
-        captured = capture_qk(model, torch.tensor([ids]), s.layers)
+        captured = capture_qk(model, torch.tensor([ids]), layers)
 
-        d = distances(math.ceil(s.extend * L), s.points)
-        ropes = variant_ropes(rope, L, s.extend, s.base_factor, s.scalings)
-        halves = frequency_halves(rope)
+        # one grid for every layer: to extend * L, and as many points again to extend * Ld
+        # for a layer whose trained distance Ld is shorter (a sliding window)
+        d = torch.cat([distances(math.ceil(s.extend * ld), s.points) for ld in sorted(set(trained.values()) | {L})])
+        d = d.unique()
         sel = torch.tensor(heads)
+        types = ckpt.config.get("layer_types") or []
         data: dict[str, Any] = dict(
             format=PROBE_FORMAT, model=ckpt.name, model_type=ckpt.config.get("model_type"), trained_length=L,
-            rope=dict(base=rope.config.base, rotary_dim=rope.rotary_dim, layout=rope.config.layout,
-                      scaling=rope.config.scaling, **{k: v for k, v in rope.config.scaling_params().items()}),
-            settings=dataclasses.asdict(s), text="stdlib" if text is None else str(text), text_tokens=len(ids),
-            tokenizer=tokenizer.kind, heads=list(heads), distances=d.tolist(),
-            high_pairs=halves[0].tolist(), low_pairs=halves[1].tolist(), layers={},
+            settings={**dataclasses.asdict(s), "layers": list(layers)}, text="stdlib" if text is None else str(text),
+            text_tokens=len(ids), tokenizer=tokenizer.kind, heads=list(heads), distances=d.tolist(), layers={},
         )
-        bar = progress_bar(len(s.layers) * len(ropes), "probe", unit="curve", enabled=progress)
-        for layer in s.layers:
+        all_ropes = {layer: variant_ropes(layer_ropes[layer], trained[layer], s.extend, s.base_factor, s.scalings)
+                     for layer in layers}
+        bar = progress_bar(sum(len(r) + 1 for r in all_ropes.values()), "probe", unit="curve", enabled=progress)
+        for layer in layers:
             q, k = captured[layer]
             scale = taps[layer].scale
+            ropes, lr = all_ropes[layer], layer_ropes[layer]
+            halves = frequency_halves(lr)
             curves = {}
             for name, vr in ropes.items():
                 c = score_curves(q, k, vr, d, scale, halves)
                 curves[name] = {kind: c[kind][sel].mean(0).tolist() for kind in ("full", "high", "low", "unrotated")}
                 bar.update()
-            data["layers"][str(layer)] = dict(scale=scale, curves=curves)
+            ld = trained[layer]
+            dense = dense_curves(q, k, lr, ropes[f"base x{s.base_factor:g}"], scale, sel,
+                                 window_grid(ld, s.extend)[2], halves)
+            verdicts = judge(dense, ld, s.extend, s.base_factor)
+            bar.update()
+            data["layers"][str(layer)] = dict(
+                scale=scale, layer_type=types[layer] if layer < len(types) else None, trained_distance=ld,
+                rope=dict(base=lr.config.base, rotary_dim=lr.rotary_dim, layout=lr.config.layout,
+                          scaling=lr.config.scaling, **{k: v for k, v in lr.config.scaling_params().items()}),
+                high_pairs=halves[0].tolist(), low_pairs=halves[1].tolist(), verdicts=verdicts, curves=curves,
+            )
         bar.close()
         write_json(out_dir / "probe.json", data)
-        figs = [plot_layer(data, layer, out_dir) for layer in s.layers]
+        figs = [plot_layer(data, layer, out_dir) for layer in layers]
+        if len(layers) > 1:
+            figs.append(plot_layers(data, out_dir))
     return ProbeResult(data, figs)
 
 
 def report_section(model_dir: str | Path, out: str | Path, settings: ProbeSettings | None = None) -> str:
     """The ``posenc report --model MODEL_DIR`` section: the probe run into ``out`` (default
-    settings: layer 0, all heads), rendered as HTML by :func:`.render.html_section`."""
+    settings: the first layer of each layer type, all heads), rendered as HTML by :func:`.render.html_section`."""
     result = probe(model_dir, out, settings, progress=False)
     return html_section(result.data, result.figures, Path(out) / "probe.json")
