@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ..cli_args import plain
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from .probes import (
@@ -427,7 +428,7 @@ def claims() -> list[tuple[str, str, str, str, str]]:
     """(key, title, claim, papers, measurement) for every check, from its docstring's paragraphs."""
     out = []
     for key, (title, fn) in CHECKS.items():
-        paras = [" ".join(p.split()) for p in (fn.__doc__ or "").strip().split("\n\n")] + ["", "", ""]
+        paras = [" ".join(plain(p).split()) for p in (fn.__doc__ or "").strip().split("\n\n")] + ["", "", ""]
         out.append((key, title, paras[0], paras[1], paras[2].removeprefix("Measured: ")))
     return out
 
