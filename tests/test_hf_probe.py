@@ -19,7 +19,9 @@ transformers = pytest.importorskip("transformers")
 
 from posenc.cli import main  # noqa: E402
 from posenc.hf.checkpoint import check_fits, estimate_bytes, open_checkpoint  # noqa: E402
-from posenc.hf.probe import ProbeSettings, capture_qk, frequency_halves, probe, score_curves, variant_ropes  # noqa: E402
+from posenc.hf.probe import (  # noqa: E402
+    ProbeSettings, capture_qk, frequency_halves, layer_rope, probe, score_curves, variant_ropes,
+)
 from posenc.rotary import from_hf  # noqa: E402
 
 L = 64  # the tiny model's trained length
@@ -109,6 +111,11 @@ FAMILIES = {
     "qwen2": ("Qwen2Config", dict(num_key_value_heads=2)),
     "qwen3": ("Qwen3Config", dict(num_key_value_heads=2, head_dim=8)),  # q_norm / k_norm before RoPE
     "gemma": ("GemmaConfig", dict(num_key_value_heads=1, head_dim=8)),
+    # q_norm / k_norm on (1, heads, T, D); per-layer-type RoPE (sliding base 10000, global 1e6)
+    "gemma3_text": ("Gemma3TextConfig", dict(
+        num_key_value_heads=1, head_dim=8, sliding_window=32, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 1e6}})),
     "phi3": ("Phi3Config", dict(num_key_value_heads=2, pad_token_id=0)),  # fused qkv_proj
     "gpt_neox": ("GPTNeoXConfig", dict(rotary_pct=0.5)),  # per-head [q | k | v], partial rotary
     "gptj": ("GPTJConfig", dict(n_embd=32, n_head=4, n_layer=2, n_positions=64, rotary_dim=4)),  # interleaved
@@ -130,11 +137,11 @@ def test_capture_in_every_family(family):
     got = capture_qk(m, ids, [0, 1])
     with torch.no_grad():
         ref = m(input_ids=ids, output_attentions=True).attentions
-    rope = from_hf(m.config)
     pos = torch.arange(16)[None]
     taps = layer_taps(m)
     for layer in (0, 1):
         q, k = got[layer]
+        rope = layer_rope(m.config.to_dict(), layer)  # Gemma 3: the layer type's own base
         qr, kr = rope.rotate(q[None], k[None], pos, pos)
         kr = kr.repeat_interleave(q.shape[0] // k.shape[0], dim=1)
         logits = qr @ kr.transpose(-1, -2) * taps[layer].scale
@@ -180,16 +187,18 @@ def test_variant_curves_use_transformers_frequencies(model, name, hf_rope):
 
 
 def test_probe_cli_end_to_end(ckpt, model, tmp_path):
-    """`posenc probe` writes probe.json whose curves are the slow reference's (mean over heads)
-    and one PNG per layer."""
+    """`posenc probe` writes probe.json whose curves are the slow reference's (mean over heads),
+    the verdicts per layer, one PNG per layer and the layers side by side."""
     out = tmp_path / "probe"
     code = main([
         "probe", str(ckpt), "--out", str(out), "--layer", "0", "1", "--text", str(ckpt / "text.txt"),
-        "--tokens", "40", "--dtype", "float32", "--points", "50", "--scalings", "linear", "--no-progress",
+        "--tokens", "40", "--dtype", "float32", "--points", "50", "--scalings", "linear", "--extend", "4", "--no-progress",
     ])
     assert code == 0
     data = json.loads((out / "probe.json").read_text())
     assert (out / "probe_layer0.png").stat().st_size > 10_000 and (out / "probe_layer1.png").is_file()
+    assert (out / "probe_layers.png").stat().st_size > 10_000  # two layers: side by side too
+    assert set(data["layers"]["0"]["verdicts"]) == {"rise", "raised_base", "low_half"}
     assert data["trained_length"] == L and data["tokenizer"] == "bytes" and data["text_tokens"] == 40
     d = torch.tensor(data["distances"])
     assert d[0] == 0 and d[-1] == 4 * L and len(d) == 50  # 257 distances > 50 points: evenly spaced
@@ -277,6 +286,10 @@ def test_probe_runs_on_every_family_it_documents(family, tmp_path):
     assert r.data["trained_length"] == trained_length(m.config) == 64
     assert set(r.data["layers"]["0"]["curves"]) == {"model", "base x16", "linear"}
     assert (tmp_path / "out" / "probe.json").is_file() and r.figures[0].is_file()
+    if family == "gemma3_text":  # one layer of each type by default, each with its own base and trained distance
+        got = {k: (e["layer_type"], e["rope"]["base"], e["trained_distance"]) for k, e in r.data["layers"].items()}
+        assert got == {"0": ("sliding_attention", 10000.0, 32), "1": ("full_attention", 1e6, 64)}
+        assert (tmp_path / "out" / "probe_layers.png").is_file()
 
 
 def test_two_probes_into_one_out_are_refused(ckpt, model, tmp_path):

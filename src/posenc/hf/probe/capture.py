@@ -2,8 +2,8 @@
 
 The checkpoint runs once on a text (a file, or the Python standard library's sources);
 forward hooks take the *pre-rotation* q and k of the chosen layers (the outputs of
-``q_proj``/``k_proj``, or of ``q_norm``/``k_norm`` where the family normalises per head,
-Qwen 3 / Gemma 3), so that posenc's RoPE can place them at any distance later. The forward
+``q_proj``/``k_proj``, passed through the layer's own ``q_norm``/``k_norm`` where the family
+normalises per head, Qwen 3 / Gemma 3), so that posenc's RoPE can place them at any distance later. The forward
 stops after the last chosen layer. :func:`layer_taps` knows where each family keeps them.
 """
 
@@ -65,11 +65,26 @@ def _heads(x: Tensor, n: int, d: int) -> Tensor:
     return x.float().reshape(x.shape[0], x.shape[1], n, d)[0].transpose(0, 1).contiguous()
 
 
+def _normed_heads(n: int, d: int, norm: Any):
+    """A split for a ``q_proj``/``k_proj`` output (1, T, n*d): its (n, T, d) heads, passed
+    through the layer's per-head ``norm`` first when it has one (an RMSNorm over the last
+    axis, so applied here as the model applies it, whichever of (T, n) the model puts first:
+    Qwen 3 norms (1, T, n, d), Gemma 3 (1, n, T, d))."""
+
+    def split(o: Tensor) -> Tensor:
+        x = o.reshape(o.shape[0], o.shape[1], n, d)
+        if norm is not None:
+            x = norm(x)
+        return x.float()[0].transpose(0, 1).contiguous()
+
+    return split
+
+
 def layer_taps(model: Any) -> list[QKTaps]:
     """One :class:`QKTaps` per decoder layer of a transformers causal LM:
 
-    * Llama, Mistral, Qwen 2/3, Gemma (``model.layers[i].self_attn``): ``q_proj``/``k_proj``,
-      or ``q_norm``/``k_norm`` where RoPE follows a per-head norm (Qwen 3);
+    * Llama, Mistral, Qwen 2/3, Gemma 1-3 (``model.layers[i].self_attn``): ``q_proj``/``k_proj``,
+      through ``q_norm``/``k_norm`` where RoPE follows a per-head norm (Qwen 3, Gemma 3);
     * Phi-3: the fused ``qkv_proj`` (q, then k, then v);
     * GPT-NeoX: ``query_key_value``, per head [q | k | v];
     * GPT-J (``transformer.h[i].attn``): ``q_proj``/``k_proj``, logits divided by sqrt(D).
@@ -88,10 +103,8 @@ def layer_taps(model: Any) -> list[QKTaps]:
                 split = lambda o, d=d: {"q": _heads(o[..., : H * d], H, d), "k": _heads(o[..., H * d : (H + Hkv) * d], Hkv, d)}
                 out.append(QKTaps(((a.qkv_proj, split),), scale))
             elif hasattr(a, "q_proj") and hasattr(a, "k_proj"):
-                qm = getattr(a, "q_norm", None) or a.q_proj
-                km = getattr(a, "k_norm", None) or a.k_proj
-                out.append(QKTaps(((qm, lambda o, d=d: {"q": _heads(o, H, d)}), (km, lambda o, d=d: {"k": _heads(o, Hkv, d)})),
-                                  scale))
+                qs, ks = _normed_heads(H, d, getattr(a, "q_norm", None)), _normed_heads(Hkv, d, getattr(a, "k_norm", None))
+                out.append(QKTaps(((a.q_proj, lambda o, f=qs: {"q": f(o)}), (a.k_proj, lambda o, f=ks: {"k": f(o)})), scale))
             else:
                 break
         else:
