@@ -18,26 +18,17 @@ import pytest
 import torch
 
 import posenc
+from posenc.rotary.scaling import SCALINGS
 from posenc.rotary import ROPE_SCALINGS, angles_cos_sin, apply_rotary, apply_rotary_qk, base_inv_freq, functional
 from test_rotary_reference import reference_matrix
 
 pytestmark = pytest.mark.compile
 
 # Parameters that make each scaling type non-trivial at lengths 9..100 (trained length 16).
-SCALING_PARAMS = {
-    "default": {},
-    "linear": {"factor": 2.0},
-    "ntk": {"factor": 4.0},
-    "dynamic": {"factor": 4.0, "original_max_position_embeddings": 16},
-    "yarn": {"factor": 4.0, "original_max_position_embeddings": 16},
-    "llama3": {"factor": 8.0, "original_max_position_embeddings": 16},
-    "longrope": {
-        "short_factor": [1.0 + 0.1 * j for j in range(4)],
-        "long_factor": [2.0 + 0.5 * j for j in range(4)],
-        "factor": 4.0,
-        "original_max_position_embeddings": 16,
-    },
-}
+def scaling_params(name: str) -> dict:
+    """Each scaling as the registry sets it for a model trained on 16 tokens at 4x (its own rule;
+    LongRoPE's per-pair factors from its illustration), so a new scaling is tested here at once."""
+    return SCALINGS[name].at_factor(4.0, 16, rotary_dim=8, illustrate=True)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +115,7 @@ def _table_state(enc) -> dict:
 def test_rotate_compiles_fullgraph_dynamic_for_every_scaling(name, scaling, backend):
     torch._dynamo.reset()
     H, D = 2, 16
-    enc = posenc.build(name, d_model=H * D, num_heads=H, rotary_dim=8, scaling=scaling, **SCALING_PARAMS[scaling])
+    enc = posenc.build(name, d_model=H * D, num_heads=H, rotary_dim=8, scaling=scaling, **scaling_params(scaling))
 
     def step(q, k, q_pos, k_pos):
         return enc.rotate(q, k, q_pos, k_pos)
@@ -134,7 +125,7 @@ def test_rotate_compiles_fullgraph_dynamic_for_every_scaling(name, scaling, back
     for T in (9, 40, 100):  # below and above the trained length 16; 100 is past a 64-row table
         k_pos = torch.arange(T).expand(2, T)  # as SequenceInfo.from_offset makes them (stride 0)
         cases.append((T, k_pos, k_pos))  # self-attention: q_pos is k_pos
-        if enc._scaling_cfg.length_dependent:  # n = max(q_pos, k_pos) + 1 must see the keys
+        if enc.config.scaling_config.length_dependent:  # n = max(q_pos, k_pos) + 1 must see the keys
             cases.append((T, k_pos[:, -3:], k_pos))  # the last 3 queries (KV-cache step)
     with torch.no_grad():
         for T, q_pos, k_pos in cases:
