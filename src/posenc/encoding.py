@@ -146,8 +146,10 @@ class PositionalEncoding(nn.Module):
         """Per-forward state for the hooks below, from query positions (B, Tq) and the
         positions of all keys attended to (B, Tk), cache included. Default: no state.
 
-        In self-attention the caller passes the same tensor as ``q_pos`` for the keys that
-        are new in this forward, so ``rotate(..., k_pos=q_pos)`` can reuse the query tables.
+        A rotary encoding's state serves the keys that are new in this forward, which sit at
+        the query positions (self-attention): ``rotate`` reuses the query tables for them.
+        Attention passes ``state=None`` for keys elsewhere (cross-attention), and ``rotate``
+        then builds its tables from ``k_pos``.
         A content-dependent encoding keeps the positions it needs in this state: ``terms``
         receives only the state.
         """
