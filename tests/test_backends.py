@@ -8,8 +8,8 @@ Models run in float64 so the comparisons are tight (1e-10): a wrong mask, a drop
 a mis-indexed score_mod moves logits by 1e-2 or more.
 
 FlexAttention runs here uncompiled (``posenc.backends.flex.COMPILE = False``: compiling costs
-minutes on a small CPU) and forward-only on CPU: torch 2.13's flex_attention has no CPU
-backward, so its backward is checked only where CUDA exists.
+minutes on a small CPU) and forward-only on CPU: flex_attention has no CPU backward
+(posenc.torch_facts.FLEX_HAS_CPU_BACKWARD), so its backward is checked only where CUDA exists.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _grads(model, tokens, seq) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("name,impl", _cases())
 def test_backward_equals_eager(name, impl, scenario):
     if impl == "flex" and not CUDA:
-        pytest.skip("flex_attention has no CPU backward in torch 2.13 (checked where CUDA exists)")
+        pytest.skip("flex_attention has no CPU backward (torch_facts.FLEX_HAS_CPU_BACKWARD; checked where CUDA exists)")
     device = "cuda" if impl == "flex" else "cpu"
     model = _model(name, "eager", scenario != "bidirectional").to(device)
     tokens, seq = _inputs(scenario)

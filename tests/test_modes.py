@@ -151,7 +151,7 @@ def test_inference_forward_does_not_poison_training(name):
         torch.testing.assert_close(got[n], want[n], **EXACT, msg=lambda m: f"{n}: {m}")
 
 
-# Encodings that do not compile with fullgraph=True today, measured with torch 2.13 (CPU):
+# Encodings that do not compile with fullgraph=True today, measured with torch_facts.OBSERVED_WITH (CPU):
 # a change in either direction (a fix, or a new failure) makes the test fail.
 COMPILE_FAILS: dict[str, str] = {
     "recurrent": "embed branches on bool(reset.any()) (recurrent.py: data-dependent guard)",

@@ -18,8 +18,9 @@ one place that decides which leaf runs a call, from ``impl`` and the inputs, wit
   terms and the mask's ``BlockMask``: no (Tq, Tk) tensor. It cannot take value terms (it does
   not return the probabilities) and has no backward on CPU in this torch.
 * ``auto`` — ``flex`` on CUDA when there are logit terms (and no value terms), else ``sdpa``.
-  CPU never picks flex: it has no CPU backward in torch 2.13 (a training step would fail), and
-  compiling it costs about a minute per new shape on a small CPU.
+  CPU never picks flex: it has no CPU backward (:data:`posenc.torch_facts.FLEX_HAS_CPU_BACKWARD`;
+  a training step would fail), and compiling it costs about a minute per new shape on a small
+  CPU (:data:`~posenc.torch_facts.FLEX_CPU_COMPILE_SECONDS`).
 """
 
 from __future__ import annotations

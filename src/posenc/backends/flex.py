@@ -6,8 +6,8 @@ Compiled with ``torch.compile`` (once per process, at module level; keyed on not
 owns) unless :data:`COMPILE` is False, which runs flex's unfused reference implementation
 (tests on CPU use it: compiling costs more than the tests). :func:`posenc.backends.plan`
 refuses, with a ``ValueError`` naming ``impl``, value terms (flex returns no probabilities
-for Shaw's a^V) and a backward on CPU (flex_attention's CPU backward raises
-NotImplementedError in torch 2.13), and sends a call without queries elsewhere.
+for Shaw's a^V) and a backward on CPU (:data:`posenc.torch_facts.FLEX_HAS_CPU_BACKWARD`),
+and sends a call without queries elsewhere.
 
 Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
 """
