@@ -37,8 +37,15 @@ def _layer_title(data: dict, layer: int) -> str:
 
 
 def _verdict_note(entry: dict) -> str:
-    return "\n".join(f"({'abc'[i]}) {'holds' if v['holds'] else 'does not hold'}"
-                      for i, v in enumerate(entry["verdicts"].values()))
+    return "claims: " + ", ".join(f"({'abc'[i]}) {'holds' if v['holds'] else 'does not hold'}"
+                                  for i, v in enumerate(entry["verdicts"].values()))
+
+
+def _windows(ax, entry: dict, kind: str, color: str, label: str | None = None) -> None:
+    """The window means the verdicts read, as a thick line over the curve."""
+    w = entry["windows"]
+    ax.plot(w["centres"], w[kind], lw=2.2, color=color, alpha=0.85,
+            label=label or f"mean over windows of {w['width']}")
 
 
 def plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
@@ -57,15 +64,16 @@ def plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
     heads = data["heads"]
     who = f"all {len(heads)} heads" if data["settings"]["heads"] is None else f"heads {', '.join(map(str, heads))}"
     axes[0].plot(d, curves["model"]["full"], lw=0.8, color="C0", label=f"base {entry['rope']['base']:g}")
-    axes[0].set_title("real q·k against distance")
-    axes[0].text(0.98, 0.04, "claims: " + _verdict_note(entry).replace("\n", ", "), transform=axes[0].transAxes,
-                 ha="right", va="bottom", fontsize=7)
+    _windows(axes[0], entry, "full", "C9")
+    axes[0].set_title(f"real q·k against distance\n{_verdict_note(entry)}", fontsize=10)
     axes[1].plot(d, curves["model"]["high"], lw=0.8, color="C3", label=f"high-frequency half ({len(entry['high_pairs'])} pairs)")
     axes[1].plot(d, curves["model"]["low"], lw=0.8, color="C2", label=f"low-frequency half ({len(entry['low_pairs'])} pairs)")
-    axes[1].set_title("the two halves of the rotary pairs")
+    _windows(axes[1], entry, "high", "darkred", "high half, window means")
+    _windows(axes[1], entry, "low", "darkgreen", "low half, window means")
+    axes[1].set_title("the two halves of the rotary pairs", fontsize=10)
     for i, (name, c) in enumerate(curves.items()):
         axes[2].plot(d, c["full"], lw=0.8, color=f"C{i}", label=curve_label(name), alpha=0.9)
-    axes[2].set_title(f"raised base and scalings (factor {data['settings']['extend']:g}), no training")
+    axes[2].set_title(f"raised base and scalings (factor {data['settings']['extend']:g}), no training", fontsize=10)
     for ax in axes:
         ax.axvline(L, color="gray", ls="--", lw=1, label=f"trained distance Ld={L}")
         ax.set_xlabel("relative distance d = m - n (tokens)")
@@ -101,15 +109,17 @@ def plot_layers(data: dict, out_dir: Path) -> Path:
         top, bottom = axes[0][col], axes[1][col]
         top.plot(d, curves["model"]["full"], lw=0.8, color="C0", label=f"base {entry['rope']['base']:g}")
         top.plot(d, curves[factor]["full"], lw=0.8, color="C1", label=f"{factor} (no training)")
-        top.set_title(_layer_title(data, int(layer)), fontsize=10)
-        top.text(0.98, 0.04, _verdict_note(entry), transform=top.transAxes, ha="right", va="bottom", fontsize=7)
+        _windows(top, entry, "full", "navy", f"base {entry['rope']['base']:g}, window means")
+        _windows(top, entry, "raised", "saddlebrown", f"{factor}, window means")
+        top.set_title(f"{_layer_title(data, int(layer))}\n{_verdict_note(entry)}", fontsize=10)
         bottom.plot(d, curves["model"]["high"], lw=0.8, color="C3", label="high-frequency half")
         bottom.plot(d, curves["model"]["low"], lw=0.8, color="C2", label="low-frequency half")
+        _windows(bottom, entry, "low", "darkgreen", "low half, window means")
         bottom.set_xlabel("relative distance d (tokens)")
         for ax in (top, bottom):
             ax.axvline(L, color="gray", ls="--", lw=1, label=f"Ld = {L}")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="upper right")
+            ax.legend(fontsize=7, loc="best", framealpha=0.85)
     axes[0][0].set_ylabel("attention logit, mean over heads")
     axes[1][0].set_ylabel("the halves' logits")
     fig.suptitle(f"{data['model']}: the probed layers side by side (claims (a)-(c): see docs/hf.md)", fontsize=10)

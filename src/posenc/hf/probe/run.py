@@ -28,7 +28,7 @@ from ..checkpoint import DTYPES, check_fits, load_model, load_tokenizer, open_ch
 from .capture import capture_qk, layer_taps, probe_text_ids
 from .curves import distances, frequency_halves, probe_scalings, score_curves, variant_ropes
 from .render import html_section, plot_layer, plot_layers
-from .verdicts import dense_curves, judge, verdict_line, window_grid
+from .verdicts import dense_curves, judge, verdict_line, window_grid, window_means
 
 __all__ = ["PROBE_FORMAT", "ProbeResult", "ProbeSettings", "default_layers", "layer_rope", "layer_trained_distance",
            "probe", "report_section", "summary_lines"]
@@ -226,12 +226,18 @@ def probe(
             dense = dense_curves(q, k, lr, ropes[f"base x{s.base_factor:g}"], scale, sel,
                                  window_grid(ld, s.extend)[2], halves)
             verdicts = judge(dense, ld, s.extend, s.base_factor)
+            w, step, _ = window_grid(ld, s.extend)
+            starts = window_means(dense["full"], w, step)[0]
+            # the window means the verdicts read (drawn over the curves), at the windows' centres
+            windows = dict(width=w, centres=(starts + (w - 1) / 2).tolist(),
+                           **{kind: window_means(c, w, step)[1].tolist() for kind, c in dense.items()})
             bar.update()
             data["layers"][str(layer)] = dict(
                 scale=scale, layer_type=types[layer] if layer < len(types) else None, trained_distance=ld,
                 rope=dict(base=lr.config.base, rotary_dim=lr.rotary_dim, layout=lr.config.layout,
                           scaling=lr.config.scaling, **{k: v for k, v in lr.config.scaling_params().items()}),
-                high_pairs=halves[0].tolist(), low_pairs=halves[1].tolist(), verdicts=verdicts, curves=curves,
+                high_pairs=halves[0].tolist(), low_pairs=halves[1].tolist(), verdicts=verdicts, windows=windows,
+                curves=curves,
             )
         bar.close()
         write_json(out_dir / "probe.json", data)
