@@ -1,0 +1,90 @@
+"""docs/architecture.md stays true: its module tree names every module there is (and nothing
+that is gone), and its recipe for adding an encoding is what every built-in encoding actually
+has (a module in its family package, one import line there, a claims entry, a test file)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from posenc.analysis.claims import EXPECTED
+from posenc.registry import get_info, list_encodings
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "architecture.md").read_text()
+PKG = ROOT / "src" / "posenc"
+
+
+def tree() -> str:
+    start = DOC.index("```\nsrc/posenc/")
+    return DOC[start: DOC.index("```", start + 3)]
+
+
+def recipe(name: str) -> str:
+    m = re.search(rf"<!-- recipe: {name} -->\n(.*?)<!-- end recipe -->", DOC, re.S)
+    assert m, f"docs/architecture.md has no '{name}' recipe"
+    return m.group(1)
+
+
+def modules() -> list[str]:
+    """Every module of the package, as the tree names it: 'config.py', 'analysis/probes.py'."""
+    out = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        if rel.name == "__init__.py" or "__pycache__" in rel.parts:
+            continue
+        out.append(str(rel))
+    return out
+
+
+def test_the_tree_names_every_module():
+    text = tree()
+    found = modules()
+    assert len(found) > 50
+    # a module is named by its file name or, in a list of a package's modules, by its stem
+    missing = [m for m in found if not re.search(rf"(?<![\w/]){re.escape(Path(m).stem)}(\.py)?\b", text)]
+    assert not missing, f"docs/architecture.md's module tree does not name {missing}"
+
+
+def test_the_tree_names_nothing_that_is_gone():
+    text = tree()
+    named = set(re.findall(r"(?<![\w/])([a-z_]+\.py)\b", text)) - {"posenc_entry.py"}
+    assert named, "no module named in the tree"
+    present = {Path(m).name for m in modules()} | {"__init__.py"}
+    assert not named - present, f"the tree names modules that do not exist: {sorted(named - present)}"
+
+
+def test_every_recipe_names_files_that_exist():
+    for name in ("encoding", "scaling", "leaf"):
+        paths = re.findall(r"`((?:src|tests)/[^`]+)`", recipe(name))
+        assert paths, name
+        for p in paths:
+            if "<" in p:  # a pattern: its folder must exist
+                assert (ROOT / p.split("<")[0]).parent.is_dir(), p
+            else:
+                assert (ROOT / p).exists(), p
+
+
+BUILT_IN = [n for n in list_encodings() if get_info(n).cls.__module__.startswith("posenc.")]
+
+
+def test_there_are_built_in_encodings():
+    assert len(BUILT_IN) >= 20
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_encoding_follows_the_recipe(name):
+    assert "`src/posenc/<family>/<name>.py`" in recipe("encoding")
+    module = get_info(name).cls.__module__  # posenc.<family>.<module>
+    parts = module.split(".")
+    assert len(parts) == 3 and parts[1] in ("absolute", "relative", "rotary"), module
+    family_init = (PKG / parts[1] / "__init__.py").read_text()
+    assert re.search(rf"^from \. import .*\b{parts[2]}\b|^from \.{parts[2]} import", family_init, re.M), \
+        f"{module} is not imported by {parts[1]}/__init__.py"
+    importlib.import_module(module)
+    assert name in EXPECTED, f"analysis/claims.py has no entry for {name}"
+    tests = [p for p in (ROOT / "tests").glob("test_*.py") if re.search(rf"['\"]{name}['\"]", p.read_text())]
+    assert tests, f"no test file names {name!r}"
