@@ -149,7 +149,7 @@ CASES = [
          _probe(settings=dict(layers=(0, 5)))),
     Case(A, "--heads past the model's query heads", r"--heads must be in \[0, 3\] \(the model has 4 query heads\), got 4",
          _probe(settings=dict(heads=(4,)))),
-    Case(A, "probe settings: extend below 1", r"extend must be >= 1 .*got 0\.5", _probe(settings=dict(extend=0.5))),
+    Case(A, "probe settings: extend below 1.25", r"extend must be >= 1\.25 .*got 1\.1", _probe(settings=dict(extend=1.1))),
     Case(A, "probe settings: an unknown scaling", r"scalings must be one of .*got 'longrope'",
          _probe(settings=dict(scalings=("longrope",)))),
     Case(A, "--text file that is empty", r"--text 'empty\.txt' gives 0 tokens; the probe needs at least 2",

@@ -112,7 +112,7 @@ def judge(curves: dict[str, Tensor], trained: int, extend: float, base_factor: f
     beyond = starts >= trained
     if not inside.any() or not beyond.any():
         raise ValueError(f"the verdicts need windows inside and past the trained distance {trained} "
-                         f"(extend must be >= 1 + 1/8, got {extend})")
+                         f"(extend must be >= 1.25, got {extend})")
     si, sb = starts[inside], starts[beyond]
 
     def shape(m: Tensor) -> dict[str, Any]:
