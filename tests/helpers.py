@@ -62,3 +62,18 @@ def assert_embed_decodes_incrementally(enc, x: torch.Tensor, prefix: int) -> Non
     for t in range(prefix, T):
         parts.append(enc.embed(x[:, t : t + 1], SequenceInfo.from_offset(B, 1, offset=t), state))
     torch.testing.assert_close(torch.cat(parts, 1), full)
+
+
+def import_module_file(folder, name: str, source: str):
+    """Write ``source`` to ``folder/name.py`` and import it as module ``name`` (as a user's plugin
+    module would be imported: registered in ``sys.modules``, which flex's tracing looks up)."""
+    import importlib.util
+    import sys
+
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -28,6 +28,7 @@ import torch
 import posenc
 from posenc import SequenceInfo
 from posenc.registry import unregister
+from helpers import import_module_file
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "toy_bias"
@@ -80,16 +81,12 @@ def _write_module(folder: Path) -> Path:
 
 @pytest.fixture
 def toy(tmp_path):
-    path = _write_module(tmp_path)
-    spec = importlib.util.spec_from_file_location("posenc_toy_encoding", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # as an import would (flex's tracing looks the module up)
-    spec.loader.exec_module(module)  # registers it
+    module = import_module_file(tmp_path, "posenc_toy_encoding", TOY_MODULE)  # registers it
     try:
         yield module.ToyBias
     finally:
         unregister(NAME)
-        del sys.modules[spec.name]
+        del sys.modules[module.__name__]
 
 
 def _by_hand(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,6 @@ and to_hf carry it too).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -32,6 +31,7 @@ import torch
 
 from posenc.rotary import SCALINGS, RotaryEmbedding, base_inv_freq, list_scalings, rope_frequencies
 from posenc.rotary.scaling import unregister_scaling
+from helpers import import_module_file
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME, LABEL = "toy_ramp", "Toy ramp"
@@ -83,14 +83,12 @@ def _write_module(folder: Path) -> Path:
 
 @pytest.fixture
 def toy(tmp_path):
-    path = _write_module(tmp_path)
-    spec = importlib.util.spec_from_file_location("posenc_toy_scaling", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # registers the entry
+    module = import_module_file(tmp_path, "posenc_toy_scaling", TOY_MODULE)  # registers the entry
     try:
         yield module.ENTRY
     finally:
         unregister_scaling(NAME)
+        sys.modules.pop(module.__name__, None)
 
 
 def test_the_toy_is_registered_by_its_module_alone(toy):

@@ -350,16 +350,20 @@ def _variant(model: nn.Module, variant: str, factor: float, L: int):
         unpatch_model(model)
 
 
+def _sizes(cfg: dict[str, Any]) -> tuple[int, int, int, int, int, int, int]:
+    """(width C, layers, heads, head dim D, key/value heads, MLP width, vocabulary) of a Llama-style
+    config.json, with the defaults transformers uses where a key is absent."""
+    C = int(cfg.get("hidden_size") or 0)
+    heads = int(cfg.get("num_attention_heads") or 1)
+    return (C, int(cfg.get("num_hidden_layers") or 0), heads, int(cfg.get("head_dim") or C // heads),
+            int(cfg.get("num_key_value_heads") or heads), int(cfg.get("intermediate_size") or 4 * C),
+            int(cfg.get("vocab_size") or 0))
+
+
 def _forward_flops(cfg: dict[str, Any], n: int, scored: int) -> float:
     """FLOPs of one forward over ``n`` tokens with ``scored`` positions through the LM head:
     2 per weight per token in the decoder, causal attention 2 n^2 (H * D) per layer, the head."""
-    C = int(cfg.get("hidden_size") or 0)
-    layers = int(cfg.get("num_hidden_layers") or 0)
-    heads = int(cfg.get("num_attention_heads") or 1)
-    D = int(cfg.get("head_dim") or C // heads)
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    inter = int(cfg.get("intermediate_size") or 4 * C)
-    V = int(cfg.get("vocab_size") or 0)
+    C, layers, heads, D, kv, inter, V = _sizes(cfg)
     per_layer = C * (heads * D) * 2 + C * (kv * D) * 2 + 3 * C * inter
     return 2.0 * layers * per_layer * n + 2.0 * layers * n * n * heads * D + 2.0 * C * V * scored
 
@@ -369,13 +373,7 @@ def _peak_bytes(cfg: dict[str, Any], n: int, batch: int, weights: int, item: int
     KV cache of every layer, one layer's activations (the MLP's three (n, intermediate) tensors)
     and one head chunk's logits with their log-softmax (the largest term up to a few thousand
     tokens: 400 MB for SmolLM2; measured by benchmarks/real_speed.py)."""
-    C = int(cfg.get("hidden_size") or 0)
-    layers = int(cfg.get("num_hidden_layers") or 0)
-    heads = int(cfg.get("num_attention_heads") or 1)
-    D = int(cfg.get("head_dim") or C // heads)
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    inter = int(cfg.get("intermediate_size") or 4 * C)
-    V = int(cfg.get("vocab_size") or 0)
+    C, layers, heads, D, kv, inter, V = _sizes(cfg)
     cache = 2 * layers * n * kv * D * item * batch
     act = batch * n * (3 * inter + 6 * C + 2 * heads * D) * item
     return _PROCESS_BYTES + weights + cache + act + 8 * batch * min(n, _HEAD_CHUNK) * V
