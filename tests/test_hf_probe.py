@@ -259,8 +259,24 @@ def test_report_model_section(ckpt, tmp_path):
     data = json.loads((out / "probe" / "probe.json").read_text())
     assert data["text_tokens"] == L and data["text"] == "stdlib"  # default 512 tokens, capped at L
     assert page.count('alt="probe_layer0"') == 1
-    first = data["layers"]["0"]["curves"]["model"]["full"][0]
-    assert f"<td>model</td><td>{first:.4g}</td>" in page
+    win = data["layers"]["0"]["windows"]
+    assert win["variants"]["model"] == win["full"]  # the model's row: the window means the verdicts read
+    assert f"<td>model</td><td>{win['full'][0]:.4g}</td>" in page and '<table id="probe-verdicts">' in page
+
+
+def test_dense_curves_in_chunks_equal_one_call(model):
+    """dense_curve's chunks (8192 distances each) give the one-call curve, dynamic NTK included
+    (each chunk carries the curve's last distance, so the current length is the whole curve's)."""
+    from posenc.hf.probe import dense_curve
+
+    q, k = capture_qk(model, _ids(40), [0])[0]
+    rope = from_hf(model.config)
+    last = 20_000
+    for name, vr in variant_ropes(rope, L, 4.0, 16, ("dynamic",)).items():
+        got = dense_curve(q, k, vr, 8**-0.5, torch.arange(4), last, frequency_halves(rope), ("full", "low"))
+        ref = score_curves(q, k, vr, torch.arange(last + 1), 8**-0.5)
+        for kind in ("full", "low"):
+            torch.testing.assert_close(got[kind], ref[kind].double().mean(0), atol=1e-6, rtol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("family", ["llama", *FAMILIES])

@@ -26,7 +26,8 @@ from .curves import distances, frequency_halves, probe_scalings, score_curves, v
 from .render import curve_label, html_section, plot_layer, plot_layers
 from .run import (PROBE_FORMAT, ProbeResult, ProbeSettings, default_layers, layer_rope, layer_trained_distance, probe,
                   report_section, summary_lines)
-from .verdicts import CLAIMS, LOW_SHARE, RISE_SHARE, dense_curves, judge, verdict_line, window_grid, window_means
+from .verdicts import (CLAIMS, LOW_SHARE, RISE_SHARE, dense_curve, dense_curves, judge, verdict_line, window_grid,
+                       window_means)
 
 __all__ = [
     "CLAIMS",
@@ -39,6 +40,7 @@ __all__ = [
     "capture_qk",
     "curve_label",
     "default_layers",
+    "dense_curve",
     "dense_curves",
     "distances",
     "frequency_halves",

@@ -132,13 +132,12 @@ def plot_layers(data: dict, out_dir: Path) -> Path:
 
 def html_section(data: dict[str, Any], figures: list[Path], json_path: Path) -> str:
     """A probe's data as an HTML section: the claims' verdicts with their numbers, a table of
-    the curves at d = 0, L and the farthest distance, and the figures (embedded as base64)."""
+    each RoPE's window means at the start, at the trained distance and at the farthest
+    distance, and the figures (embedded as base64)."""
     import base64
     import html
 
-    d = data["distances"]
     L = data["trained_length"]
-    at = {"d = 0": 0, f"d = L = {L}": min(range(len(d)), key=lambda i: abs(d[i] - L)), f"d = {d[-1]}": len(d) - 1}
     from .verdicts import verdict_line
 
     verdicts = []
@@ -150,10 +149,15 @@ def html_section(data: dict[str, Any], figures: list[Path], json_path: Path) -> 
                             f"<td class='{'ok' if v['holds'] else 'bad'}'>{word}</td><td>{html.escape(line)}</td></tr>")
     rows = []
     for layer, entry in data["layers"].items():
-        for name, c in entry["curves"].items():
-            cells = "".join(f"<td>{c['full'][i]:.4g}</td>" for i in at.values())
-            rows.append(f"<tr><td>{html.escape(layer)}</td><td>{html.escape(curve_label(name))}</td>{cells}</tr>")
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in at)
+        win, ld = entry["windows"], entry["trained_distance"]
+        w, centres = win["width"], win["centres"]
+        # the first window, the last one inside Ld, the farthest one
+        at = [0, max(i for i, c in enumerate(centres) if c + (w - 1) / 2 < ld), len(centres) - 1]
+        spans = [f"{int(centres[i] - (w - 1) / 2)}-{int(centres[i] + (w - 1) / 2)}" for i in at]
+        rows.append(f"<tr><th>layer {html.escape(layer)}</th>" + "".join(f"<th>d {x}</th>" for x in spans) + "</tr>")
+        for name, m in win["variants"].items():
+            cells = "".join(f"<td>{m[i]:.4g}</td>" for i in at)
+            rows.append(f"<tr><td>{html.escape(curve_label(name))}</td>{cells}</tr>")
     figs = "".join(
         f'<figure><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode("ascii")}" '
         f'alt="{html.escape(p.stem)}"><figcaption>{html.escape(p.name)}: mean over the chosen heads of '
@@ -172,5 +176,7 @@ def html_section(data: dict[str, Any], figures: list[Path], json_path: Path) -> 
         f"docs/hf.md (posenc.hf.probe.verdicts).</p>"
         f'<table id="probe-verdicts"><tr><th>layer</th><th>claim</th><th>verdict</th><th>numbers</th></tr>'
         f'{"".join(verdicts)}</table>'
-        f'<table id="probe"><tr><th>layer</th><th>RoPE</th>{head}</tr>{"".join(rows)}</table>{figs}'
+        f"<p class='note'>Each RoPE's curve as window means (width Ld/8): the first window, the last one "
+        f"within the trained distance Ld, the farthest one.</p>"
+        f'<table id="probe">{"".join(rows)}</table>{figs}'
     )

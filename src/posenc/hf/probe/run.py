@@ -28,7 +28,7 @@ from ..checkpoint import DTYPES, check_fits, load_model, load_tokenizer, open_ch
 from .capture import capture_qk, layer_taps, probe_text_ids
 from .curves import distances, frequency_halves, probe_scalings, score_curves, variant_ropes
 from .render import html_section, plot_layer, plot_layers
-from .verdicts import dense_curves, judge, verdict_line, window_grid, window_means
+from .verdicts import dense_curve, dense_curves, judge, verdict_line, window_grid, window_means
 
 __all__ = ["PROBE_FORMAT", "ProbeResult", "ProbeSettings", "default_layers", "layer_rope", "layer_trained_distance",
            "probe", "report_section", "summary_lines"]
@@ -231,6 +231,12 @@ def probe(
             # the window means the verdicts read (drawn over the curves), at the windows' centres
             windows = dict(width=w, centres=(starts + (w - 1) / 2).tolist(),
                            **{kind: window_means(c, w, step)[1].tolist() for kind, c in dense.items()})
+            # every variant's full curve as window means too (the HTML table's numbers)
+            last = window_grid(ld, s.extend)[2]
+            windows["variants"] = {
+                name: window_means(dense_curve(q, k, vr, scale, sel, last, halves)["full"], w, step)[1].tolist()
+                for name, vr in ropes.items()
+            }
             bar.update()
             data["layers"][str(layer)] = dict(
                 scale=scale, layer_type=types[layer] if layer < len(types) else None, trained_distance=ld,

@@ -47,7 +47,8 @@ from torch import Tensor
 from ...rotary import RotaryEmbedding
 from .curves import score_curves
 
-__all__ = ["CLAIMS", "LOW_SHARE", "RISE_SHARE", "dense_curves", "judge", "verdict_line", "window_grid", "window_means"]
+__all__ = ["CLAIMS", "LOW_SHARE", "RISE_SHARE", "dense_curve", "dense_curves", "judge", "verdict_line", "window_grid",
+           "window_means"]
 
 #: (a) and (b)'s threshold: a climb back of at least this share of the model's fall is a rise.
 RISE_SHARE = 0.5
@@ -82,18 +83,27 @@ def window_means(curve: Tensor, w: int, step: int) -> tuple[Tensor, Tensor]:
 
 
 @torch.no_grad()
+def dense_curve(q: Tensor, k: Tensor, rope: RotaryEmbedding, scale: float, heads: Tensor, last: int,
+                halves: tuple[Tensor, Tensor], kinds: tuple[str, ...] = ("full",)) -> dict[str, Tensor]:
+    """``kinds`` of :func:`.curves.score_curves` at every distance 0..``last``, mean over
+    ``heads``, float64, computed in chunks; each chunk also holds ``last`` (dropped), so a
+    length-dependent scaling (dynamic NTK) sees the whole curve's length in every chunk."""
+    out: dict[str, list[Tensor]] = {kind: [] for kind in kinds}
+    for lo in range(0, last + 1, _CHUNK):
+        d = torch.arange(lo, min(last, lo + _CHUNK - 1) + 1)
+        c = score_curves(q, k, rope, torch.cat([d, torch.tensor([last])]), scale, halves)
+        for kind in kinds:
+            out[kind].append(c[kind][heads, :-1].double().mean(0))
+    return {kind: torch.cat(v) for kind, v in out.items()}
+
+
 def dense_curves(q: Tensor, k: Tensor, model_rope: RotaryEmbedding, raised_rope: RotaryEmbedding, scale: float,
                  heads: Tensor, last: int, halves: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
     """The curves the verdicts read, at every distance 0..``last``, mean over ``heads``:
     ``full``, ``high``, ``low`` (model RoPE) and ``raised`` (the raised base's full), float64."""
-    out: dict[str, list[Tensor]] = {"full": [], "high": [], "low": [], "raised": []}
-    for lo in range(0, last + 1, _CHUNK):
-        d = torch.arange(lo, min(last, lo + _CHUNK - 1) + 1)
-        c = score_curves(q, k, model_rope, d, scale, halves)
-        for kind in ("full", "high", "low"):
-            out[kind].append(c[kind][heads].double().mean(0))
-        out["raised"].append(score_curves(q, k, raised_rope, d, scale, halves)["full"][heads].double().mean(0))
-    return {kind: torch.cat(v) for kind, v in out.items()}
+    out = dense_curve(q, k, model_rope, scale, heads, last, halves, ("full", "high", "low"))
+    out["raised"] = dense_curve(q, k, raised_rope, scale, heads, last, halves)["full"]
+    return out
 
 
 def _span(a: int, w: int) -> list[int]:
