@@ -70,6 +70,7 @@ class Result:
     threads: int | None = None  # the command's --threads, for the recorded machine line
     rerun: bool = True  # False: a historical file that --rerun leaves alone
     note: str = ""
+    machine: str = ""  # the machine, stated here for a file whose command does not record one
 
     @property
     def path(self) -> Path:
@@ -86,6 +87,9 @@ class Result:
 
 _MODEL_FLAGS = ("--lengths", "1024", "--batch", "2", "--layers", "6", "--width", "512", "--heads", "8",
                 "--rounds", "5", "--decode-contexts", "1024", "4096", "--decode-tokens", "16")
+
+# Files written by commands that do not record their machine (the real-model runs): stated here.
+_SHARED_EPYC = "AMD EPYC, 2 cores shared with other jobs, torch 2.13.0+cpu"
 
 RESULTS: dict[str, Result] = {
     "rope_cpu": Result(
@@ -144,6 +148,32 @@ RESULTS: dict[str, Result] = {
         copy=(("out/bench_tiny_llama/results.json", "benchmarks/results/bench_model_tiny_llama.json"),),
         threads=1, note="needs out/tiny_llama: run --rerun probe_tiny_llama first",
     ),
+    "real_speed_cpu": Result(
+        "real_speed_cpu.json",
+        ("python", "benchmarks/real_speed.py", "--rounds", "4", "--new-tokens", "8", "--memory-lengths", "1024", "4096",
+         "16384", "--out", "benchmarks/results/real_speed_cpu.json"),
+        note="SmolLM2-135M from the cache (posenc[hf]); about 10 min on 2 cores",
+    ),
+    "real_extend_smollm2_L256_N512": Result(
+        "real_extend_smollm2_L256_N512.json",
+        ("extend", "smollm2-135m", "--to", "512", "--trained-length", "256", "--factors", "1", "--out",
+         "out/real_extend_smollm2", "--no-progress"),
+        copy=(("out/real_extend_smollm2/extend.json", "benchmarks/results/real_extend_smollm2_L256_N512.json"),),
+        machine=_SHARED_EPYC + ", torch's default 2 threads",
+        note="about 10 min on 2 cores",
+    ),
+    "probe_smollm2": Result(
+        "probe_smollm2.json",
+        ("probe", "smollm2-135m", "--out", "out/probe_smollm2", "--points", "1024", "--threads", "1"),
+        copy=(("out/probe_smollm2/probe.json", "benchmarks/results/probe_smollm2.json"),),
+        threads=1, machine=_SHARED_EPYC + ", 1 thread",
+    ),
+    "probe_gemma3": Result(
+        "probe_gemma3.json",
+        ("probe", "gemma3-270m", "--out", "out/probe_gemma3", "--points", "1024", "--scalings", "yarn", "--threads", "1"),
+        copy=(("out/probe_gemma3/probe.json", "benchmarks/results/probe_gemma3.json"),),
+        threads=1, machine=_SHARED_EPYC + ", 1 thread",
+    ),
 }
 
 
@@ -173,7 +203,7 @@ def _result(name: str) -> Result:
 
 
 def _machine_of(name: str, data: dict) -> str:
-    machine = data.get("machine")
+    machine = data.get("machine") or RESULTS[name].machine
     if machine:
         return machine
     meta = data.get("meta", {})
@@ -611,6 +641,92 @@ def render_determinism(page: str) -> str:
         + "\n\n" + caption("determinism", page, data, extra)
 
 
+# --------------------------------------------------------------------------- real models
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB"
+
+
+def render_real_decoding(page: str) -> str:
+    """docs/real_models.md: SmolLM2 greedy decoding, posenc's RoPE patched in against transformers'."""
+    data = load("real_speed_cpu")
+    dec, rot = data["decoding"], data["rotary_step"]
+    threads = list(dec["threads"])
+    assert threads, "real_speed_cpu.json has no decoding rows"
+    from statistics import median as med
+
+    rows = [
+        [f"greedy decoding, unpatched / patched (median tok/s, {dec['prompt_tokens']}-token prompt, "
+         f"{dec['new_tokens']} new tokens)"]
+        + [f"{med(dec['threads'][t]['unpatched_tokens_per_s']):.2f} / {med(dec['threads'][t]['patched_tokens_per_s']):.2f}"
+           for t in threads],
+        ["time ratio patched / unpatched (median of the paired rounds; each round's, from its tok/s)"]
+        + [ratio(dec["threads"][t]["median_ratio_patched_over_unpatched_time"]) + " ("
+           + ", ".join(f"{u / p:.2f}" for u, p in zip(dec["threads"][t]["unpatched_tokens_per_s"],
+                                                     dec["threads"][t]["patched_tokens_per_s"])) + ")"
+           for t in threads],
+        ["the rotary call a decoding step makes (median, µs): transformers / posenc"]
+        + [f"{rot[t]['unpatched_us']} / {rot[t]['patched_us']}" for t in threads],
+    ]
+    same = "the same tokens" if dec["same_tokens_patched_and_unpatched"] else "DIFFERENT tokens"
+    head = ["", *(f"{t} thread{'s' if t != '1' else ''}" for t in threads)]
+    extra = (f"the machine shared with other jobs; model {data['model']}, loaded from the cache in "
+             f"{duration(dec['load_seconds_from_cache'])}; patched and unpatched decode {same}; "
+             f"{duration(data['seconds'])} for the whole command")
+    return md_table(head, rows) + "\n\n" + caption("real_speed_cpu", page, data, extra)
+
+
+def render_real_memory(page: str) -> str:
+    """docs/real_models.md: peak RSS of one perplexity forward per length, beside bench --model's estimate."""
+    data = load("real_speed_cpu")
+    mem = data["memory"]
+    assert mem, "real_speed_cpu.json has no memory rows"
+    rows = [[str(m["tokens"]), _gib(m["peak_rss_after"]), "+" + _gib(m["growth"]), _gib(m["estimate_peak"]),
+             f"{m['seconds']:.1f}"] for m in mem]
+    extra = (f"the machine shared with other jobs; float32, one window, each length in a fresh process; RSS after loading {_gib(mem[0]['peak_rss_before'])}, "
+             f"of which the weights {_gib(mem[0]['weights'])}")
+    return (md_table(["tokens", "peak RSS", "over the loaded model", "bench --model's estimate", "seconds"], rows)
+            + "\n\n" + caption("real_speed_cpu", page, data, extra))
+
+
+def render_real_extend(page: str) -> str:
+    """docs/real_models.md: posenc extend's candidates (perplexity and passkey at N) and the winner."""
+    data = load("real_extend_smollm2_L256_N512")
+    cands = data["candidates"]
+    assert cands, "real_extend_smollm2_L256_N512.json has no candidates"
+    s = data["settings"]
+    rows = [[c["label"], f"{c['ppl']:.3f}", f"{100 * c['passkey']:.0f}", f"{c['seconds']:.1f}",
+             "chosen" if c["label"] == data["winner"] else ""] for c in cands]
+    total = sum(c["seconds"] for c in cands)
+    extra = (f"model {data['model']} with L stated as {s['trained_length']} (trained at 8192: the procedure, not an extension), "
+             f"N = {s['to']}, factors {s['factors']}, {s['windows']} window, {s['passkey_examples']} passkey example per "
+             f"depth {data['depths']}; {duration(total)} of evaluation in all; the rule: {data['rule']}")
+    return (md_table(["candidate", f"token ppl at {s['to']}", "passkey %", "seconds", ""], rows)
+            + "\n\n" + caption("real_extend_smollm2_L256_N512", page, data, extra))
+
+
+def render_probe_real(page: str) -> str:
+    """docs/real_models.md: the probe's three verdicts per probed layer of SmolLM2 and Gemma 3."""
+    rows, captions = [], []
+    for name in ("probe_smollm2", "probe_gemma3"):
+        data = load(name)
+        assert data["layers"], f"{name}.json has no layers"
+        for idx, layer in data["layers"].items():
+            v, rope = layer["verdicts"], layer["rope"]
+            hold = lambda k: "holds" if v[k]["holds"] else "does not hold"  # noqa: E731
+            kind = f", {layer['layer_type'].replace('_attention', '')}" if layer.get("layer_type") else ""
+            rows.append([f"{data['model'].split('-')[0]}-{data['model'].split('-')[1]} layer {idx}{kind}",
+                         f"{rope['base']:.0f}", str(layer["trained_distance"]),
+                         f"{hold('rise')} (rise / fall {v['rise']['rise_over_fall']:.2f})",
+                         f"{hold('raised_base')} (rise {v['raised_base']['rise_over_model_fall']:.2f} F)",
+                         f"{hold('low_half')} (low share {v['low_half']['low_share']:.2f})"])
+        s = data["settings"]
+        captions.append(caption(name, page, data, f"{s['tokens']} tokens of q and k, curves to {s['extend']:g} Ld, "
+                                                  f"{s['dtype']}"))
+    head = ["layer", "RoPE base", "trained distance Ld", "(a) rises again past Ld",
+            "(b) base × 16 brings the decay back", "(c) low-frequency half keeps the decay"]
+    return md_table(head, rows) + "\n\n" + "\n\n".join(captions)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     "results_files": render_results_files,
     "determinism": render_determinism,
@@ -628,6 +744,10 @@ TABLES: dict[str, Callable[[str], str]] = {
     "bench_model_tiny_llama": render_bench_model_tiny_llama,
     "bench_standard": render_bench_standard,
     "bench_standard_orderings": render_bench_standard_orderings,
+    "real_decoding": render_real_decoding,
+    "real_memory": render_real_memory,
+    "real_extend": render_real_extend,
+    "probe_real": render_probe_real,
 }
 
 

@@ -130,6 +130,7 @@ NOT_MEASUREMENTS = {
     ("docs/bench.md", "× 3"),  # tasks x seeds, depths: counts
     ("docs/bench.md", "× 32"),  # batch shape, examples per length
     ("docs/bench.md", "× 8"),  # encodings x tasks: a count
+    ("docs/hf.md", "× 16"),  # the probe's raised-base factor, a setting
     ("docs/relative_bias.md", "1 GiB"),  # T*T*width*4 bytes, arithmetic
     ("docs/rotary.md", "4x"),  # an example factor
     ("docs/rotary.md", "3x"),  # memory traffic counted from the kernel, not timed
