@@ -61,7 +61,9 @@ class Smoke:
     ``add``: extra arguments; ``argv``: the whole argv instead of the quoted one (placeholders);
     ``expect``: files that must exist afterwards. ``{tmp}`` is the test's folder, ``{bench}``
     a finished micro benchmark. ``how``: "posenc" (in-process), "tables"
-    (benchmarks/tables.py on a copy of the pages), "subprocess" or "make".
+    (benchmarks/tables.py on a copy of the pages), "subprocess" or "make". ``real``: the command
+    reads a named real model (the hf extra's transformers, gguf and accelerate; ``make test``
+    installs and converts SmolLM2-135M), run small: a few dozen tokens, one thread.
     """
 
     set: dict[str, list[str]] = field(default_factory=dict)
@@ -69,12 +71,18 @@ class Smoke:
     argv: tuple[str, ...] | None = None
     expect: tuple[str, ...] = ()
     how: str = "posenc"
+    real: bool = False
 
 
 _TINY_RELATIVE = {"--lengths": ["16"], "--repeat": ["1"]}
 _TINY_MODEL = {"--lengths": ["16"], "--batch": ["1"], "--layers": ["1"], "--width": ["32"], "--heads": ["2"],
                "--rounds": ["1"], "--decode-contexts": ["8"], "--decode-tokens": ["1"]}
 _TINY_BENCH = ("--steps", "2", "--encodings", "rope", "--tasks", "copy", "--no-progress")
+# A named real model, small: 32 tokens of q and k, a trained length of 32 or 48 (a passkey prompt
+# needs about 80 tokens, so extend's N is 96), one window and one passkey example, one thread.
+_REAL_PROBE = {"--out": ["{tmp}/probe"], "--tokens": ["32"], "--points": ["16"], "--threads": ["1"]}
+_REAL_EXTEND = {"--to": ["96"], "--trained-length": ["48"], "--factors": ["1"], "--windows": ["1"],
+                "--passkey-examples": ["1"], "--threads": ["1"], "--out": ["{tmp}/ext"]}
 _MODEL = ("posenc speed model --lengths 1024 --batch 2 --layers 6 --width 512 --heads 8 --rounds 3 "
           "--decode-contexts 1024 4096 --decode-tokens 16")
 
@@ -112,6 +120,16 @@ SMOKE: dict[str, Smoke] = {
         expect=("{tmp}/ddp/results.json",), how="subprocess"),
     "python benchmarks/tables.py": Smoke(how="tables"),
     "python benchmarks/tables.py --check": Smoke(how="tables"),
+    "posenc probe smollm2-135m --out out/probe_smollm2": Smoke(
+        set=_REAL_PROBE, add=("--no-progress",), expect=("{tmp}/probe/probe.json",), real=True),
+    "posenc probe gemma3-270m --out out/probe_gemma3": Smoke(
+        set={**_REAL_PROBE, "--scalings": ["yarn"]}, add=("--no-progress",), expect=("{tmp}/probe/probe.json",), real=True),
+    "posenc bench --model smollm2-135m --trained-length 1024 --out out/bench_smollm2": Smoke(
+        set={"--trained-length": ["32"], "--out": ["{tmp}/bm"]},
+        add=("--preset", "micro", "--tasks", "lm", "--threads", "1", "--no-progress"),
+        expect=("{tmp}/bm/results.json",), real=True),
+    "posenc extend smollm2-135m --to 2048 --trained-length 1024 --out out/smollm2-2k": Smoke(
+        set=_REAL_EXTEND, add=("--no-progress",), expect=("{tmp}/ext/extend.json", "{tmp}/ext/config.json"), real=True),
 }
 
 
@@ -155,6 +173,13 @@ RESULT_SMOKE: dict[str, Smoke] = {
     "hf_parity": Smoke(set={"--out": ["{tmp}/hf.json"]}, add=("--case", "llama"), expect=("{tmp}/hf.json",),
                        how="script"),
     "determinism": Smoke(set={"--out": ["{tmp}/det.json"], "--steps": ["2"]}, expect=("{tmp}/det.json",), how="script"),
+    "real_speed_cpu": Smoke(
+        set={"--rounds": ["1"], "--new-tokens": ["1"], "--prompt-tokens": ["8"], "--threads": ["1"],
+             "--memory-lengths": [], "--out": ["{tmp}/real_speed.json"]},
+        expect=("{tmp}/real_speed.json",), how="script", real=True),
+    "real_extend_smollm2_L256_N512": Smoke(set=_REAL_EXTEND, expect=("{tmp}/ext/extend.json",), real=True),
+    "probe_smollm2": Smoke(set=_REAL_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
+    "probe_gemma3": Smoke(set=_REAL_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
 }
 
 
@@ -317,6 +342,9 @@ def test_quoted_command_runs(command, tmp_path, request, keep_threads):
             assert mod.main(shlex.split(command)[2:]) == 0
         assert (tmp_path / "README.md").read_text() == before  # the committed tables are current
         return
+    if smoke.real:
+        for module in ("transformers", "gguf", "accelerate"):
+            pytest.importorskip(module)
     subs = {"tmp": str(tmp_path)}
     if "{bench}" in json.dumps([smoke.argv, smoke.set]):
         subs["bench"] = str(request.getfixturevalue("micro_bench"))
