@@ -669,7 +669,7 @@ def render_real_decoding(page: str) -> str:
     ]
     same = "the same tokens" if dec["same_tokens_patched_and_unpatched"] else "DIFFERENT tokens"
     head = ["", *(f"{t} thread{'s' if t != '1' else ''}" for t in threads)]
-    extra = (f"the machine shared with other jobs; model {data['model']}, loaded from the cache in "
+    extra = (f"the machine was shared with other jobs; model {data['model']}, loaded from the cache in "
              f"{duration(dec['load_seconds_from_cache'])}; patched and unpatched decode {same}; "
              f"{duration(data['seconds'])} for the whole command")
     return md_table(head, rows) + "\n\n" + caption("real_speed_cpu", page, data, extra)
@@ -682,7 +682,7 @@ def render_real_memory(page: str) -> str:
     assert mem, "real_speed_cpu.json has no memory rows"
     rows = [[str(m["tokens"]), _gib(m["peak_rss_after"]), "+" + _gib(m["growth"]), _gib(m["estimate_peak"]),
              f"{m['seconds']:.1f}"] for m in mem]
-    extra = (f"the machine shared with other jobs; float32, one window, each length in a fresh process; RSS after loading {_gib(mem[0]['peak_rss_before'])}, "
+    extra = (f"the machine was shared with other jobs; float32, one window, each length in a fresh process; RSS after loading {_gib(mem[0]['peak_rss_before'])}, "
              f"of which the weights {_gib(mem[0]['weights'])}")
     return (md_table(["tokens", "peak RSS", "over the loaded model", "bench --model's estimate", "seconds"], rows)
             + "\n\n" + caption("real_speed_cpu", page, data, extra))
