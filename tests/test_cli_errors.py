@@ -113,6 +113,12 @@ BAD = [
     (["example", "rope:base=1"], "encoding spec 'rope:base=1': base must be != 1"),
     # probe
     (["probe", "/no/such/model", "--out", "OUT"], "MODEL '/no/such/model' is neither a folder, a .gguf file nor a named model"),
+    # extend
+    (["extend", "/no/such/model", "--to", "64"], "MODEL '/no/such/model' is neither a folder, a .gguf file nor a named model"),
+    (["extend", "banana-7b", "--to", "64"], "named models: smollm2-135m, gemma3-270m"),
+    (["extend", "smollm2-135m", "--to", "1"], "argument --to: must be an int >= 2, got 1"),
+    (["extend", "smollm2-135m", "--to", "64", "--factors", "0"], "argument --factors: must be a positive finite float, got 0"),
+    (["extend", "smollm2-135m", "--to", "64", "--out", "FILE"], "argument --out: must be a directory, got"),
     # the command itself
     (["banana"], "argument COMMAND: invalid choice: 'banana'"),
     (["--import", "no_such_module_h8", "list"], "--import no_such_module_h8: No module named 'no_such_module_h8'"),

@@ -27,7 +27,7 @@ __all__ = ["EXTRAS", "MissingExtra", "require", "available"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "plot": ("matplotlib", "numpy"),
     "bench": ("tqdm", "safetensors", "numpy", "matplotlib"),
-    "hf": ("transformers",),
+    "hf": ("transformers", "gguf", "accelerate"),
 }
 
 # what each extra gives, for the error message
