@@ -25,7 +25,7 @@ from posenc._optional import EXTRAS, require
 from posenc.registry import list_encodings
 
 ROOT = Path(__file__).resolve().parents[1]
-OPTIONAL = ("numpy", "tqdm", "safetensors", "matplotlib", "transformers")
+OPTIONAL = ("numpy", "tqdm", "safetensors", "matplotlib", "transformers", "gguf", "accelerate")
 
 LEAN = textwrap.dedent(
     """
