@@ -117,17 +117,27 @@ def test_the_probe_offers_sets_and_labels_it(toy):
 
 
 def test_the_probe_figure_and_table_say_its_label(toy, tmp_path):
+    """`posenc probe` on a tiny saved Llama draws the toy (its curve is in probe.json) and its
+    report section names it by its label."""
     pytest.importorskip("matplotlib")
-    from posenc.hf.probe import html_section, plot_layer
+    transformers = pytest.importorskip("transformers")
+    from posenc.cli import main
+    from posenc.hf.probe import html_section
 
-    d = [0, 1, 2]
-    curve = {"full": [1.0, 0.5, 0.2], "high": [0.5, 0.2, 0.1], "low": [0.5, 0.3, 0.1], "unrotated": [0.0] * 3}
-    data = dict(model="m", model_type="llama", trained_length=1, rope=dict(base=1e4, scaling="default"),
-                settings=dict(heads=None, extend=2.0), text="stdlib", text_tokens=3, heads=[0], distances=d,
-                high_pairs=[0], low_pairs=[1], layers={"0": dict(scale=1.0, curves={"model": curve, NAME: curve})})
-    png = plot_layer(data, 0, tmp_path)
-    assert png.is_file()
-    html = html_section(data, [png], tmp_path / "probe.json")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    ckpt = tmp_path / "tiny"
+    transformers.LlamaForCausalLM(cfg).save_pretrained(ckpt)
+    (ckpt / "text.txt").write_text("def f(x):\n    return x * 2\n" * 8)
+    out = tmp_path / "probe"
+    assert main(["probe", str(ckpt), "--out", str(out), "--text", str(ckpt / "text.txt"), "--tokens", "40",
+                 "--dtype", "float32", "--points", "40", "--scalings", NAME, "--extend", "4", "--no-progress"]) == 0
+    import json
+
+    data = json.loads((out / "probe.json").read_text())
+    assert NAME in data["layers"]["0"]["curves"]
+    html = html_section(data, sorted(out.glob("probe_layer*.png")), out / "probe.json")
     assert f"<td>{LABEL}</td>" in html and f"<td>{NAME}</td>" not in html
 
 
