@@ -27,7 +27,12 @@ package, a GPU), the row says what each machine gets.
 
 def render() -> str:
     cases = all_cases()
-    out = [HEADER, f"{len(cases)} cases.\n"]
+    out = [HEADER, f"{len(cases)} cases.\n", "| area | cases |\n|---|---|"]
+    counts: dict[str, int] = {}
+    for case in cases:
+        counts[case.area] = counts.get(case.area, 0) + 1
+    out += [f"| {area} | {n} |" for area, n in counts.items()]
+    out.append("")
     area = None
     for case in cases:
         if case.area != area:
