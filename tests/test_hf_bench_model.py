@@ -264,3 +264,32 @@ def test_estimate_grows_with_length(model):
     short = estimate_cost(HFCausalLM(model), cfg, [(64, 1, 64)])
     long = estimate_cost(HFCausalLM(model), cfg, [(4096, 1, 4096)] * 2)
     assert 0 < short[0] < long[0] and weights < short[1] < long[1] and long[2] > 0
+
+
+def test_gptj_is_evaluated_past_its_position_table(tmp_path):
+    """GPT-J's own sin/cos table has n_positions rows: at 2L the unpatched model indexes past it
+    (issue 24). The base row runs through posenc's RoPE with the model's frequencies, and equals
+    the loaded model's loss where that table still reaches (at L)."""
+    torch.manual_seed(0)
+    n_pos = 64
+    cfg = transformers.GPTJConfig(vocab_size=260, n_embd=32, n_layer=1, n_head=2, rotary_dim=8, n_positions=n_pos)
+    d = tmp_path / "tiny_gptj"
+    transformers.GPTJForCausalLM(cfg).save_pretrained(d)
+    words = [b"alpha ", b"beta ", b"gamma\n", b"delta, "]
+    (d / "corpus.txt").write_bytes(b"".join(words[(i * 3) % 4] for i in range(8000)))
+    out = tmp_path / "out"
+    assert main(["bench", "--model", str(d), "--preset", "micro", "--tasks", "lm", "--data", str(d / "corpus.txt"),
+                 "--out", str(out), "--no-progress"]) == 0
+    results = load_results(out)
+    lengths = sorted({p["length"] for r in results["runs"] for p in r["points"] if p["variant"] == "base"})
+    assert lengths[0] <= n_pos < lengths[-1], lengths
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
+    from posenc.hf.bench_model import _token_stream
+    from posenc.hf.checkpoint import load_tokenizer, open_checkpoint
+
+    stream = _token_stream(load_tokenizer(open_checkpoint(d)), str(d / "corpus.txt"), lengths[-1] + 1)
+    windows = min(max(1, results["settings"]["lm_eval_tokens"] // n_pos), len(stream) // n_pos)
+    with torch.no_grad():  # the unpatched model, window by window (each scores n_pos - 1 tokens)
+        losses = [float(model(input_ids=w[None], labels=w[None]).loss) for w in stream[: windows * n_pos].view(windows, n_pos)]
+    ref = math.exp(sum(losses) / windows)
+    assert _cell(results, "lm", "base", n_pos) == pytest.approx(ref, rel=1e-4)

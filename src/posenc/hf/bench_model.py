@@ -337,13 +337,20 @@ def scaling_params(variant: str, factor: float, L: int) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _variant(model: nn.Module, variant: str, factor: float, L: int):
-    """The model with RoPE scaling ``variant`` patched in for the duration (base: as loaded)."""
-    if variant == "base":
+    """The model with RoPE scaling ``variant`` patched in for the duration (base: as loaded).
+
+    GPT-J's own sin/cos table ends at ``n_positions`` (transformers indexes past it at 2L), so
+    its base is posenc's RoPE with the model's own frequencies and no scaling (``default``),
+    which equals the loaded model's logits up to float32 rounding (tests/test_hf_patch.py)."""
+    if variant == "base" and getattr(model.config, "model_type", None) != "gptj":
         yield
         return
     from .patch import patch_model, unpatch_model
 
-    patch_model(model, scaling=variant, **scaling_params(variant, factor, L))
+    if variant == "base":
+        patch_model(model, scaling="default")
+    else:
+        patch_model(model, scaling=variant, **scaling_params(variant, factor, L))
     try:
         yield
     finally:
@@ -352,12 +359,13 @@ def _variant(model: nn.Module, variant: str, factor: float, L: int):
 
 def _sizes(cfg: dict[str, Any]) -> tuple[int, int, int, int, int, int, int]:
     """(width C, layers, heads, head dim D, key/value heads, MLP width, vocabulary) of a Llama-style
-    config.json, with the defaults transformers uses where a key is absent."""
-    C = int(cfg.get("hidden_size") or 0)
-    heads = int(cfg.get("num_attention_heads") or 1)
-    return (C, int(cfg.get("num_hidden_layers") or 0), heads, int(cfg.get("head_dim") or C // heads),
-            int(cfg.get("num_key_value_heads") or heads), int(cfg.get("intermediate_size") or 4 * C),
-            int(cfg.get("vocab_size") or 0))
+    config.json (or GPT-J's n_embd / n_layer / n_head / n_inner), with the defaults transformers
+    uses where a key is absent."""
+    C = int(cfg.get("hidden_size") or cfg.get("n_embd") or 0)
+    heads = int(cfg.get("num_attention_heads") or cfg.get("n_head") or 1)
+    return (C, int(cfg.get("num_hidden_layers") or cfg.get("n_layer") or 0), heads,
+            int(cfg.get("head_dim") or C // heads), int(cfg.get("num_key_value_heads") or heads),
+            int(cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * C), int(cfg.get("vocab_size") or 0))
 
 
 def _forward_flops(cfg: dict[str, Any], n: int, scored: int) -> float:
@@ -383,7 +391,7 @@ def estimate_cost(lm: HFCausalLM, cfg: dict[str, Any], cells: list[tuple[int, in
     """(seconds, peak bytes, measured FLOP/s) for ``cells`` = [(tokens, batch, scored positions)],
     the rate measured on one forward of 256 tokens (a lower bound of the rate at length: the
     estimate errs long)."""
-    n0 = min(256, int(cfg.get("max_position_embeddings") or 256))
+    n0 = min(256, int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 256))  # GPT-J: n_positions
     ids = torch.zeros(1, n0, dtype=torch.long, device=next(lm.model.parameters()).device)
     lm.nll(ids[:, :16])  # the first call of a fresh model allocates and initializes: not timed
     t0 = time.perf_counter()
