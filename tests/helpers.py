@@ -64,15 +64,20 @@ def assert_embed_decodes_incrementally(enc, x: torch.Tensor, prefix: int) -> Non
     torch.testing.assert_close(torch.cat(parts, 1), full)
 
 
+def write_module(folder, name: str, source: str):
+    """``folder/name.py`` holding ``source`` (a plugin module for a pytest subprocess's ``-p``)."""
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    return path
+
+
 def import_module_file(folder, name: str, source: str):
     """Write ``source`` to ``folder/name.py`` and import it as module ``name`` (as a user's plugin
     module would be imported: registered in ``sys.modules``, which flex's tracing looks up)."""
     import importlib.util
     import sys
 
-    path = folder / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(name, write_module(folder, name, source))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

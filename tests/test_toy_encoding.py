@@ -28,7 +28,7 @@ import torch
 import posenc
 from posenc import SequenceInfo
 from posenc.registry import unregister
-from helpers import import_module_file
+from helpers import import_module_file, write_module
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "toy_bias"
@@ -74,9 +74,7 @@ class ToyBias(PositionalEncoding):
 
 
 def _write_module(folder: Path) -> Path:
-    path = folder / "posenc_toy_encoding.py"
-    path.write_text(TOY_MODULE)
-    return path
+    return write_module(folder, "posenc_toy_encoding", TOY_MODULE)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ import torch
 
 from posenc.rotary import SCALINGS, RotaryEmbedding, base_inv_freq, list_scalings, rope_frequencies
 from posenc.rotary.scaling import unregister_scaling
-from helpers import import_module_file
+from helpers import import_module_file, write_module
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME, LABEL = "toy_ramp", "Toy ramp"
@@ -76,9 +76,7 @@ def _by_hand(rotary_dim: int, base: float, s: float) -> torch.Tensor:
 
 
 def _write_module(folder: Path) -> Path:
-    path = folder / "posenc_toy_scaling.py"
-    path.write_text(TOY_MODULE)
-    return path
+    return write_module(folder, "posenc_toy_scaling", TOY_MODULE)
 
 
 @pytest.fixture
