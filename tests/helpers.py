@@ -82,3 +82,26 @@ def import_module_file(folder, name: str, source: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_suites_with_plugin(folder, plugin: str, select: str, suites: dict[str, str]) -> list[str]:
+    """Run pytest on ``suites`` (path -> pattern) in a subprocess with ``folder/plugin.py``
+    imported as a plugin (``-p``, so what it registers is there before collection), keeping the
+    tests ``select`` (``-k``) picks. Asserts the run passed and that each suite passed a test
+    matching its pattern; returns the ids of the passed tests."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), str(root / "tests"), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", plugin, "-k", select, *suites]
+    r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    passed = re.findall(r"^PASSED (\S+)", r.stdout, flags=re.M)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    for path, pattern in suites.items():
+        hits = [t for t in passed if t.startswith(path) and re.search(pattern, t)]
+        assert hits, f"{path}: no passed test for the plugin matches {pattern!r}"
+    return passed

@@ -16,9 +16,6 @@ Nothing else is edited, and the registry-parametrized machinery picks it up:
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,9 +25,8 @@ import torch
 import posenc
 from posenc import SequenceInfo
 from posenc.registry import unregister
-from helpers import import_module_file, write_module
+from helpers import import_module_file, run_suites_with_plugin, write_module
 
-ROOT = Path(__file__).resolve().parent.parent
 NAME = "toy_bias"
 
 TOY_MODULE = '''
@@ -164,14 +160,5 @@ SUITES = {
 
 def test_every_registry_parametrized_test_runs_on_it(tmp_path):
     _write_module(tmp_path)  # imported by pytest as a plugin (-p), so registered before collection
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "tests"),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "posenc_toy_encoding",
-           "-k", NAME, *SUITES]
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    passed = re.findall(r"^PASSED (\S+)", r.stdout, flags=re.M)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    for path, pattern in SUITES.items():
-        hits = [t for t in passed if t.startswith(path) and re.search(pattern, t)]
-        assert hits, f"{path}: no passed test for the toy matches {pattern!r}"
+    passed = run_suites_with_plugin(tmp_path, "posenc_toy_encoding", NAME, SUITES)
     assert len([t for t in passed if NAME in t]) >= 20, passed

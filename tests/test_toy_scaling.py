@@ -20,9 +20,6 @@ and to_hf carry it too).
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,9 +28,8 @@ import torch
 
 from posenc.rotary import SCALINGS, RotaryEmbedding, base_inv_freq, list_scalings, rope_frequencies
 from posenc.rotary.scaling import unregister_scaling
-from helpers import import_module_file, write_module
+from helpers import import_module_file, run_suites_with_plugin, write_module
 
-ROOT = Path(__file__).resolve().parent.parent
 NAME, LABEL = "toy_ramp", "Toy ramp"
 
 TOY_MODULE = '''
@@ -178,17 +174,8 @@ SUITES = {
 def test_every_registry_parametrized_test_runs_on_it(tmp_path):
     pytest.importorskip("transformers")
     _write_module(tmp_path)  # imported by pytest as a plugin (-p), so registered before collection
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT / "tests"),
-                                                       os.environ.get("PYTHONPATH", "")]))
     select = "toy_ramp or listings or covered or test_rope_scaling"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "posenc_toy_scaling",
-           "-k", select, *SUITES]
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    passed = re.findall(r"^PASSED (\S+)", r.stdout, flags=re.M)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    for path, pattern in SUITES.items():
-        hits = [t for t in passed if t.startswith(path) and re.search(pattern, t)]
-        assert hits, f"{path}: no passed test for the toy matches {pattern!r}"
+    passed = run_suites_with_plugin(tmp_path, "posenc_toy_scaling", select, SUITES)
     toy_cases = [t for t in passed if "toy_ramp" in t]
     # every registry-parametrized table (invariances, purity, tiny params, entries, round trip,
     # transformers parity-or-skip) ran a toy case
