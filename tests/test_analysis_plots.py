@@ -203,3 +203,110 @@ def test_cli_set_options(tmp_path, capsys):
     assert "takes max_distance=256" in capsys.readouterr().err
     assert main(["plot", "sinusoidal-dot", "--set", "dim=big", "--out", str(tmp_path)]) == 2
     assert "dim must be like 64" in capsys.readouterr().err
+
+
+# ---- the newer families' figures (posenc.analysis.family_figures) ----------------------------
+def test_every_kind_says_what_it_concerns():
+    """Each kind names what it explains, and each name is a registered encoding, a registered
+    RoPE scaling type or "every encoding": the report selects figures by these names."""
+    from posenc.analysis.family_figures import ANY_ENCODING, FAMILY_FIGURES
+    from posenc.registry import list_encodings
+    from posenc.rotary.scaling import SCALINGS
+
+    assert FAMILY_FIGURES and set(FAMILY_FIGURES) <= set(P.PLOTS)
+    assert set(P.CONCERNS) == set(P.PLOTS)
+    known = set(list_encodings()) | set(SCALINGS) | {ANY_ENCODING}
+    for kind, names in P.CONCERNS.items():
+        assert names and set(names) <= known, (kind, set(names) - known)
+    for kind, f in FAMILY_FIGURES.items():
+        assert P.PLOTS[kind] is f.fn and P.CONCERNS[kind] == f.concerns
+
+
+def test_cope_positions_count_sentences(tmp_path):
+    """p_ij = sum_{t=j}^{i} sigmoid(q_i·k_t / sqrt(D)) (Golovneva et al. 2024, eq. 3), a loop over
+    the gates of the figure's q and k; gates open on "." count the sentences between j and i."""
+    from posenc.analysis.fig_cope import gate_qk
+
+    d = draw("cope-positions", tmp_path, text="a b . c . d e .", margin=12.0, head_dim=8)
+    words = d["words"]
+    T = len(words)
+    for key, opens in (("sentence_positions", [w == "." for w in words]), ("token_positions", [True] * T)):
+        q, k = gate_qk(torch.tensor(opens), 8, 12.0)
+        want = torch.zeros(T, T, dtype=torch.float64)
+        for i in range(T):
+            for j in range(i + 1):
+                want[i, j] = sum(torch.sigmoid(q[0, 0, i] @ k[0, 0, t] / math.sqrt(8)) for t in range(j, i + 1))
+        got = d[key].double()
+        torch.testing.assert_close(torch.tril(got), want)
+    last = d["sentence_positions"][-1]
+    assert [round(float(x)) for x in last] == [3, 3, 3, 2, 2, 1, 1, 1]
+    assert [round(float(x)) for x in d["token_positions"][-1]] == list(range(T, 0, -1))
+
+
+def test_pope_polar_against_the_formula(tmp_path):
+    """PoPE: sum_c softplus(q_c) softplus(k_c) cos(m theta_c), theta_c = base^(-c/D), phase bias
+    0 (Gopalakrishnan et al. 2025); RoPE (half layout): sum_i (q_i k_i + q_i' k_i') cos(m theta_i)
+    + (q_i k_i' - q_i' k_i) sin(m theta_i), i' = i + D/2; loops over channels."""
+    D, base = 8, 100.0
+    d = draw("pope-polar", tmp_path, head_dim=D, pairs=2, max_distance=12, base=base)
+    q, k = d["q"], d["k"]
+    sp = torch.nn.functional.softplus
+    for p in range(2):
+        for m in range(13):
+            pope = sum(float(sp(q[p, c]) * sp(k[p, c])) * math.cos(m * base ** (-c / D)) for c in range(D))
+            h = D // 2
+            rope = 0.0
+            for i in range(h):
+                t = m * base ** (-2 * i / D)
+                a, b, c_, e = (float(x) for x in (q[p, i], q[p, i + h], k[p, i], k[p, i + h]))
+                rope += (a * c_ + b * e) * math.cos(t) + (a * e - b * c_) * math.sin(t)
+            assert float(d["pope"][p, m]) == pytest.approx(pope, rel=1e-6)
+            assert float(d["rope"][p, m]) == pytest.approx(rope, rel=1e-6, abs=1e-9)
+    assert (d["pope"].argmax(-1) == 0).all()  # positive magnitudes: the peak is at distance 0
+
+
+def test_dynamic_bias_is_the_mlp(tmp_path):
+    """The bias at distance r is Linear(w, H)(SiLU(Linear(w, w)(SiLU(Linear(1, w)(x))))), x = r or
+    sign(r) log(1 + |r|) (Wang et al. 2021; x-transformers dynamic_pos_bias), from the weights of
+    the encoding the figure builds, one distance at a time."""
+    from posenc import build
+
+    d = draw("dynamic-bias", tmp_path, num_heads=2, train_len=8, extend=2, seed=3)
+    for key, log in (("linear", False), ("log", True)):
+        torch.manual_seed(3)
+        enc = build("dynamic_bias", d_model=64, num_heads=2, log_distance=log)
+        l0, l1, out = enc.linears[0], enc.linears[1], enc.out
+        for r in range(17):
+            x = torch.tensor([math.copysign(math.log1p(r), r) if log else float(r)])
+            hid = torch.nn.functional.silu(l1(torch.nn.functional.silu(l0(x))))
+            want = out(hid).detach().double()
+            torch.testing.assert_close(d[key][:, r], want, rtol=1e-5, atol=1e-6)
+
+
+def test_dropped_frequencies(tmp_path):
+    """p-RoPE keeps theta_i for the first int(p d/2) pairs (Barbero et al. 2025); HoPE where the
+    wavelength 2 pi / theta_i <= L (Chen et al. 2025); the rest 0; the score is 2 sum cos(m theta)."""
+    d = draw("rope-dropped-frequencies", tmp_path, dim=32, base=10000.0, train_len=64, proportion=0.5, extend=2)
+    full = theta(32, 10000.0)
+    want = {"no scaling": full, "p-RoPE": [t if i < 8 else 0.0 for i, t in enumerate(full)],
+            "HoPE": [t if 2 * math.pi / t <= 64 else 0.0 for t in full]}
+    assert set(d["inv_freq"]) == set(want)
+    for name, w in want.items():
+        torch.testing.assert_close(d["inv_freq"][name], torch.tensor(w, dtype=torch.float64))
+        assert d["kept"][name] == sum(1 for x in w if x > 0)
+        assert float(d["score"][name][50]) == pytest.approx(2 * sum(math.cos(50 * x) for x in w))
+    assert 0 < d["kept"]["HoPE"] < 16
+
+
+def test_randomized_positions_cover_the_range(tmp_path):
+    """Ruoss et al. 2023: each sequence's n positions are distinct, sorted, in [0, L); over many
+    sequences every position of [0, L) is equally likely (n / L each): a chi-square test."""
+    d = draw("randomized-positions", tmp_path, length=8, max_length=32, rows=4, draws=4000, seed=0)
+    pos = d["positions"]
+    assert pos.shape == (4, 8)
+    assert ((pos[:, 1:] - pos[:, :-1]) > 0).all() and pos.min() >= 0 and pos.max() < 32
+    counts = d["counts"].double()
+    assert counts.sum() == 4000 * 8 and counts.numel() == 32
+    expected = 4000 * 8 / 32
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 80, chi2  # 31 degrees of freedom: 80 is beyond p = 1e-5

@@ -17,12 +17,9 @@ Kinds are listed in :data:`PLOTS`; ``posenc plot --help`` prints them.
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import os
 import sys
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,69 +27,14 @@ import torch
 from torch import Tensor
 
 from ..cli_args import first_sentence, output_dir
+from .canvas import DPI, FIGSIZE, PlotResult, coincident_groups, library_function, prepare_out_dir
+from .canvas import figure as _figure
+from .canvas import save as _save
+from ..rotary.scaling import SCALINGS
+from .family_figures import FAMILY_FIGURES
 
-__all__ = ["PLOTS", "PlotResult", "FIGSIZE", "DPI", "make_plot", "parse_options", "prepare_out_dir", "rope_bound", "library_function"]
-
-FIGSIZE = (10.0, 5.0)  # inches; with DPI every PNG is 1000 x 500 pixels
-DPI = 100
-
-
-@dataclass
-class PlotResult:
-    """A written figure: ``kind``, ``path`` of the PNG, ``title`` and the ``data`` it shows."""
-
-    kind: str
-    path: Path
-    title: str
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-def prepare_out_dir(out: str | os.PathLike) -> Path:
-    """Create ``out`` if needed and make sure a file can be written there (clear ValueError if not)."""
-    path = Path(out)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--out {str(path)!r} cannot be created as a directory: {e.strerror or e}") from None
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".posenc-write-test-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"--out {str(path)!r} is not writable: {e.strerror or e}") from None
-    return path
-
-
-def library_function(name: str, modules: tuple[str, ...]) -> Callable:
-    """``name`` from the first of ``modules`` that has it; a clear error when none does yet."""
-    for mod in modules:
-        try:
-            fn = getattr(importlib.import_module(mod), name, None)
-        except ImportError:
-            fn = None
-        if fn is not None:
-            return fn
-    raise ValueError(f"this plot needs {name} from {' or '.join(modules)}, which this build of posenc lacks")
-
-
-def _figure(ncols: int = 1):
-    from .._optional import require
-
-    matplotlib = require("matplotlib", extra="plot")
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, ncols, figsize=FIGSIZE, dpi=DPI, squeeze=False)
-    return plt, fig, list(axes[0])
-
-
-def _save(plt, fig, out_dir: Path, kind: str, title: str, data: dict) -> PlotResult:
-    fig.suptitle(title)
-    fig.tight_layout()
-    path = out_dir / f"{kind}.png"
-    fig.savefig(path, dpi=DPI)  # no bbox_inches="tight": every PNG has the same known size
-    plt.close(fig)
-    return PlotResult(kind, path, title, data)
+__all__ = ["CONCERNS", "PLOTS", "PlotResult", "FIGSIZE", "DPI", "make_plot", "parse_options", "prepare_out_dir",
+           "rope_bound", "library_function"]
 
 
 def _inv_freq(dim: int, base: float) -> Tensor:
@@ -296,7 +238,26 @@ def plot_rope_scaling(
             skipped[t] = str(e)
             continue
         freqs[t], factors[t], labels[t] = f.double(), float(af), entry.label
-        ax.plot(range(f.numel()), f.numpy(), label=f"{entry.label} (attention factor {af:.3g})", lw=1.2)
+    # One line per group of equal frequencies (a curve under another reads as missing), named
+    # after every member, with the pairs it shares with the unscaled RoPE. Types that set pairs
+    # to theta = 0 (p-RoPE, HoPE) cannot sit on the log axis: they have their own figure.
+    groups = coincident_groups(freqs)
+    plain = freqs.get("default")
+    zeroed = []
+    for g in groups:
+        f = freqs[g[0]]
+        if not bool((f > 0).all()):
+            zeroed += [labels[t] for t in g]
+            continue
+        name = " = ".join(f"{labels[t]} (attention factor {factors[t]:.3g})" for t in g)
+        if plain is not None and "default" not in g:
+            same = int(torch.isclose(f, plain, rtol=1e-9, atol=0.0).long().cumprod(0).sum())
+            if same:
+                name += "; = no scaling on pair 0" if same == 1 else f"; = no scaling on pairs 0..{same - 1}"
+        ax.plot(range(f.numel()), f.numpy(), label=name, lw=1.2)
+    if zeroed:
+        ax.text(0.01, 0.02, f"{', '.join(zeroed)}: theta = 0 on the lowest pairs, drawn in rope-dropped-frequencies",
+                transform=ax.transAxes, fontsize=8, color="0.3")
     ax.set_yscale("log")
     ax.set_xlabel("pair index i")
     ax.set_ylabel("inverse frequency theta_i (rad / position)")
@@ -305,7 +266,7 @@ def plot_rope_scaling(
         plt, fig, out_dir, "rope-scaling",
         f"RoPE scalings, d = {dim}, base {base:g}, factor {factor:g}, L = {original}, sequence length {seq_len}",
         {"inv_freq": freqs, "attention_factor": factors, "label": labels, "skipped": skipped, "factor": factor,
-         "seq_len": seq_len},
+         "seq_len": seq_len, "coincide": [g for g in groups if len(g) > 1], "not_drawn": zeroed},
     )
 
 
@@ -370,7 +331,8 @@ def plot_deberta_buckets(out_dir: Path, max_distance: int = 1024, bucket_size: i
     )
 
 
-# kind -> plot function. Order is the order of `posenc plot all` and of the report.
+# kind -> plot function. Order is the order of `posenc plot all` and of the report: the
+# textbook figures, then the newer families' (family_figures.py).
 PLOTS: dict[str, Callable[..., PlotResult]] = {
     "sinusoidal-heatmap": plot_sinusoidal_heatmap,
     "sinusoidal-waves": plot_sinusoidal_waves,
@@ -383,6 +345,24 @@ PLOTS: dict[str, Callable[..., PlotResult]] = {
     "t5-buckets": plot_t5_buckets,
     "alibi": plot_alibi,
     "deberta-buckets": plot_deberta_buckets,
+    **{kind: f.fn for kind, f in FAMILY_FIGURES.items()},
+}
+
+# kind -> what the figure explains: registered encodings, RoPE scaling types, or
+# family_figures.ANY_ENCODING. The report keeps the figures that concern what it is given.
+CONCERNS: dict[str, tuple[str, ...]] = {
+    "sinusoidal-heatmap": ("sinusoidal",),
+    "sinusoidal-waves": ("sinusoidal",),
+    "sinusoidal-base": ("sinusoidal",),
+    "sinusoidal-dot": ("sinusoidal",),
+    "rope-decay": ("rope",),
+    "rope-score": ("rope",),
+    "rope-bands": ("rope",),
+    "rope-scaling": ("rope", *SCALINGS),  # every registered scaling type is drawn
+    "t5-buckets": ("t5",),
+    "alibi": ("alibi",),
+    "deberta-buckets": ("deberta",),
+    **{kind: f.concerns for kind, f in FAMILY_FIGURES.items()},
 }
 
 
