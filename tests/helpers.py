@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 import posenc
@@ -18,7 +20,24 @@ TEST_CONFIGS: dict[str, dict] = {
 }
 
 
+def hybrid_pattern(name: str, size: int = 3, every: int = 2) -> tuple:
+    """posenc.hybrids' pattern ``name`` for tiny models: a cycle of ``every`` layers (the last
+    global), every sliding window / chunk ``size`` tokens, so both matter within 9 tokens."""
+    from posenc.hybrids import HYBRIDS
+
+    return tuple(dataclasses.replace(k, size=size) if k.size is not None else k for k in HYBRIDS[name](every=every))
+
+
+def all_hybrids() -> list[str]:
+    """The named hybrids (posenc.hybrids.HYBRIDS); tiny_model builds them by name."""
+    from posenc.hybrids import HYBRIDS
+
+    return list(HYBRIDS)
+
+
 def tiny_model(name: str, *, causal: bool = True, impl: str = "sdpa", dtype=torch.float32, **over) -> Transformer:
+    """A tiny model of encoding ``name`` on every layer, or of the named hybrid ``name``."""
+    hybrid = name in all_hybrids()
     cfg = ModelConfig(
         vocab_size=64,
         d_model=over.pop("d_model", 32),
@@ -26,8 +45,9 @@ def tiny_model(name: str, *, causal: bool = True, impl: str = "sdpa", dtype=torc
         n_head=over.pop("n_head", 4),
         n_kv_head=over.pop("n_kv_head", None),
         causal=causal,
-        encoding=name,
-        encoding_config=TEST_CONFIGS.get(name, {}) | over.pop("encoding_config", {}),
+        encoding="rope" if hybrid else name,
+        encoding_config={} if hybrid else TEST_CONFIGS.get(name, {}) | over.pop("encoding_config", {}),
+        layer_pattern=hybrid_pattern(name) if hybrid else None,
         attn_impl=impl,
         **over,
     )

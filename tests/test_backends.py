@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import posenc
-from helpers import tiny_model
+from helpers import all_hybrids, tiny_model
 from posenc import SequenceInfo
 from posenc.backends import IMPLS, LEAVES, Leaf, LayerTerms, SharedBias, flex, plan
 from posenc.masks import AttentionMask
@@ -26,9 +26,12 @@ from posenc.masks import AttentionMask
 F64 = torch.float64
 TOL = dict(atol=1e-10, rtol=1e-10)
 ENCODINGS = posenc.list_encodings()
+HYBRIDS = all_hybrids()  # named NoPE/RoPE hybrids (sliding / chunked layers): forward and backward cases
 
 # What a backend cannot run, from the encoding's capabilities; everything else must equal eager.
 def unsupported(impl: str, name: str) -> str | None:
+    if name in HYBRIDS:  # their layers' encodings (rope, none, nope_temperature) run everywhere
+        return None
     if impl == "flex" and posenc.build(name, d_model=32, num_heads=4).has_value_terms:
         return "value terms (Shaw's a^V) need the probabilities, which flex_attention does not return"
     return None
@@ -52,7 +55,7 @@ def test_tables_are_not_empty_and_name_real_things():
 
 def _cases() -> list:
     cases = []
-    for name in ENCODINGS:
+    for name in ENCODINGS + HYBRIDS:
         for impl in FAST:
             reason = unsupported(impl, name)
             cases.append(pytest.param(name, impl, id=f"{name}-{impl}", marks=[] if reason is None else

@@ -287,6 +287,7 @@ MODEL_WRONG = {
     "encoding_config": ["base=5", [("base", 5.0)]],
     "share_encoding": ["no"],
     "layer_encodings": ["rope", 3],
+    "layer_pattern": ["rope", 3, {"encoding": "rope"}],
     "absolute_before_last": [1.0],
     "embed_scale": ["0.02", True],
     "attn_impl": [3],

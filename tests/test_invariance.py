@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from posenc import SequenceInfo
-from helpers import all_encodings, tiny_model
+from helpers import all_encodings, all_hybrids, tiny_model
 
 ENCODINGS = all_encodings()
+MODELS = ENCODINGS + all_hybrids()  # every encoding, then the named NoPE/RoPE hybrids (posenc.hybrids)
 V = 64
 
 
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name", MODELS)
 def test_kv_cache_matches_full_forward(name):
     model = tiny_model(name, n_kv_head=2)
     tokens = torch.randint(0, V, (2, 13))
@@ -34,7 +35,7 @@ def test_kv_cache_matches_full_forward(name):
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name", MODELS)
 def test_packed_equals_separate(name, causal):
     model = tiny_model(name, causal=causal)
     lengths = [5, 7, 4]
@@ -48,7 +49,7 @@ def test_packed_equals_separate(name, causal):
 
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name", MODELS)
 def test_padded_equals_unpadded(name, causal, side):
     model = tiny_model(name, causal=causal)
     a, b = torch.randint(0, V, (1, 9)), torch.randint(0, V, (1, 5))
@@ -66,7 +67,7 @@ def test_padded_equals_unpadded(name, causal, side):
     torch.testing.assert_close(out[1:2][mask[1:2]], rb[0], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name", MODELS)
 def test_left_padded_generation_matches_unpadded(name):
     model = tiny_model(name)
     a, b = torch.randint(0, V, (1, 7)), torch.randint(0, V, (1, 4))
@@ -78,7 +79,7 @@ def test_left_padded_generation_matches_unpadded(name):
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name", MODELS)
 def test_eager_matches_sdpa(name, causal, plans):
     # The sdpa model must not take the eager leaf: that would compare eager with itself.
     from posenc.backends import Leaf

@@ -12,9 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import all_encodings, tiny_model
+from helpers import all_encodings, all_hybrids, tiny_model
 
 ENCODINGS = all_encodings()
+MODELS = ENCODINGS + all_hybrids()  # the named NoPE/RoPE hybrids too (inference_mode, no_grad)
 V, B, T = 64, 2, 12
 
 
@@ -47,7 +48,7 @@ EXACT = dict(atol=1e-6, rtol=1e-6)
 CACHED = dict(atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name", MODELS)
 def test_inference_mode_forward_generate_and_cache(name):
     ref = _reference(name)
     model = tiny_model(name)
@@ -74,7 +75,7 @@ def test_model_built_inside_inference_mode(name):
         torch.testing.assert_close(_cached_logits(model, tokens), ref, **CACHED)
 
 
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name", MODELS)
 def test_no_grad(name):
     ref = _reference(name)
     model = tiny_model(name)

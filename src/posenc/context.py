@@ -11,6 +11,7 @@ with the dense forms memoized). The model builds both once per forward and passe
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,14 @@ class EncodingState:
         if k_pos is None:
             return self.pe.rotate(q, k, self.q_pos, self.q_pos, state=self.state)
         return self.pe.rotate(q, k, self.q_pos, k_pos, state=None)
+
+    def under(self, mask: AttentionMask) -> "EncodingState":
+        """This state for layers attending under another ``mask`` (a sliding-window or chunked
+        layer of the same forward): the ``prepare`` state is shared; the bias gets its own
+        masked forms (its dense table is computed once more for this mask)."""
+        if self.bias is None or self.bias.mask is mask:
+            return self
+        return dataclasses.replace(self, bias=SharedBias(self.bias.term, mask))
 
     def layer_terms(self, q: Tensor, k: Tensor, v: Tensor, proj: QKProjection) -> LayerTerms:
         """The layer's terms: the shared bias plus ``pe.terms(q, k, state, proj)``."""
@@ -107,6 +116,14 @@ class AttentionContext:
                 raise ValueError("k_seq must be None when a cache is given (keys come from the cache)")
             k_seq, _, _ = cache.keys_info(q_seq)
         return cls(AttentionMask.build(q_seq, k_seq, causal=causal))
+
+    def local(self, window: int | None = None, chunk: int | None = None) -> "AttentionContext":
+        """This forward's context for layers restricted to a sliding ``window`` or a position
+        ``chunk`` (:class:`~posenc.masks.AttentionMask`); itself when both are None."""
+        if window is None and chunk is None:
+            return self
+        m = self.mask
+        return AttentionContext(AttentionMask.build(m.q_seq, m.k_seq, causal=m.causal, window=window, chunk=chunk))
 
     def prepare(self, pe: PositionalEncoding | None, memo: dict | None = None) -> EncodingState:
         """``pe``'s state for this forward: ``pe.prepare(q_pos, k_pos)`` and its bias.

@@ -81,6 +81,8 @@ class Transformer(nn.Module):
         # uses encodings[layer_enc[i]] (None: no encoding), passed to it in every forward.
         self.encodings = nn.ModuleList(encodings)
         self.layer_enc = layer_enc
+        # Layer i's mask kind: AttentionMask.build keywords ({} global, window=, chunk=).
+        self.layer_masks = [kind.mask for kind in cfg.layer_kinds()]
         self.blocks = nn.ModuleList(Block(cfg) for _ in layer_enc)
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -218,14 +220,23 @@ class Transformer(nn.Module):
         # Decoding without autograd: each encoding may keep parameter-only work across steps.
         memo = cache is not None and not torch.is_grad_enabled()
         states = [ctx.prepare(pe, cache.prepare_memo.setdefault(i, {}) if memo else None) for i, pe in enumerate(self.encodings)]
-        no_encoding = ctx.prepare(None)
+        states.append(ctx.prepare(None))  # index -1: no encoding
+        # Hybrids: one context per mask kind (sliding window, chunk) and one state per
+        # (encoding, kind), each built on first use and shared by the layers of that pair.
+        contexts: dict[tuple, AttentionContext] = {}
+        layer_states: dict[tuple, EncodingState] = {}
         x = self.drop(self.tok_emb(tokens) if inputs_embeds is None else inputs_embeds)  # (B, T, C)
         embed_at = self._embed_layer()
         for i, block in enumerate(self.blocks):
             if i == embed_at:
                 x = self.embed_positions(x, seq, cache)
-            j = self.layer_enc[i]
-            x = block(x, ctx, no_encoding if j is None else states[j], cache, i)
+            j = -1 if self.layer_enc[i] is None else self.layer_enc[i]
+            kind = tuple(self.layer_masks[i].items())
+            if kind not in contexts:
+                contexts[kind] = ctx.local(**self.layer_masks[i])
+            if (j, kind) not in layer_states:
+                layer_states[(j, kind)] = states[j].under(contexts[kind].mask)
+            x = block(x, contexts[kind], layer_states[(j, kind)], cache, i)
         if embed_at == len(self.blocks):
             x = self.embed_positions(x, seq, cache)
         if cache is not None:

@@ -7,7 +7,9 @@ configuration fails at ``ModelConfig(...)`` naming the field, never later in
 
 Positional setup:
 * ``encoding`` (an :class:`EncodingSpec` or a name) is used by every layer, unless
-  ``layer_encodings`` gives a spec (or None for no encoding) per layer;
+  ``layer_encodings`` gives a spec (or None for no encoding) per layer, or ``layer_pattern``
+  gives a cycle of :class:`LayerSpec` (an encoding and a mask kind: global, sliding window or
+  chunked attention) repeated over the layers: the NoPE/RoPE hybrids (:mod:`posenc.hybrids`);
 * specs with ``shared=True`` that are equal resolve to one module for all their layers, so a
   relative bias table (T5) is one set of parameters computed once per forward;
 * ``embed`` hooks (the absolute family) run once: at the input, or, with
@@ -26,7 +28,11 @@ from .backends import IMPLS
 from .config import check_choice, check_fields, check_int, check_positive, check_range
 from .registry import get_info
 
-__all__ = ["EncodingSpec", "ModelConfig", "PRESETS", "preset"]
+__all__ = ["ATTENTION_KINDS", "EncodingSpec", "LayerSpec", "ModelConfig", "PRESETS", "preset"]
+
+# Which keys a layer's queries see (posenc.masks.AttentionMask): every key the causal / document
+# / padding rules allow, a sliding window of ``size`` keys, or the ``size``-position chunk.
+ATTENTION_KINDS = ("global", "sliding", "chunked")
 
 
 def _config_items(config: Any, param: str) -> dict[str, Any]:
@@ -124,6 +130,58 @@ class EncodingSpec:
         return cls(name, tuple((config | d).items()), shared)
 
 
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer of a hybrid: its encoding and which keys its queries see.
+
+    ``encoding``: an :class:`EncodingSpec`, a registry name, a dict (as ``layer_encodings``
+    takes) or None for no encoding (NoPE). ``attention``: one of :data:`ATTENTION_KINDS`;
+    ``size`` is the window (``sliding``: query i sees keys i - size < j <= i, transformers'
+    ``sliding_window``) or the chunk (``chunked``: positions p // size equal, Llama 4's
+    ``attention_chunk_size``), and must be None for ``global``. Checked on construction.
+    """
+
+    encoding: EncodingSpec | str | dict | None
+    attention: str = "global"
+    size: int | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        object.__setattr__(self, "encoding", EncodingSpec.coerce(self.encoding, "encoding"))
+        check_choice("attention", self.attention, ATTENTION_KINDS)
+        if self.attention == "global":
+            if self.size is not None:
+                raise ValueError(f"size must be None for attention='global' (every key is seen), got {self.size}")
+        elif self.size is None:
+            raise ValueError(f"size must be given for attention={self.attention!r} "
+                             f"({'the window in keys' if self.attention == 'sliding' else 'the chunk in positions'})")
+        else:
+            check_int("size", self.size, minimum=1)
+
+    @classmethod
+    def coerce(cls, spec: "LayerSpec | dict", param: str) -> "LayerSpec":
+        """A LayerSpec, or a dict of its fields (``to_dict``'s form); errors start with ``param``."""
+        if isinstance(spec, LayerSpec):
+            return spec
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"{param} must be a LayerSpec or a dict with 'encoding' (and 'attention', 'size'), "
+                            f"got {type(spec).__name__} {spec!r}")
+        unknown = sorted(set(spec) - {"encoding", "attention", "size"}, key=repr)
+        if unknown or "encoding" not in spec:
+            raise ValueError(f"{param} takes the keys 'encoding' (required), 'attention' and 'size', got "
+                             f"{', '.join(map(repr, spec)) or 'none'}")
+        try:
+            return cls(**spec)
+        except (TypeError, ValueError) as e:
+            raise _naming(param, e) from None
+
+    @property
+    def mask(self) -> dict[str, int]:
+        """The :meth:`AttentionMask.build <posenc.masks.AttentionMask.build>` keywords of this
+        layer's kind: ``{}``, ``{"window": size}`` or ``{"chunk": size}``."""
+        return {"global": {}, "sliding": {"window": self.size}, "chunked": {"chunk": self.size}}[self.attention]
+
+
 @dataclass
 class ModelConfig:
     """Configuration of :class:`Transformer` (all sizes in tokens or channels).
@@ -147,6 +205,9 @@ class ModelConfig:
     encoding_config: dict[str, Any] | None = field(default_factory=dict)
     share_encoding: bool = True
     layer_encodings: tuple[EncodingSpec | str | dict | None, ...] | None = None
+    # A cycle of LayerSpec (encoding + mask kind), repeated over the layers and cut at n_layer
+    # (Llama 4: three chunked RoPE layers, then a global NoPE one). Replaces encoding.
+    layer_pattern: tuple[LayerSpec | dict, ...] | None = None
     absolute_before_last: int | None = None
     # The embed hooks run on x / embed_scale and their output is scaled back by embed_scale
     # (None: as is). A code of fixed, order-one amplitude designed beside unit-scale tokens
@@ -194,12 +255,23 @@ class ModelConfig:
                     "encoding_config applies to `encoding`, which layer_encodings replaces; put the "
                     f"parameters in each layer's spec, got encoding_config={self.encoding_config!r}"
                 )
+        if self.layer_pattern is not None:
+            if not 1 <= len(self.layer_pattern) <= self.n_layer:
+                raise ValueError(f"layer_pattern must have 1 to n_layer ({self.n_layer}) entries (it repeats over "
+                                 f"the layers), got {len(self.layer_pattern)}")
+            for other in ("layer_encodings", "encoding_config"):
+                if getattr(self, other):
+                    raise ValueError(f"layer_pattern gives every layer's encoding; {other} must be unset with it, "
+                                     f"got {other}={getattr(self, other)!r}")
+            self.layer_pattern = tuple(LayerSpec.coerce(s, f"layer_pattern[{i}]") for i, s in enumerate(self.layer_pattern))
         # Eager: every spec's encoding config is built here, so a bad name, key, type or value
         # fails at ModelConfig(...), not later at Transformer(...).
         self.layer_specs()
 
     def layer_specs(self) -> list[EncodingSpec | None]:
         """The checked :class:`EncodingSpec` (or None) of every layer."""
+        if self.layer_pattern is not None:
+            return [spec.encoding for spec in self.layer_kinds()]
         if self.layer_encodings is not None:
             return [EncodingSpec.coerce(s, f"layer_encodings[{i}]") for i, s in enumerate(self.layer_encodings)]
         base = EncodingSpec.coerce(self.encoding, "encoding")
@@ -210,6 +282,13 @@ class ModelConfig:
         except (TypeError, ValueError) as e:
             raise _naming("encoding_config", e) from None
         return [spec] * self.n_layer
+
+    def layer_kinds(self) -> list[LayerSpec]:
+        """Every layer's :class:`LayerSpec`: ``layer_pattern`` repeated, else each layer's encoding
+        with global attention."""
+        if self.layer_pattern is None:
+            return [LayerSpec(spec) for spec in self.layer_specs()]
+        return [self.layer_pattern[i % len(self.layer_pattern)] for i in range(self.n_layer)]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -6,10 +6,13 @@ import torch
 
 from posenc import Attention, ModelConfig, SequenceInfo, Transformer
 from posenc.kv_cache import KVCache
+from posenc.masks import AttentionMask
+from posenc.model_config import LayerSpec
 
 from . import Case
 
 P, F, K, A = "positions", "forward", "kv cache", "attention"
+L = "layer pattern"  # hybrids: per-layer encodings and mask kinds (issue 23)
 
 
 def _model(n_layer: int = 2, **over) -> Transformer:
@@ -131,4 +134,25 @@ CASES = [
          run=lambda: Attention(32, 4)(torch.randn(5, 32), SequenceInfo.from_offset(1, 5))),
     Case(A, "standalone Attention given x of another width", r"^x must have shape \(B, T, 32\), got \(1, 5, 31\)$",
          run=lambda: Attention(32, 4)(torch.randn(1, 5, 31), SequenceInfo.from_offset(1, 5))),
+    Case(A, "AttentionMask.build(window=0)", r"^window must be >= 1, got 0$",
+         run=lambda: AttentionMask.build(SequenceInfo.from_offset(1, 4), causal=True, window=0)),
+    Case(A, "AttentionMask.build(chunk=8.0)", r"^chunk must be an int, got float 8.0$",
+         run=lambda: AttentionMask.build(SequenceInfo.from_offset(1, 4), causal=True, chunk=8.0), error=TypeError),
+    # ---- layer pattern ---------------------------------------------------------------------
+    Case(L, "LayerSpec(attention='local')", r"^attention must be one of 'global', 'sliding', 'chunked'; got 'local'$",
+         run=lambda: LayerSpec("rope", "local", 4)),
+    Case(L, "a sliding layer without its window", r"^size must be given for attention='sliding' \(the window in keys\)$",
+         run=lambda: LayerSpec("rope", "sliding")),
+    Case(L, "a global layer given a size", r"^size must be None for attention='global' \(every key is seen\), got 8$",
+         run=lambda: LayerSpec(None, "global", 8)),
+    Case(L, "a chunked layer of chunk 0", r"^size must be >= 1, got 0$", run=lambda: LayerSpec("rope", "chunked", 0)),
+    Case(L, "a layer pattern longer than n_layer",
+         r"^layer_pattern must have 1 to n_layer \(2\) entries \(it repeats over the layers\), got 3$",
+         run=lambda: ModelConfig(n_layer=2, layer_pattern=(LayerSpec("rope"),) * 3)),
+    Case(L, "layer_pattern together with layer_encodings",
+         r"^layer_pattern gives every layer's encoding; layer_encodings must be unset with it",
+         run=lambda: ModelConfig(n_layer=2, layer_pattern=(LayerSpec("rope"),), layer_encodings=("rope", None))),
+    Case(L, "a layer pattern dict with an unknown key",
+         r"^layer_pattern\[0\] takes the keys 'encoding' \(required\), 'attention' and 'size', got 'encoding', 'window'$",
+         run=lambda: ModelConfig(n_layer=2, layer_pattern=({"encoding": "rope", "window": 4},))),
 ]

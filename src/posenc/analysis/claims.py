@@ -49,6 +49,11 @@ EXPECTED: dict[str, dict[str, tuple[bool | str, str]]] = {
         "extrapolation": (True, "no position table to run out of"),
         "linear_attention": (True, "nothing positional in the logits"),
     },
+    "nope_temperature": {
+        "absolute": (False, "Meta 2025 (Llama 4): NoPE; the query factor is 1 below floor_scale (8192 positions)"),
+        "extrapolation": (True, "no position table; the factor grows as log(p / floor_scale) for long contexts"),
+        "linear_attention": (True, "a per-query factor: it factors through the query's features"),
+    },
     "learned": {
         "absolute": (True, "Devlin et al. 2019 / Radford et al. 2019: one vector per position"),
         "relative": (UNTRAINED, _LEARNED),

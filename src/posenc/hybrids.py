@@ -1,0 +1,55 @@
+"""The published NoPE/RoPE hybrids as layer patterns for ``ModelConfig(layer_pattern=...)``.
+
+Each function returns a cycle of :class:`~posenc.model_config.LayerSpec` (an encoding and a
+mask kind) that the model repeats over its layers; :data:`HYBRIDS` names them. The cycle puts
+the global layer last: layer i is global when ``(i + 1) % every == 0``, the rule of
+transformers' Llama 4 (``no_rope_layers`` from ``no_rope_layer_interval``), SmolLM3
+(``no_rope_layer_interval``) and Cohere2 / Gemma 3 (``sliding_window_pattern``).
+
+>>> from posenc import ModelConfig
+>>> cfg = ModelConfig(n_layer=8, layer_pattern=llama4(chunk=8192))
+>>> [k.attention for k in cfg.layer_kinds()][:4]
+['chunked', 'chunked', 'chunked', 'global']
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .config import check_int
+from .model_config import EncodingSpec, LayerSpec
+
+__all__ = ["HYBRIDS", "interleave", "llama4", "smollm3", "cohere2"]
+
+Spec = EncodingSpec | str | dict | None
+
+
+def interleave(local: LayerSpec, global_: LayerSpec, every: int) -> tuple[LayerSpec, ...]:
+    """``every - 1`` layers of ``local``, then one of ``global_``."""
+    check_int("every", every, minimum=1)
+    return (local,) * (every - 1) + (global_,)
+
+
+def llama4(every: int = 4, chunk: int = 8192, rope: Spec = "rope", temperature: bool = True,
+           floor_scale: int = 8192, attn_scale: float = 0.1) -> tuple[LayerSpec, ...]:
+    """Llama 4's iRoPE (Meta 2025): RoPE layers with chunked attention (``attention_chunk_size``
+    8192), every ``every``-th layer global NoPE with attention temperature tuning
+    (``nope_temperature``; ``temperature=False``: plain NoPE, transformers'
+    ``attn_temperature_tuning=False``)."""
+    nope = EncodingSpec.of("nope_temperature", floor_scale=floor_scale, attn_scale=attn_scale) if temperature else None
+    return interleave(LayerSpec(rope, "chunked", chunk), LayerSpec(nope), every)
+
+
+def smollm3(every: int = 4, rope: Spec = "rope") -> tuple[LayerSpec, ...]:
+    """SmolLM3 (Hugging Face 2025): global attention everywhere, RoPE on three layers of four,
+    NoPE on every ``every``-th (``no_rope_layer_interval``)."""
+    return interleave(LayerSpec(rope), LayerSpec(None), every)
+
+
+def cohere2(every: int = 4, window: int = 4096, rope: Spec = "rope") -> tuple[LayerSpec, ...]:
+    """Cohere Command R7B / Command A (Cohere2): sliding-window RoPE layers (``sliding_window``
+    4096), every ``every``-th layer global NoPE (``sliding_window_pattern``)."""
+    return interleave(LayerSpec(rope, "sliding", window), LayerSpec(None), every)
+
+
+HYBRIDS: dict[str, Callable[..., tuple[LayerSpec, ...]]] = {"llama4": llama4, "smollm3": smollm3, "cohere2": cohere2}
