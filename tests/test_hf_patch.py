@@ -230,8 +230,9 @@ def test_gptj_linear_scaling_equals_explicit_table():
     inv = 10000.0 ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
     ang = (torch.arange(T, dtype=torch.float64) / s)[:, None] * inv  # (T, r/2)
     table = torch.cat([ang.sin(), ang.cos()], dim=1).float()
+    # transformers < 5.24: a table in each attention layer; from 5.24: one shared rotary_emb
     attns = [m for m in ref.modules() if hasattr(m, "embed_positions")]
-    assert len(attns) == 2
+    assert len(attns) in (1, 2)
     for m in attns:
         m.embed_positions.copy_(table)
     ids = tokens(2, T, seed=5)

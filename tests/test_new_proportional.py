@@ -91,8 +91,10 @@ def test_logits_stay_relative_and_the_unrotated_part_ignores_position():
 def test_entry_is_labelled_and_has_no_training_free_rule():
     entry = SCALINGS["proportional"]
     assert entry.label == "p-RoPE" and "Barbero" in entry.source and entry.extension is None
-    with pytest.raises(ValueError, match="has no transformers spelling"):
-        posenc.build("rope", d_model=32, num_heads=2, scaling="proportional", proportion=0.25).to_hf()
+    # transformers' spelling: p is its rope dict's partial_rotary_factor (tests/test_rotary_hf_proportional.py)
+    rope = posenc.build("rope", d_model=32, num_heads=2, scaling="proportional", proportion=0.25)
+    assert rope.to_hf()["rope_parameters"] == {"rope_type": "proportional", "rope_theta": 10000.0,
+                                               "partial_rotary_factor": 0.25, "factor": 1.0}
 
 
 @pytest.mark.parametrize("key,value,match", [

@@ -71,6 +71,13 @@ CONFIGS = {
                                 rope_scaling={"rope_type": "longrope", "short_factor": PHI3_SHORT,
                                               "long_factor": PHI3_LONG, "factor": 8.0, "attention_factor": 1.1,
                                               "original_max_position_embeddings": 8192}),
+    # p-RoPE as Gemma 4's full layers spell it: the rope dict's partial_rotary_factor is the
+    # fraction of pairs that rotate (over the whole head), not the rotated width
+    "proportional-gemma4": dict(hidden_size=512, num_attention_heads=2, head_dim=256,
+                                rope_scaling={"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                              "rope_theta": 1e6}),
+    "proportional-top-level-factor": dict(hidden_size=256, num_attention_heads=4, partial_rotary_factor=0.5,
+                                          rope_scaling={"rope_type": "proportional", "factor": 2.0}),
 }
 
 
@@ -145,8 +152,9 @@ def test_rotated_qk_match_apply_rotary_pos_emb(name):
 
 def test_from_hf_rejects_unknown_types_and_keys():
     base = dict(hidden_size=64, num_attention_heads=2, max_position_embeddings=128)
-    with pytest.raises(ValueError, match=r"rope_scaling\['rope_type'\] must be one of .*; got 'proportional'"):
-        from_hf(base | {"rope_scaling": {"rope_type": "proportional", "factor": 2.0}})
+    with pytest.raises(ValueError, match=r"rope_scaling\['rope_type'\] must be one of .*; got 'ntk'"):
+        from_hf(base | {"rope_scaling": {"rope_type": "ntk", "factor": 2.0}})  # posenc's name, not transformers'
+
     with pytest.raises(ValueError, match="unknown key.*'beta_fast' in rope_scaling"):
         from_hf(base | {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 4}})
     with pytest.raises(ValueError, match=r"needs rope_scaling\['factor'\]"):

@@ -273,8 +273,8 @@ BASE = {"hidden_size": 128, "num_attention_heads": 2, "max_position_embeddings":
         ({"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "head_dim": 128}, ValueError,
          r"head_dim=128 and qk_rope_head_dim=64 disagree"),
         ({"model_type": "falcon"}, ValueError, r"model_type must be one of 'llama', .*; got 'falcon'"),
-        ({"model_type": "llama", "rope_scaling": {"rope_type": "proportional"}}, ValueError,
-         r"rope_scaling\['rope_type'\] must be one of .*got 'proportional'"),
+        ({"model_type": "llama", "rope_scaling": {"rope_type": "ntk"}}, ValueError,
+         r"rope_scaling\['rope_type'\] must be one of .*got 'ntk'"),
         ({"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 4}}, ValueError,
          r"unknown key\(s\) 'beta_fast' in rope_scaling for rope type 'linear'"),
         ({"model_type": "llama", "rope_scaling": {"type": "dynamic"}}, ValueError, r"needs rope_scaling\['factor'\]"),
@@ -347,7 +347,10 @@ def test_attention_layer_output_matches_a_tiny_random_transformers_layer(name):
     if model_type == "gptj":
         layer = mod.GPTJAttention(cfg, layer_idx=0).eval()
         with torch.no_grad():
-            want = layer(x, position_ids=pos)[0]
+            if hasattr(mod, "GPTJRotaryEmbedding"):  # transformers >= 5.24: one shared (sin, cos) module
+                want = layer(x, position_embeddings=mod.GPTJRotaryEmbedding(cfg)(x, pos))[0]
+            else:
+                want = layer(x, position_ids=pos)[0]
             got = _posenc_attention(rope, x, pos, layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight,
                                     layer.out_proj.weight, H, H, D**-0.5)
     else:

@@ -44,7 +44,10 @@ PARAMS = {
 # Every scaling to_hf can write; one without hand-chosen parameters above (a newly registered
 # one) is tested with its registry rule at 16 x a trained length of 512.
 WRITABLE = [n for n, e in SCALINGS.items() if e.hf is not None or e.hf_default_base is not None]
-CASES = [(name, r) for name in WRITABLE for r in (48, 64)]
+# A scaling whose own parameter is spelled partial_rotary_factor (proportional's p) is written for
+# a whole-head rotation only (test_a_partial_width_is_refused_where_the_width_key_is_taken).
+TAKES_WIDTH_KEY = [n for n in WRITABLE if SCALINGS[n].hf and "partial_rotary_factor" in SCALINGS[n].hf.keys.values()]
+CASES = [(name, r) for name in WRITABLE for r in (48, 64) if r == 64 or name not in TAKES_WIDTH_KEY]
 LENGTHS = (None, 100, 512, 513, 5000)
 
 
@@ -109,6 +112,13 @@ def test_transformers_computes_the_same_frequencies_from_to_hf(name, rotary_dim)
         # transformers rounds base ** float32(2i/d) to float32 (<= ~1e-6 relative at base 5e5).
         torch.testing.assert_close(ours.float(), inv.float(), rtol=2e-6, atol=0)
         assert our_af == pytest.approx(af, rel=1e-12)
+
+
+def test_a_partial_width_is_refused_where_the_width_key_is_taken():
+    assert TAKES_WIDTH_KEY == ["proportional"]
+    for name in TAKES_WIDTH_KEY:
+        with pytest.raises(ValueError, match=rf"^rotary_dim must be head_dim \(64\) to write rope type '{name}'.*got 48$"):
+            to_hf(_rope(name, 48))
 
 
 def test_to_hf_spelling():

@@ -16,17 +16,35 @@ Where each family makes cos/sin:
 model_type                                          what is replaced
 ==================================================  =============================================
 llama, mistral, qwen2, qwen3, gemma, gemma2, phi,  the base model's ``rotary_emb`` module (one,
-phi3, stablelm, gpt_neox                            shared by every layer): swapped for
-                                                    :class:`PosencRotary`; the original is kept
+phi3, stablelm, gpt_neox, smollm3, cohere2,         shared by every layer): swapped for
+llama4_text                                         :class:`PosencRotary`; the original is kept
                                                     inside it, so unpatching puts the very same
                                                     object back
-gptj                                                no shared module: each ``GPTJAttention``
+gemma3_text                                         the same module, which makes one cos/sin per
+                                                    layer type (``forward(x, position_ids,
+                                                    layer_type)``): sliding layers base 10000,
+                                                    full layers base 1e6 and their scaling
+gptj                                                transformers >= 5.24: its shared
+                                                    ``rotary_emb`` (a fixed-length table,
+                                                    base 10000, returning (sin, cos)); before,
+                                                    no shared module: each ``GPTJAttention``
                                                     gathers sin/cos rows from its own
-                                                    ``embed_positions`` table (fixed length,
-                                                    base 10000); patched, each layer's table
-                                                    lookup reads a posenc table instead (an
-                                                    instance attribute shadowing the method)
+                                                    ``embed_positions`` table, and patched,
+                                                    each layer's table lookup reads a posenc
+                                                    table instead (an instance attribute
+                                                    shadowing the method)
 ==================================================  =============================================
+
+The form handed to the attention layers is the family's own: Llama's half layout (the r/2
+angles repeated, ``cat``), Cohere2's interleaved one (``repeat_interleave``), Llama 4's complex
+``freqs_cis`` (complex64, multiplied into pairs (2i, 2i+1)).
+
+NoPE/RoPE hybrids (SmolLM3's and Llama 4's ``no_rope_layers``, Cohere2's global layers):
+their attention layers decide whether to rotate, so the NoPE layers stay NoPE, and what else
+those layers do (sliding or chunked masks, Llama 4's query temperature
+``log1p(floor((t + 1) / floor_scale)) * attn_scale + 1`` on its NoPE layers, at the stream
+index t) stays transformers' own code. :func:`posenc.rotary.hf_config.layer_ropes` says which
+layer rotates with what.
 
 Dynamic NTK: posenc's is a pure function of the current length (largest position id + 1);
 transformers' module remembers the longest length it has seen and keeps that scaling for
@@ -40,54 +58,103 @@ patched model writes the same checkpoint.
 >>> patch_model(model)                                  # the model's own RoPE, from posenc
 >>> patch_model(model, scaling="yarn", factor=4.0)      # evaluate at 4x the trained length
 >>> patch_model(model, base=500000.0)                   # or another base, no reload
+>>> patch_model(gemma3, scaling="linear", factor=2.0)  # Gemma 3: the full layers (as its rope_scaling)
+>>> patch_model(gemma3, layer_type="sliding_attention", base=20000.0)    # or one layer type, named
 >>> unpatch_model(model)                                # back to transformers' own
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..rotary import RotaryConfig, RotaryEmbedding, from_hf
+from ..rotary.hf_config import HF_READINGS
 from ..rotary.scaling import SCALINGS
 from .checkpoint import trained_length
 
-__all__ = ["PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "patched_rope", "unpatch_model"]
+__all__ = ["FORMS", "PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "patched_rope", "unpatch_model"]
 
-#: model types whose base model holds one shared ``rotary_emb`` module.
-_SHARED_MODULE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "stablelm", "gpt_neox")
+#: model type of a base model holding one shared ``rotary_emb`` module -> the form its
+#: attention layers take cos/sin in (``PosencRotary.form``).
+_SHARED_MODULE = {
+    **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "stablelm", "gpt_neox",
+                     "gemma3_text", "smollm3"), "half"),
+    "cohere2": "interleaved",
+    "llama4_text": "complex",
+    "gptj": "sin_cos",  # transformers >= 5.24; before, no shared module (see patch_model)
+}
 #: every model type :func:`patch_model` accepts.
-SUPPORTED_MODEL_TYPES = (*_SHARED_MODULE, "gptj")
+SUPPORTED_MODEL_TYPES = tuple(_SHARED_MODULE)
+#: the forms of cos/sin a transformers rotary module returns (see :class:`PosencRotary`).
+FORMS = ("half", "interleaved", "complex", "sin_cos")
 _GPTJ_HOLDER = "posenc_rotary"  # GPT-J: the attribute of the base model holding the PosencRotary
+_EVERY_LAYER = "every_layer"  # PosencRotary.ropes' key of a model with one RoPE for all layers
 
 
 class PosencRotary(nn.Module):
     """Stands in for a transformers ``*RotaryEmbedding`` module: ``forward(x, position_ids)``
-    returns ``(cos, sin)``, each (B or 1, T, r) in ``x``'s dtype, in transformers' half
-    layout (the r/2 angles repeated, as ``torch.cat((freqs, freqs), -1)``), the scaling's
-    attention factor included, computed by posenc's :meth:`RotaryEmbedding.cos_sin`.
+    (``forward(x, position_ids, layer_type)`` for per-layer-type RoPE, Gemma 3) returns the
+    cos/sin of posenc's :meth:`RotaryEmbedding.cos_sin` (the scaling's attention factor
+    included) in the family's ``form``:
+
+    * ``"half"``: ``(cos, sin)``, each (B or 1, T, r) in ``x``'s dtype, the r/2 angles
+      repeated as ``torch.cat((freqs, freqs), -1)`` (Llama and most families);
+    * ``"interleaved"``: the same, each angle repeated in place (``repeat_interleave``, Cohere2);
+    * ``"complex"``: one complex64 tensor (B or 1, T, r/2), ``cos + i sin`` (Llama 4's
+      ``freqs_cis``, left in complex64 whatever ``x``'s dtype, as its own module does);
+    * ``"sin_cos"``: ``(sin, cos)``, each (B or 1, T, r/2) in ``x``'s dtype, not repeated
+      (GPT-J's ``GPTJRotaryEmbedding``, transformers >= 5.24).
 
     Attributes:
-        rope: the posenc RoPE (no parameters or buffers: its frequencies are float64
-            Python-side tensors, so ``model.half()`` cannot round them).
+        ropes: layer type -> its posenc RoPE; one entry under ``"every_layer"`` for a model
+            with one RoPE (no parameters or buffers: the frequencies are float64 Python-side
+            tensors, so ``model.half()`` cannot round them).
         original: the module it replaced (None for GPT-J, which has none); a registered
             child, so ``model.to(...)`` moves it as it would have.
+        form: one of :data:`FORMS`.
     """
 
-    def __init__(self, rope: RotaryEmbedding, original: nn.Module | None) -> None:
+    def __init__(self, rope: RotaryEmbedding | Mapping[str, RotaryEmbedding], original: nn.Module | None,
+                 form: str = "half") -> None:
         super().__init__()
-        self.rope = rope
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {', '.join(FORMS)}, got {form!r}")
+        self.ropes = nn.ModuleDict(rope if isinstance(rope, Mapping) else {_EVERY_LAYER: rope})
         self.original = original
+        self.form = form
 
-    def half_layout(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+    @property
+    def rope(self) -> RotaryEmbedding:
+        """The one RoPE of a model without per-layer-type RoPE."""
+        if _EVERY_LAYER not in self.ropes:
+            raise ValueError(f"this model has a RoPE per layer type ({', '.join(self.ropes)}): read ropes[layer_type]")
+        return self.ropes[_EVERY_LAYER]
+
+    def _rope_of(self, layer_type: str | None) -> RotaryEmbedding:
+        key = _EVERY_LAYER if layer_type is None and _EVERY_LAYER in self.ropes else layer_type
+        if key not in self.ropes:
+            raise ValueError(f"layer_type must be one of {', '.join(map(repr, self.ropes))}; got {layer_type!r}")
+        return self.ropes[key]
+
+    def half_layout(self, position_ids: Tensor, layer_type: str | None = None) -> tuple[Tensor, Tensor]:
         """cos, sin (B|1, T, r) float32 in transformers' half layout."""
-        cos, sin = self.rope.cos_sin(position_ids)  # (B|1, T, r/2) float32, max position + 1 as the length
+        cos, sin = self._rope_of(layer_type).cos_sin(position_ids)  # (B|1, T, r/2) float32, max position + 1 as the length
         return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
 
-    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        cos, sin = self.half_layout(position_ids)
+    def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None) -> Any:
+        if self.form == "half":
+            cos, sin = self.half_layout(position_ids, layer_type)
+        else:
+            cos, sin = self._rope_of(layer_type).cos_sin(position_ids)  # (B|1, T, r/2) float32
+            if self.form == "complex":
+                return torch.complex(cos, sin)  # (B|1, T, r/2) complex64: Llama 4's freqs_cis
+            if self.form == "sin_cos":
+                return sin.to(x.dtype), cos.to(x.dtype)  # GPT-J: repeated in place by its attention
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)  # (B|1, T, r)
         return cos.to(x.dtype), sin.to(x.dtype)  # as transformers' own module returns them
 
     def gptj_table(self, position_ids: Tensor) -> Tensor:
@@ -112,6 +179,15 @@ def _transformers_model(model: Any) -> nn.Module:
     return model
 
 
+def _decoder(model: nn.Module) -> nn.Module:
+    """The module holding the shared ``rotary_emb``: the base model, or the causal LM's
+    ``model`` where ``base_model`` is the LM itself (Llama4ForCausalLM: its
+    ``base_model_prefix`` names no attribute)."""
+    base = model.base_model
+    inner = getattr(model, "model", None)
+    return inner if base is model and isinstance(inner, nn.Module) else base
+
+
 def _check_model_type(model: nn.Module) -> str:
     model_type = getattr(model.config, "model_type", None)
     if model_type in SUPPORTED_MODEL_TYPES:
@@ -120,6 +196,9 @@ def _check_model_type(model: nn.Module) -> str:
     has_rope = any(type(m).__name__.endswith("RotaryEmbedding") for m in model.modules()) or any(
         "rope" in k or "rotary" in k for k, v in model.config.to_dict().items() if v not in (None, False, {})
     )
+    if getattr(model.config, "text_config", None) is not None:
+        raise ValueError(f"model_type {model_type!r} is a multimodal wrapper: patch its language model "
+                         f"(e.g. model.model.language_model), whose model_type is one of {supported}")
     if not has_rope:
         raise ValueError(f"model_type {model_type!r} has no rotary embeddings (no RoPE module or rope setting "
                          f"in its config), so there is nothing to patch; patch_model supports: {supported}")
@@ -135,9 +214,8 @@ def _gptj_attentions(model: nn.Module) -> list[nn.Module]:
     return found
 
 
-def _resolve(model: nn.Module, rope: Any, overrides: dict[str, Any]) -> RotaryEmbedding:
-    """The RotaryEmbedding to patch in, checked against the checkpoint's geometry."""
-    native = from_hf(model.config)
+def _resolve(model: nn.Module, native: RotaryEmbedding, rope: Any, overrides: dict[str, Any]) -> RotaryEmbedding:
+    """The RotaryEmbedding to patch in, checked against the checkpoint's own (``native``)."""
     if rope is None:
         rope = native
     elif type(rope) is not RotaryEmbedding:  # a subclass (xPos) scales q and k apart: not a cos/sin pair
@@ -170,8 +248,35 @@ def _resolve(model: nn.Module, rope: Any, overrides: dict[str, Any]) -> RotaryEm
     return rope
 
 
-def patch_model(model: Any, rope: RotaryEmbedding | None = None, **scaling: Any) -> RotaryEmbedding:
-    """Make a transformers model rotate with posenc's RoPE; returns the RotaryEmbedding in use.
+def _layer_types(model: nn.Module, model_type: str) -> tuple[str, ...]:
+    """The layer types with a RoPE of their own (Gemma 3: sliding and full), as transformers'
+    module builds them (the distinct ``layer_types``); () for a model with one RoPE."""
+    if not HF_READINGS[model_type].per_layer:
+        return ()
+    return tuple(sorted(set(model.config.layer_types)))
+
+
+def _targets(model_type: str, types: tuple[str, ...], layer_type: Any) -> tuple[str, ...]:
+    """The keys of :attr:`PosencRotary.ropes` that ``rope`` / ``**scaling`` apply to; () when
+    the model has several layer types and none is the default target."""
+    if not types:
+        if layer_type is not None:
+            raise ValueError(f"layer_type must be None for model_type {model_type!r}: one RoPE serves all its "
+                             f"layers (a RoPE per layer type: gemma3_text); got {layer_type!r}")
+        return (_EVERY_LAYER,)
+    if layer_type is not None:
+        if layer_type not in types:
+            raise ValueError(f"layer_type must be one of this model's layer types {', '.join(map(repr, types))}; "
+                             f"got {layer_type!r}")
+        return (layer_type,)
+    scaled = tuple(t for t in HF_READINGS[model_type].scaled_layers if t in types)
+    return scaled or (types if len(types) == 1 else ())
+
+
+def patch_model(model: Any, rope: RotaryEmbedding | None = None, *, layer_type: str | None = None,
+                **scaling: Any) -> RotaryEmbedding:
+    """Make a transformers model rotate with posenc's RoPE; returns the RotaryEmbedding in use
+    (for per-layer-type RoPE, the target layer type's).
 
     Args:
         model: a loaded transformers model of a type in :data:`SUPPORTED_MODEL_TYPES` (the
@@ -185,15 +290,26 @@ def patch_model(model: Any, rope: RotaryEmbedding | None = None, **scaling: Any)
             defaults to the checkpoint's trained length
             (:func:`posenc.hf.checkpoint.trained_length`). Bad values are errors from
             :class:`~posenc.rotary.RotaryConfig` naming the parameter.
+        layer_type: for a model with a RoPE per layer type (Gemma 3), the layer type ``rope``
+            and ``**scaling`` apply to; by default the one a flat ``rope_scaling`` scales in
+            that family (Gemma 3: ``"full_attention"``), as its config would. The other layer
+            types keep the checkpoint's own RoPE. Must be None for other models.
 
     Calling it again on a patched model replaces the RoPE (the original module stays kept for
     :func:`unpatch_model`). On any error the model is left as it was.
     """
     model = _transformers_model(model)
     model_type = _check_model_type(model)
-    new = _resolve(model, rope, scaling)
-    base = model.base_model
-    if model_type == "gptj":
+    types = _layer_types(model, model_type)
+    targets = _targets(model_type, types, layer_type)
+    if not targets and (rope is not None or scaling):
+        raise ValueError(f"layer_type must be given: this model has a RoPE per layer type "
+                         f"({', '.join(map(repr, types))}) and none is the one its family's rope_scaling scales")
+    native = {t: from_hf(model.config, layer_type=t) for t in types} or {_EVERY_LAYER: from_hf(model.config)}
+    ropes = native | {t: _resolve(model, native[t], rope, scaling) for t in targets}
+    new = ropes[(targets or types)[0]]
+    base = _decoder(model)
+    if model_type == "gptj" and not isinstance(getattr(base, "rotary_emb", None), nn.Module):  # transformers < 5.24
         holder = getattr(base, _GPTJ_HOLDER, None)
         attentions = _gptj_attentions(model)
         if holder is None:
@@ -202,33 +318,41 @@ def patch_model(model: Any, rope: RotaryEmbedding | None = None, **scaling: Any)
             for attn in attentions:
                 # an instance attribute shadows the class method; unpatch deletes it
                 attn._get_embed_positions = holder.gptj_table
-        holder.rope = new
+        holder.ropes = nn.ModuleDict(ropes)
         return new
     current = getattr(base, "rotary_emb", None)
     if not isinstance(current, nn.Module):
         raise ValueError(f"model_type {model_type!r} but {type(base).__name__} has no rotary_emb module "
                          "(a transformers version this patch does not know?)")
     if isinstance(current, PosencRotary):
-        current.rope = new
+        current.ropes = nn.ModuleDict(ropes)
     else:
-        base.rotary_emb = PosencRotary(new, current)
+        base.rotary_emb = PosencRotary(ropes, current, _SHARED_MODULE[model_type])
     return new
 
 
-def patched_rope(model: Any) -> RotaryEmbedding | None:
-    """The posenc RoPE a patched model uses, or None when it is not patched."""
-    base = _transformers_model(model).base_model
+def patched_rope(model: Any, layer_type: str | None = None) -> RotaryEmbedding | None:
+    """The posenc RoPE a patched model uses (for per-layer-type RoPE, ``layer_type``'s), or
+    None when it is not patched."""
+    base = _decoder(_transformers_model(model))
     holder = getattr(base, "rotary_emb", None)
     if not isinstance(holder, PosencRotary):
         holder = getattr(base, _GPTJ_HOLDER, None)
-    return holder.rope if isinstance(holder, PosencRotary) else None
+    if not isinstance(holder, PosencRotary):
+        return None
+    if _EVERY_LAYER in holder.ropes and layer_type is not None:
+        raise ValueError(f"layer_type must be None: this model has one RoPE for all its layers; got {layer_type!r}")
+    if _EVERY_LAYER not in holder.ropes and layer_type is None:
+        raise ValueError(f"layer_type must be given: this model has a RoPE per layer type "
+                         f"({', '.join(map(repr, holder.ropes))})")
+    return holder._rope_of(layer_type)
 
 
 def unpatch_model(model: Any) -> bool:
     """Undo :func:`patch_model`: put back the exact module (or GPT-J's own table lookup) it
     replaced, so the model computes bit for bit what it did before. Returns True when it
     restored something, False when the model was not patched (nothing to do)."""
-    base = _transformers_model(model).base_model
+    base = _decoder(_transformers_model(model))
     current = getattr(base, "rotary_emb", None)
     if isinstance(current, PosencRotary):
         base.rotary_emb = current.original

@@ -27,6 +27,10 @@ phi3                head_dim * ``partial_rotary_factor`` (1.0)   ``rope_theta`` 
 gpt_neox            head_dim * ``rotary_pct`` (0.25)             ``rotary_emb_base`` half
 gptj                ``rotary_dim`` (no scalings)                 10000 (fixed)       interleaved
 deepseek_v3         ``qk_rope_head_dim`` (the q_pe/k_pe part)    ``rope_theta``      ``rope_interleave``
+smollm3             head_dim; NoPE layers: ``no_rope_layers``    ``rope_theta``      half
+llama4_text         head_dim; NoPE layers: ``no_rope_layers``    ``rope_theta``      interleaved
+cohere2             head_dim; NoPE layers: the full-attention    ``rope_theta``      interleaved
+                    ones (RoPE on the sliding-window layers)
 ==================  ===========================================  ==================  ===========
 
 (defaults in parentheses: transformers' values when the key is absent.) In every family
@@ -42,6 +46,10 @@ The rope dict is ``rope_scaling`` (legacy) or ``rope_parameters`` (transformers 
 transformers' ``Phi3Config``). ``rope_parameters`` keyed by layer type (Gemma 3:
 ``{"full_attention": {...}, "sliding_attention": {...}}``; ModernBERT) needs ``layer_type=``;
 their Hub config.json gives top-level thetas instead, nested here as transformers 5 does.
+:func:`layer_ropes` gives one RoPE per decoder layer (shared by the layers that use it), None
+on the NoPE layers of the hybrids. ``rope_type="proportional"`` (p-RoPE) reads its rope-dict
+``partial_rotary_factor`` as the fraction of pairs that rotate over the whole head, not as the
+rotated width.
 
 Stricter than transformers, which warns or ignores: an unknown ``model_type`` or rope type,
 an unknown key in the rope dict, and any top-level key about rope (its name mentions
@@ -68,7 +76,7 @@ from ..encoding import Dims
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling import SCALINGS, Scaling
 
-__all__ = ["from_hf", "to_hf", "HF_READINGS", "HFReading", "hf_rope_keys"]
+__all__ = ["from_hf", "to_hf", "layer_ropes", "HF_READINGS", "HFReading", "hf_rope_keys"]
 
 _COMMON = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 _ORIGINAL = "original_max_position_embeddings"
@@ -106,6 +114,11 @@ class HFReading:
             Hub config.json gives one theta per layer type at the top level (Gemma 3, ModernBERT);
             transformers 5 nests them as ``rope_parameters[layer_type]``.
         scaled_layers: the layer types a flat ``rope_scaling`` applies to (per_layer families).
+        rope_layers: which decoder layers rotate, for NoPE/RoPE hybrids: None, every layer;
+            ``"no_rope_layers"``, the layers whose flag in that list is 1 (transformers' name,
+            SmolLM3 and Llama 4: 0 marks a NoPE layer; absent, every
+            ``no_rope_layer_interval``-th layer is NoPE); ``"sliding_attention"``, the layers
+            of that type only (Cohere2: its full-attention layers are NoPE).
     """
 
     width_key: str | None = None
@@ -117,6 +130,7 @@ class HFReading:
     keys: frozenset[str] = frozenset()
     per_layer: tuple[tuple[str, str, float], ...] = ()
     scaled_layers: tuple[str, ...] = ()
+    rope_layers: str | None = None
 
     def types(self) -> tuple[str, ...]:
         """transformers' rope types this family reads."""
@@ -158,6 +172,14 @@ HF_READINGS: dict[str | None, HFReading] = {
     "gpt_neox": HFReading(width_key="rotary_pct", width_default=0.25, base_key="rotary_emb_base"),
     "gptj": HFReading(width_key="rotary_dim", base_key=None, layout="interleaved", rope_types=("default",)),
     "deepseek_v3": HFReading(width_key="qk_rope_head_dim", layout="rope_interleave"),
+    # NoPE/RoPE hybrids. SmolLM3 (Hugging Face 2025): every 4th layer NoPE. Llama 4 (Meta 2025,
+    # iRoPE): every 4th layer NoPE, the others in chunked attention; its rotation multiplies
+    # complex pairs (2i, 2i+1). Cohere2 (Command R7B): RoPE on the sliding-window layers only,
+    # rotate_half over pairs (2i, 2i+1).
+    "smollm3": HFReading(keys=frozenset({"no_rope_layers", "no_rope_layer_interval"}), rope_layers="no_rope_layers"),
+    "llama4_text": HFReading(layout="interleaved", keys=frozenset({"no_rope_layers", "no_rope_layer_interval"}),
+                             rope_layers="no_rope_layers"),
+    "cohere2": HFReading(layout="interleaved", rope_layers="sliding_attention"),
 }
 # Top-level keys some family reads for its RoPE: in a family that does not read them they
 # are an error, like any key whose name mentions rope or rotary.
@@ -341,8 +363,24 @@ def _dims(config: dict, reading: HFReading, model_type: str | None) -> tuple[int
     return hidden or heads * head_dim, heads, head_dim
 
 
-def _rotary_dim(config: dict, params: dict, where: str, reading: HFReading, head_dim: int, model_type) -> int:
+def _claims_width(entry: Scaling) -> bool:
+    """Whether the scaling reads ``partial_rotary_factor`` as its own parameter (transformers'
+    ``proportional``: the fraction of the pairs that rotate, over a whole-head rotation)."""
+    return any(entry.hf.key(p) == "partial_rotary_factor" for p in entry.params)
+
+
+def _rotary_dim(config: dict, params: dict, where: str, reading: HFReading, head_dim: int, model_type,
+                entry: Scaling) -> int:
     key = reading.width_key
+    if _claims_width(entry):
+        # transformers' proportional returns head_dim / 2 frequencies whatever the fraction
+        if key not in (None, "partial_rotary_factor") or reading.width_default != 1.0:
+            raise ValueError(
+                f"rope type {entry.hf.rope_type!r} rotates the whole head (its partial_rotary_factor is the "
+                f"fraction of pairs that rotate), but model_type {model_type!r} sets a rotated width "
+                f"({key}, default {reading.width_default:g}); use it with a whole-head family (e.g. llama)"
+            )
+        return head_dim
     if key in ("rotary_dim", "qk_rope_head_dim"):
         if key == "rotary_dim":
             value = config.get("rotary_dim")
@@ -409,6 +447,10 @@ def _scaling(config: dict, params: dict, where: str, entry: Scaling) -> tuple[di
             if value is None:
                 value, names[name] = config.get("max_position_embeddings"), "max_position_embeddings"
             out[name] = value
+        elif key == "partial_rotary_factor":  # proportional's p: transformers moves a top-level one in too
+            value, where_read = _pick(config, key, params, key, where, None)
+            if value is not None:
+                out[name], names[name] = value, where_read
         elif key in params:
             out[name], names[name] = params[key], f"{where}[{key!r}]"
     # Types first, under the HF names: RotaryConfig reads a None parameter as "the default",
@@ -474,11 +516,15 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
         params, where = {}, "rope_parameters"
     else:
         params, where = _rope_dict(config, model_type, layer_type)
+    if reading.rope_layers and reading.rope_layers != "no_rope_layers" and layer_type is not None \
+            and layer_type != reading.rope_layers:
+        raise ValueError(f"layer type {layer_type!r} of model_type {model_type!r} has no rotary embedding (NoPE): "
+                         f"only its {reading.rope_layers!r} layers rotate")
     entry = _rope_type(params, where, reading, model_type)
     _check_top_level_keys(config, reading, model_type, entry)
 
     d_model, heads, head_dim = _dims(config, reading, model_type)
-    rotary_dim = _rotary_dim(config, params, where, reading, head_dim, model_type)
+    rotary_dim = _rotary_dim(config, params, where, reading, head_dim, model_type, entry)
     base, layout = _base(config, params, where, reading), _layout(config, reading)
     scaling, names = _scaling(config, params, where, entry)
     try:
@@ -487,6 +533,66 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
     except (TypeError, ValueError) as e:
         raise _renamed(e, names) from None
 
+
+def _rotating_layers(config: dict, reading: HFReading, model_type: str | None, n: int) -> list[bool]:
+    """Whether each of the n decoder layers applies RoPE, as the family's attention decides."""
+    if reading.rope_layers == "no_rope_layers":
+        flags = config.get("no_rope_layers")
+        if flags is None:  # SmolLM3Config / Llama4TextConfig: every interval-th layer is NoPE
+            interval = config.get("no_rope_layer_interval", 4)
+            check_int("no_rope_layer_interval", interval, minimum=1)
+            return [(i + 1) % interval != 0 for i in range(n)]
+        if not isinstance(flags, (list, tuple)) or len(flags) != n or any(f not in (0, 1) for f in flags):
+            raise ValueError(f"no_rope_layers must list one flag per layer (1: RoPE, 0: NoPE; num_hidden_layers "
+                             f"= {n}), got {flags!r}")
+        return [bool(f) for f in flags]
+    if reading.rope_layers is not None:  # Cohere2: RoPE iff the layer has a sliding window
+        types = config.get("layer_types")
+        if not isinstance(types, (list, tuple)) or len(types) != n:
+            raise ValueError(f"layer_types must list one layer type per layer for model_type {model_type!r} "
+                             f"(num_hidden_layers = {n}), got {types!r}")
+        windowed = config.get("sliding_window") is not None
+        return [windowed and t == reading.rope_layers for t in types]
+    return [True] * n
+
+
+def layer_ropes(config: Any) -> list[RotaryEmbedding | None]:
+    """The RoPE of each decoder layer of a Hugging Face model config; None for a layer that
+    does not rotate (NoPE).
+
+    One :func:`from_hf` per distinct RoPE, shared by the layers that use it: one for most
+    families; one per layer type for per-layer-type rope parameters (Gemma 3's sliding and full
+    layers); None on the NoPE layers of the hybrids (SmolLM3's and Llama 4's ``no_rope_layers``
+    flags, 0 = NoPE, or every ``no_rope_layer_interval``-th layer; Cohere2's full-attention
+    layers). What else those layers do (sliding or chunked windows, Llama 4's query temperature
+    on its NoPE layers) is attention, not RoPE: it is not read here.
+
+    >>> ropes = layer_ropes(json.load(open("config.json")))   # SmolLM3-3B: every 4th is None
+    """
+    config = _as_dict(config)
+    model_type = config.get("model_type")
+    reading = HF_READINGS.get(model_type) if isinstance(model_type, str) or model_type is None else None
+    if reading is None:
+        return [from_hf(config)]  # from_hf's own error for an unknown model_type
+    count_key = "n_layer" if model_type == "gptj" else "num_hidden_layers"
+    n = config.get(count_key)
+    check_int(count_key, n, minimum=1)
+    rotating = _rotating_layers(config, reading, model_type, n)
+    rope_dict = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    per_type = bool(reading.per_layer) or (isinstance(rope_dict, dict)
+                                            and any(isinstance(v, dict) for v in rope_dict.values()))
+    types = config.get("layer_types") if per_type else None
+    if per_type and (not isinstance(types, (list, tuple)) or len(types) != n):
+        raise ValueError(f"layer_types must list one layer type per layer (num_hidden_layers = {n}) to read "
+                         f"per-layer-type rope parameters, got {types!r}")
+    built: dict[str | None, RotaryEmbedding] = {}
+    out: list[RotaryEmbedding | None] = []
+    for i in range(n):
+        layer_type = types[i] if types else None
+        if rotating[i] and layer_type not in built:
+            built[layer_type] = from_hf(config, layer_type=layer_type)
+        out.append(built[layer_type] if rotating[i] else None)
+    return out
 
 
 def _json_value(value: Any) -> Any:
@@ -540,6 +646,11 @@ def to_hf(rope: RotaryEmbedding) -> dict[str, Any]:
                 top[entry.hf.top_level[name]] = _json_value(value)
             else:
                 params[entry.hf.key(name)] = _json_value(value)
+    if r != head_dim and "partial_rotary_factor" in params:
+        raise ValueError(
+            f"rotary_dim must be head_dim ({head_dim}) to write rope type {entry.hf.rope_type!r}: transformers "
+            f"reads its partial_rotary_factor as the scaling's own parameter, not the rotated width; got {r}"
+        )
     if r != head_dim:
         # transformers takes int(head_dim * fraction) channels: the fraction must give r back.
         frac = r / head_dim

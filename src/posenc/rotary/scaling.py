@@ -617,7 +617,8 @@ for _entry in (
             illustration=_longrope_ramp),
     Scaling("proportional", ProportionalScaling, _proportional, "theta_i kept for the first p of the pairs, 0 "
             "(not rotated) for the rest; all / s", "Barbero et al. 2025, Round and Round We Go (p-RoPE); Gemma 4",
-            label="p-RoPE", illustration=lambda s, L, rotary_dim: {"proportion": 0.25}),
+            label="p-RoPE", illustration=lambda s, L, rotary_dim: {"proportion": 0.25},
+            hf=HFSpec("proportional", keys={"proportion": "partial_rotary_factor"})),
 ):
     register_scaling(_entry)
 del _entry
