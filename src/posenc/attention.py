@@ -122,7 +122,7 @@ class Attention(nn.Module):
         v = self.v_proj(src).view(B, Tk, Hkv, D).transpose(1, 2)  # (B, Hkv, Tk, D)
 
         # Self-attention: the new keys sit at the query positions (the prepared state serves both).
-        q, k = encoding.rotate(q, k, None if context is None else encoding.k_pos[:, -Tk:])
+        q, k = encoding.rotate(q, k, None if context is None else encoding.k_pos[..., -Tk:])
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, Tcache + Tk, D)
             if k.shape[2] != ctx.mask.tk:

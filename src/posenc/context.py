@@ -49,7 +49,7 @@ class EncodingState:
         """``pe.rotate`` of the new q (B, H, Tq, D) and k (B, Hkv, t, D).
 
         ``k_pos`` None: the new keys sit at the query positions (self-attention), and the
-        prepared state serves q and k. Keys at other positions ``k_pos`` (B, t) (cross-attention)
+        prepared state serves q and k. Keys at other positions ``k_pos`` (B, t) or (A, B, t) (cross-attention)
         are rotated without it: the state describes keys at the query positions only.
         """
         if self.pe is None or not self.pe.has_rotate:
@@ -132,11 +132,11 @@ class AttentionContext:
         forward continues a cache without autograd; then ``pe.prepare_cached`` is called instead,
         which may reuse what earlier steps computed.
         """
-        q_pos, k_pos = self.q_seq.positions, self.k_seq.positions
         if pe is None:
-            return EncodingState(None, q_pos, k_pos)
+            return EncodingState(None, self.q_seq.positions, self.k_seq.positions)
         if not isinstance(pe, PositionalEncoding):
             raise TypeError(f"pe must be a PositionalEncoding or None, got {type(pe).__name__}")
+        q_pos, k_pos = pe.position_ids(self.q_seq), pe.position_ids(self.k_seq)  # (B, T), or (A, B, T) multi-axis
         bias = SharedBias(pe.logit_bias(), self.mask) if pe.has_bias else None
         state = pe.prepare(q_pos, k_pos) if memo is None else pe.prepare_cached(q_pos, k_pos, memo)
         return EncodingState(pe, q_pos, k_pos, state, bias)

@@ -142,6 +142,12 @@ class PositionalEncoding(nn.Module):
         return False
 
     # ---- hooks ----------------------------------------------------------------------------
+    def position_ids(self, seq: SequenceInfo) -> Tensor:
+        """The position ids the hooks below receive as ``q_pos`` / ``k_pos``, read from ``seq``:
+        ``seq.positions`` (B, T). A multi-axis encoding (M-RoPE, 2-D RoPE) returns ``seq.axes``
+        (A, B, T) when ``seq`` carries them (after checking A), and its hooks accept (B, T) too."""
+        return seq.positions
+
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> Any:
         """Per-forward state for the hooks below, from query positions (B, Tq) and the
         positions of all keys attended to (B, Tk), cache included. Default: no state.

@@ -197,17 +197,23 @@ class KVCache:
         old = self.seq
         if (old.segment_ids is None) != (new.segment_ids is None) or (old.valid is None) != (new.valid is None):
             raise ValueError("a cached batch and its continuation must both have (or lack) segment_ids and valid")
-        cat = lambda a, b: None if a is None else torch.cat([a, b], dim=1)  # noqa: E731
+        if old.num_axes != new.num_axes:
+            raise ValueError(
+                f"the cached tokens carry {old.num_axes} position axes but the new ones {new.num_axes}: "
+                "continue with cache.seq.next(T) or give the new tokens the same axes"
+            )
+        cat = lambda a, b, dim=1: None if a is None else torch.cat([a, b], dim=dim)  # noqa: E731
         k_seq = SequenceInfo.from_checked(
-            cat(old.positions, new.positions), cat(old.segment_ids, new.segment_ids), cat(old.valid, new.valid)
+            cat(old.positions, new.positions), cat(old.segment_ids, new.segment_ids), cat(old.valid, new.valid),
+            cat(old.axes, new.axes, dim=2),
         )
         return k_seq, q_index, k_index
 
     def commit(self, k_seq: SequenceInfo, t_new: int) -> None:
         """Record the step's key info (after all layers updated)."""
         keep = self._keep(k_seq.positions.shape[1])
-        cut = lambda t: None if t is None else t[:, -keep:]  # noqa: E731
-        self.seq = SequenceInfo.from_checked(cut(k_seq.positions), cut(k_seq.segment_ids), cut(k_seq.valid))
+        cut = lambda t: None if t is None else t[..., -keep:]  # noqa: E731
+        self.seq = SequenceInfo.from_checked(cut(k_seq.positions), cut(k_seq.segment_ids), cut(k_seq.valid), cut(k_seq.axes))
         self.seen += t_new
 
     def _keep(self, total: int) -> int:

@@ -9,9 +9,16 @@ carries them together with the two other facts attention needs:
 * ``segment_ids`` (B, T) for packed sequences: tokens attend only within their document;
 * ``valid`` (B, T) bool, False at padding tokens.
 
+Encodings that place a token on several axes (M-RoPE's time, height and width; 2-D RoPE's
+row and column on a patch grid) read ``axes`` (A, B, T) as well, when the info carries them;
+every other encoding reads ``positions`` alone (:meth:`PositionalEncoding.position_ids
+<posenc.encoding.PositionalEncoding.position_ids>` says which an encoding reads).
+
 Build one with the helpers: :meth:`SequenceInfo.from_offset` (plain batches and KV-cache
-decoding), :meth:`SequenceInfo.from_padding_mask` (left or right padding) and
-:meth:`SequenceInfo.from_cu_seqlens` (packed documents, positions restart at each one).
+decoding), :meth:`SequenceInfo.from_padding_mask` (left or right padding),
+:meth:`SequenceInfo.from_cu_seqlens` (packed documents, positions restart at each one),
+:meth:`SequenceInfo.from_grid` (a 2-D patch grid) and :meth:`SequenceInfo.with_axes` (axes
+given, e.g. :func:`multimodal_axes`' for text and images).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from torch import Tensor
 
 from .config import check_int
 
-__all__ = ["SequenceInfo", "relative_positions", "contiguous_offset", "shared_rows"]
+__all__ = ["SequenceInfo", "multimodal_axes", "relative_positions", "contiguous_offset", "shared_rows"]
 
 
 def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -96,8 +103,11 @@ class SequenceInfo:
         positions: (B, T) int64 or int32 position ids, >= 0. Padding tokens get 0.
         segment_ids: (B, T) integer document ids, or None when each row is one sequence.
         valid: (B, T) bool, False at padding, or None when there is none.
+        axes: (A, B, T) integer position ids per axis (A >= 1), >= 0, or None: the positions
+            of multi-axis encodings (M-RoPE: A = 3, time / height / width; 2-D RoPE: A = 2,
+            row / column). 1-D encodings ignore them; masks never read them.
 
-    All three must be tensors on one device (a list or an array is refused with a
+    All of them must be tensors on one device (a list or an array is refused with a
     ``TypeError``: convert it with ``torch.as_tensor``). Negative positions are refused in
     eager mode (one host read of the minimum); under ``torch.compile`` only shapes, dtypes and
     devices are checked.
@@ -106,22 +116,27 @@ class SequenceInfo:
     positions: Tensor
     segment_ids: Tensor | None = None
     valid: Tensor | None = None
+    axes: Tensor | None = None
 
     def __post_init__(self) -> None:
         self._check_structure()
-        if not _compiling() and self.positions.numel() and self.positions.device.type != "meta":
-            low = int(self.positions.min())
-            if low < 0:
-                raise ValueError(f"positions must be >= 0, got a minimum of {low}")
+        for name in ("positions", "axes"):
+            t = getattr(self, name)
+            if t is not None and not _compiling() and t.numel() and t.device.type != "meta":
+                low = int(t.min())
+                if low < 0:
+                    raise ValueError(f"{name} must be >= 0, got a minimum of {low}")
 
     @classmethod
-    def from_checked(cls, positions: Tensor, segment_ids: Tensor | None = None, valid: Tensor | None = None) -> "SequenceInfo":
+    def from_checked(
+        cls, positions: Tensor, segment_ids: Tensor | None = None, valid: Tensor | None = None, axes: Tensor | None = None
+    ) -> "SequenceInfo":
         """An info made of parts of checked ones (a slice, a concatenation, the next step):
         the shape, dtype and device checks run, the value check (a host read per call, one per
         decoding step on a GPU) does not. Positions from anywhere else go through the
         constructor."""
         info = cls.__new__(cls)
-        info.positions, info.segment_ids, info.valid = positions, segment_ids, valid
+        info.positions, info.segment_ids, info.valid, info.axes = positions, segment_ids, valid, axes
         info._check_structure()
         return info
 
@@ -150,6 +165,23 @@ class SequenceInfo:
             raise TypeError(f"segment_ids must be an integer tensor, got {self.segment_ids.dtype}")
         if self.valid is not None and self.valid.dtype != torch.bool:
             raise TypeError(f"valid must be a bool tensor, got {self.valid.dtype}")
+        axes = self.axes
+        if axes is not None:
+            if not isinstance(axes, Tensor):
+                raise TypeError(f"axes must be an (A, B, T) integer tensor or None, got {type(axes).__name__}")
+            if axes.dim() != 3 or axes.shape[0] < 1 or axes.shape[1:] != pos.shape:
+                raise ValueError(
+                    f"axes must have shape (A, B, T) = (A, {pos.shape[0]}, {pos.shape[1]}) with A >= 1, got {tuple(axes.shape)}"
+                )
+            if axes.dtype not in (torch.int64, torch.int32):
+                raise TypeError(f"axes must be an integer tensor (int64 or int32), got {axes.dtype}")
+            if axes.device != pos.device:
+                raise ValueError(f"axes is on {axes.device} but positions are on {pos.device}")
+
+    @property
+    def num_axes(self) -> int:
+        """A, the position axes carried (1 without ``axes``: the positions are the one axis)."""
+        return 1 if self.axes is None else self.axes.shape[0]
 
     @property
     def shape(self) -> torch.Size:
@@ -252,16 +284,34 @@ class SequenceInfo:
         pos = torch.arange(total, device=cu.device) - cu[:-1][seg]
         return cls.from_checked(pos[None], segment_ids=seg[None])
 
+    @classmethod
+    def from_grid(cls, height: int, width: int, batch: int = 1, device: torch.device | str | None = None) -> "SequenceInfo":
+        """The ``height x width`` patches of an image in raster order (row by row), as a vision
+        transformer reads them: positions ``0 .. height * width - 1`` and axes (2, B, T) =
+        (row, column) for 2-D RoPE (Heo et al. 2024)."""
+        check_int("height", height, minimum=1)
+        check_int("width", width, minimum=1)
+        check_int("batch", batch, minimum=1)
+        t = torch.arange(height * width, device=device)
+        axes = torch.stack([t // width, t % width])[:, None].expand(2, batch, -1)  # (2, B, T)
+        return cls.from_checked(t.expand(batch, -1), axes=axes)
+
+    def with_axes(self, axes: Tensor) -> "SequenceInfo":
+        """This info with ``axes`` (A, B, T) given (checked as the constructor checks them)."""
+        return SequenceInfo(self.positions, self.segment_ids, self.valid, axes)
+
     def to(self, device: torch.device | str) -> "SequenceInfo":
         """The same info on ``device``."""
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return SequenceInfo.from_checked(move(self.positions), move(self.segment_ids), move(self.valid))
+        return SequenceInfo.from_checked(move(self.positions), move(self.segment_ids), move(self.valid), move(self.axes))
 
     def next(self, length: int = 1) -> "SequenceInfo":
         """The info of the ``length`` tokens that follow each row (greedy decoding).
 
         Positions continue from the last position of each row; the new tokens are valid and
-        belong to the last document of their row.
+        belong to the last document of their row. Axes, when given, continue as text: every
+        axis from the largest axis position of the row's last token (Qwen2-VL's text after an
+        image, whose last patch holds the image's largest position).
         """
         check_int("length", length, minimum=0)
         last = self.positions[:, -1:]
@@ -269,4 +319,40 @@ class SequenceInfo:
         pos = last + step
         seg = None if self.segment_ids is None else self.segment_ids[:, -1:].expand(-1, length)
         valid = None if self.valid is None else torch.ones_like(pos, dtype=torch.bool)
-        return SequenceInfo.from_checked(pos, seg, valid)
+        axes = None
+        if self.axes is not None:
+            text = self.axes[:, :, -1:].amax(0) + step.to(self.axes.dtype)  # (B, length)
+            axes = text.expand(self.axes.shape[0], -1, -1)  # (A, B, length)
+        return SequenceInfo.from_checked(pos, seg, valid, axes)
+
+
+def multimodal_axes(blocks: list[int | tuple[int, int, int]], device: torch.device | str | None = None) -> Tensor:
+    """M-RoPE's (time, height, width) positions (3, T) of one sequence of text and images.
+
+    ``blocks``, in order: an int n is n text tokens, each at the next position on all three
+    axes; a tuple (t, h, w) is a vision grid of t x h x w tokens (after the vision encoder's
+    merge), in (time, row, column) raster order, at ``start + (i, y, x)``; the text after it
+    starts at ``start + max(h, w)`` (Wang et al. 2024, "Qwen2-VL", §2.1; transformers'
+    ``Qwen2VLModel.get_rope_index`` with a time step of 1). Every axis of the result is >= 0::
+
+        multimodal_axes([2, (1, 2, 3), 1])
+        # t: 0 1 2 2 2 2 2 2 5   h: 0 1 2 2 2 3 3 3 5   w: 0 1 2 3 4 2 3 4 5
+    """
+    parts, start = [], 0
+    for block in blocks:
+        if isinstance(block, tuple):
+            if len(block) != 3:
+                raise ValueError(f"a vision block must be a (t, h, w) tuple, got {block!r}")
+            for name, n in zip("thw", block):
+                check_int(f"a vision block's {name}", n, minimum=1)
+            t, h, w = block
+            grid = torch.meshgrid(*(torch.arange(n, device=device) for n in block), indexing="ij")
+            parts.append(torch.stack([g.reshape(-1) for g in grid]) + start)  # (3, t*h*w)
+            start += max(h, w)
+        else:
+            check_int("a text block", block, minimum=0)
+            parts.append(torch.arange(start, start + block, device=device).expand(3, -1))
+            start += block
+    if not parts:
+        raise ValueError("blocks must name at least one text or vision block, got []")
+    return torch.cat(parts, dim=1)  # (3, T)

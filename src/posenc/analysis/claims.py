@@ -31,6 +31,9 @@ _RELATIVE = "a function of i - j by construction"
 _TABLE_END = "a table of max_len rows (Press et al. 2022: learned tables stop at their length)"
 _NO_ABS = "sees only i - j: no absolute position by construction"
 _LEARNED = "learned weights; the probe has them at random init"
+_QWEN2VL = "Wang et al. 2024 (Qwen2-VL, M-RoPE)"
+_HEO = "Heo et al. 2024 (RoPE for ViT)"
+_RASTER = ": q·k depends on (Δy, Δx); the probe's 1-D positions are raster patches, and i - j does not fix (Δy, Δx)"
 
 _HUANG = {
     "absolute": (False, _NO_ABS),
@@ -196,6 +199,32 @@ EXPECTED: dict[str, dict[str, tuple[bool | str, str]]] = {
         "bounded": (False, "Sun et al. 2023: keys scale by zeta^(-n) by design"),
         "decay": (True, "Sun et al. 2023: the scale adds decay to RoPE's"),
         "extrapolation": (True, "Sun et al. 2023"),
+        "linear_attention": (True, "per-token features, as RoPE"),
+    },
+    "mrope": {
+        "absolute": (True, _QWEN2VL + ": RoPE's rotation per position on text"),
+        "relative": (True, _QWEN2VL + ": equal axes on text give RoPE, eq. 16 of " + _SU),
+        "linear_map": (True, _SU + ": R_{p+k} = R_k R_p, per axis"),
+        "bounded": (True, "rotations preserve norms"),
+        "decay": (True, "RoPE on text: " + _SU + ", §3.4.3"),
+        "extrapolation": (True, _QWEN2VL + ": defined at every position"),
+        "linear_attention": (True, "per-token features, as RoPE"),
+    },
+    "rope_axial": {
+        "absolute": (True, _HEO + ": a rotation per patch (y, x)"),
+        "relative": (False, _HEO + _RASTER),
+        "linear_map": (False, "raster positions: p -> p + k moves (y, x) by a step that depends on p's column"),
+        "bounded": (True, "rotations preserve norms"),
+        "extrapolation": (True, _HEO + ": defined at every patch, extrapolates to larger images"),
+        "linear_attention": (True, "per-token features, as RoPE"),
+    },
+    "rope_mixed": {
+        "absolute": (True, _HEO + ": a rotation per patch (y, x) by learned frequencies"),
+        "relative": (False, _HEO + _RASTER),
+        "linear_map": (False, "raster positions: p -> p + k moves (y, x) by a step that depends on p's column"),
+        "bounded": (True, "rotations preserve norms"),
+        "decay": (UNTRAINED, _LEARNED),
+        "extrapolation": (True, _HEO + ": defined at every patch, extrapolates to larger images"),
         "linear_attention": (True, "per-token features, as RoPE"),
     },
     "pope": {

@@ -11,6 +11,8 @@
 from . import rope, xpos  # noqa: F401  (registers the encodings)
 from . import pope  # noqa: F401
 from . import hope  # noqa: F401  (registers the hope scaling)
+from . import mrope  # noqa: F401  (M-RoPE: time / height / width axes)
+from . import axial  # noqa: F401  (2-D RoPE: rope_axial, rope_mixed)
 from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary, apply_rotary_qk, convert_qk_layout
 from .hf_config import from_hf, to_hf
 from .rope import RotaryConfig, RotaryEmbedding

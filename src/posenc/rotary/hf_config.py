@@ -73,6 +73,7 @@ from typing import Any, Mapping
 
 from ..config import check_even, check_int, check_positive, check_range, check_value, field_types
 from ..encoding import Dims
+from .mrope import MROPE_MODEL_TYPES, mrope_from_hf
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling import SCALINGS, Scaling
 
@@ -504,6 +505,11 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
     model_type = config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise TypeError(f"model_type must be a str, got {type(model_type).__name__} {model_type!r}")
+    if model_type in MROPE_MODEL_TYPES:  # three position axes: an MRopeEmbedding (a RotaryEmbedding)
+        if layer_type is not None:
+            raise ValueError(f"layer_type must be None for model_type {model_type!r} (one RoPE for every layer); "
+                             f"got {layer_type!r}")
+        return mrope_from_hf(config)
     if model_type not in HF_READINGS:
         known = ", ".join(repr(k) for k in HF_READINGS if k is not None)
         hint = " (a multimodal config: pass its config['text_config'])" if "text_config" in config else ""

@@ -1,0 +1,48 @@
+"""Multi-axis positions (SequenceInfo.axes, multimodal_axes) and the encodings that read them
+(mrope, rope_axial, rope_mixed): bad configs and positions refused by name."""
+
+from __future__ import annotations
+
+import torch
+
+from posenc import SequenceInfo, build
+from posenc.positions import multimodal_axes
+
+from . import Case
+
+
+def _continue_cache_without_axes() -> None:
+    from posenc.model import Transformer
+    from posenc.model_config import ModelConfig
+
+    model = Transformer(ModelConfig(vocab_size=16, d_model=16, n_layer=1, n_head=2, encoding="mrope"))
+    cache = model.new_cache()
+    axes = multimodal_axes([1, (1, 2, 2)])[:, None]
+    model(torch.zeros(1, 5, dtype=torch.long), SequenceInfo(torch.arange(5)[None], axes=axes), cache=cache)
+    model(torch.zeros(1, 1, dtype=torch.long), SequenceInfo.from_offset(1, 1, 5), cache=cache)
+
+
+A = "multi-axis positions"
+_POS = torch.zeros(2, 5, dtype=torch.long)
+CASES = [
+    Case(A, "axes of another length than the positions", r"axes must have shape \(A, B, T\) = \(A, 2, 5\) with A >= 1, got \(3, 2, 4\)",
+         run=lambda: SequenceInfo(_POS, axes=torch.zeros(3, 2, 4, dtype=torch.long))),
+    Case(A, "float axes", r"axes must be an integer tensor \(int64 or int32\), got torch.float32", error=TypeError,
+         run=lambda: SequenceInfo(_POS, axes=torch.zeros(3, 2, 5))),
+    Case(A, "a negative axis position", r"axes must be >= 0, got a minimum of -1",
+         run=lambda: SequenceInfo(_POS, axes=torch.full((3, 2, 5), -1))),
+    Case(A, "a vision block of two sizes", r"a vision block must be a \(t, h, w\) tuple, got \(1, 2\)",
+         run=lambda: multimodal_axes([2, (1, 2)])),
+    Case(A, "a KV cache of tokens with axes continued by tokens without", r"the cached tokens carry 3 position axes but the new ones 1",
+         run=_continue_cache_without_axes),
+    Case(A, "mrope_section that does not sum to the pairs", r"mrope_section must sum to the rotated pairs rotary_dim / 2 = 64, got \[16, 24, 25\]",
+         run=lambda: build("mrope", d_model=1536, num_heads=12, mrope_section=[16, 24, 25])),
+    Case(A, "an interleaved mrope_section too wide for the pairs", r"mrope_section \[4, 30, 30\] does not fit 64 interleaved pairs",
+         run=lambda: build("mrope", d_model=1536, num_heads=12, mrope_section=[4, 30, 30], mrope_interleaved=True)),
+    Case(A, "mrope on a 2-D patch grid's axes", r"mrope reads 3 position axes \(time, height, width\), but seq.axes has 2",
+         run=lambda: build("mrope", d_model=16, num_heads=2).position_ids(SequenceInfo.from_grid(2, 2))),
+    Case(A, "rope_axial with a head that does not split into rows and columns", r"rope_axial needs head_dim divisible by 4 .*got 6",
+         run=lambda: build("rope_axial", d_model=12, num_heads=2)),
+    Case(A, "rope_mixed grid_width=0", r"grid_width must be in \[1, 1048576\], got 0",
+         run=lambda: build("rope_mixed", d_model=16, num_heads=2, grid_width=0)),
+]
