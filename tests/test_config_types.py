@@ -55,6 +55,8 @@ def _wrong_values(tp: Any) -> list[Any]:
         bad += [3, b"eager"]
     if tuple[float, ...] in arms:
         bad += ["1.0, 2.0", {"a": 1.0}]
+    if tuple[int, ...] in arms:
+        bad += ["16,24,24", {"t": 16}]
     if not bad:
         raise AssertionError(f"no wrong values known for annotation {tp!r}: extend _wrong_values")
     # A wrong value must not be admitted by another arm of a union (e.g. 1 for `bool | int`).
