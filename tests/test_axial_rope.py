@@ -209,3 +209,24 @@ def test_head_dim_must_split_into_rows_and_columns(name):
     with pytest.raises(ValueError, match="head_dim divisible by 4"):
         posenc.build(name, d_model=12, num_heads=2)
     assert isinstance(posenc.build(name, d_model=16, num_heads=2), (AxialRope, MixedRope))
+
+
+# ---- the figure ----------------------------------------------------------------------------
+def test_figure_axial_logits_separate_into_rows_and_columns_mixed_do_not(tmp_path):
+    """Axial: the centre patch's logit is a row profile plus a column profile (each pair turns
+    with one axis), z[y, x] - z[y, cx] - z[cy, x] + z[cy, cx] = 0, and the same along rows and
+    columns; mixed (oblique directions at init) has an interaction term."""
+    from posenc.analysis.fig_rope_2d import centre_logits_2d, plot_rope_2d
+
+    def interaction(z):
+        cy, cx = z.shape[-2] // 2, z.shape[-1] // 2
+        return (z - z[..., :, cx : cx + 1] - z[..., cy : cy + 1, :] + z[..., cy : cy + 1, cx : cx + 1]).abs().max()
+
+    axial = centre_logits_2d("rope_axial", 9, 9)
+    mixed = centre_logits_2d("rope_mixed", 9, 9)
+    assert interaction(axial) < 1e-9 * axial.abs().max()
+    torch.testing.assert_close(axial, axial.transpose(-1, -2), atol=1e-9, rtol=0)
+    assert interaction(mixed) > 1e-2 * mixed.abs().max()
+    pytest.importorskip("matplotlib")
+    result = plot_rope_2d(tmp_path, height=6, width=6, head_dim=16)
+    assert result.path.exists() and result.data["mixed"].shape == (2, 6, 6)
