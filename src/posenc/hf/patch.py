@@ -20,10 +20,12 @@ phi3, stablelm, gpt_neox, smollm3, cohere2,         shared by every layer): swap
 llama4_text                                         :class:`PosencRotary`; the original is kept
                                                     inside it, so unpatching puts the very same
                                                     object back
-gemma3_text                                         the same module, which makes one cos/sin per
+gemma3_text, gemma4_text                            the same module, which makes one cos/sin per
                                                     layer type (``forward(x, position_ids,
-                                                    layer_type)``): sliding layers base 10000,
-                                                    full layers base 1e6 and their scaling
+                                                    layer_type)``): Gemma 3's sliding layers base
+                                                    10000, full layers base 1e6 and their
+                                                    scaling; Gemma 4's full layers p-RoPE
+                                                    (p = 0.25) on their own head size
 gptj                                                transformers >= 5.24: its shared
                                                     ``rotary_emb`` (a fixed-length table,
                                                     base 10000, returning (sin, cos)); before,
@@ -82,7 +84,7 @@ __all__ = ["FORMS", "PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "pat
 #: attention layers take cos/sin in (``PosencRotary.form``).
 _SHARED_MODULE = {
     **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "stablelm", "gpt_neox",
-                     "gemma3_text", "smollm3"), "half"),
+                     "gemma3_text", "gemma4_text", "smollm3"), "half"),
     "cohere2": "interleaved",
     "llama4_text": "complex",
     "gptj": "sin_cos",  # transformers >= 5.24; before, no shared module (see patch_model)
@@ -249,11 +251,14 @@ def _resolve(model: nn.Module, native: RotaryEmbedding, rope: Any, overrides: di
 
 
 def _layer_types(model: nn.Module, model_type: str) -> tuple[str, ...]:
-    """The layer types with a RoPE of their own (Gemma 3: sliding and full), as transformers'
-    module builds them (the distinct ``layer_types``); () for a model with one RoPE."""
-    if not HF_READINGS[model_type].per_layer:
+    """The layer types with a RoPE of their own (Gemma 3 and 4: sliding and full), as
+    transformers' module builds them (the distinct ``layer_types`` whose rope parameters are
+    not None); () for a model with one RoPE."""
+    rope = getattr(model.config, "rope_parameters", None) or {}
+    nested = isinstance(rope, Mapping) and bool(rope) and all(v is None or isinstance(v, Mapping) for v in rope.values())
+    if not (HF_READINGS[model_type].per_layer or nested):
         return ()
-    return tuple(sorted(set(model.config.layer_types)))
+    return tuple(sorted(t for t in set(model.config.layer_types) if not nested or rope.get(t) is not None))
 
 
 def _targets(model_type: str, types: tuple[str, ...], layer_type: Any) -> tuple[str, ...]:

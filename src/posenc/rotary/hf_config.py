@@ -31,6 +31,10 @@ smollm3             head_dim; NoPE layers: ``no_rope_layers``    ``rope_theta`` 
 llama4_text         head_dim; NoPE layers: ``no_rope_layers``    ``rope_theta``      interleaved
 cohere2             head_dim; NoPE layers: the full-attention    ``rope_theta``      interleaved
                     ones (RoPE on the sliding-window layers)
+gemma4_text         head_dim, per layer type (nested              ``rope_theta``      half
+                    ``rope_parameters``); the full layers'       per layer type
+                    own ``global_head_dim`` (512) or
+                    ``per_layer_config``
 ==================  ===========================================  ==================  ===========
 
 (defaults in parentheses: transformers' values when the key is absent.) In every family
@@ -120,6 +124,9 @@ class HFReading:
             SmolLM3 and Llama 4: 0 marks a NoPE layer; absent, every
             ``no_rope_layer_interval``-th layer is NoPE); ``"sliding_attention"``, the layers
             of that type only (Cohere2: its full-attention layers are NoPE).
+        layer_head_dim: layer type -> (top-level key, default) of that type's own head size
+            (Gemma 4's full layers: ``global_head_dim``, 512); a ``per_layer_config`` (layer
+            index -> overrides, as transformers 5 writes it) takes precedence.
     """
 
     width_key: str | None = None
@@ -132,6 +139,7 @@ class HFReading:
     per_layer: tuple[tuple[str, str, float], ...] = ()
     scaled_layers: tuple[str, ...] = ()
     rope_layers: str | None = None
+    layer_head_dim: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     def types(self) -> tuple[str, ...]:
         """transformers' rope types this family reads."""
@@ -181,6 +189,9 @@ HF_READINGS: dict[str | None, HFReading] = {
     "llama4_text": HFReading(layout="interleaved", keys=frozenset({"no_rope_layers", "no_rope_layer_interval"}),
                              rope_layers="no_rope_layers"),
     "cohere2": HFReading(layout="interleaved", rope_layers="sliding_attention"),
+    # Gemma 4: rope_parameters keyed by layer type (sliding: default 10000; full: proportional,
+    # p = 0.25, base 1e6), and the full layers' own head size (Gemma4TextConfig.global_head_dim).
+    "gemma4_text": HFReading(layer_head_dim={"full_attention": ("global_head_dim", 512)}),
 }
 # Top-level keys some family reads for its RoPE: in a family that does not read them they
 # are an error, like any key whose name mentions rope or rotary.
@@ -331,7 +342,31 @@ def _rope_type(params: dict, where: str, reading: HFReading, model_type: str | N
     return entry
 
 
-def _dims(config: dict, reading: HFReading, model_type: str | None) -> tuple[int, int, int]:
+def _layer_head_dim(config: dict, reading: HFReading, layer_type: str, head_dim: int) -> int:
+    """The head size of ``layer_type``'s layers where the family gives it its own (Gemma 4)."""
+    key, default = reading.layer_head_dim[layer_type]
+    per_layer = config.get("per_layer_config")
+    if per_layer is None:  # transformers builds it from the top-level key (absent: its default)
+        value = config.get(key, default)
+        check_even(key, value)
+        return value
+    if not isinstance(per_layer, Mapping):
+        raise TypeError(f"per_layer_config must be a dict (layer index -> overrides), got {type(per_layer).__name__}")
+    sizes = set()
+    for i, t in enumerate(config.get("layer_types") or ()):
+        if t == layer_type:
+            override = per_layer.get(str(i), per_layer.get(i)) or {}  # JSON keys are strings
+            sizes.add(override.get("head_dim", head_dim))
+    if len(sizes) != 1:
+        raise ValueError(f"per_layer_config gives the {layer_type!r} layers head sizes {sorted(sizes)}: one RoPE per "
+                         "layer type needs one head size")
+    value = sizes.pop()
+    check_even(f"per_layer_config head_dim of the {layer_type!r} layers", value)
+    return value
+
+
+def _dims(config: dict, reading: HFReading, model_type: str | None,
+          layer_type: str | None = None) -> tuple[int, int, int]:
     """(d_model, num_heads, head_dim) of the heads the module rotates."""
     # GPT-J spells hidden_size and num_attention_heads n_embd and n_head (its attribute_map):
     # those names are read, and named in errors, only where the config uses them.
@@ -360,6 +395,8 @@ def _dims(config: dict, reading: HFReading, model_type: str | None) -> tuple[int
                          "or give head_dim")
     else:
         head_dim = hidden // heads  # transformers: hidden_size // num_attention_heads
+    if layer_type in reading.layer_head_dim:
+        head_dim = _layer_head_dim(config, reading, layer_type, head_dim)
     heads = heads or 1  # the head count does not change RoPE
     return hidden or heads * head_dim, heads, head_dim
 
@@ -529,7 +566,7 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
     entry = _rope_type(params, where, reading, model_type)
     _check_top_level_keys(config, reading, model_type, entry)
 
-    d_model, heads, head_dim = _dims(config, reading, model_type)
+    d_model, heads, head_dim = _dims(config, reading, model_type, layer_type)
     rotary_dim = _rotary_dim(config, params, where, reading, head_dim, model_type, entry)
     base, layout = _base(config, params, where, reading), _layout(config, reading)
     scaling, names = _scaling(config, params, where, entry)
