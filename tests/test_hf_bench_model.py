@@ -385,3 +385,20 @@ def test_raised_base_zero_drops_the_row(ckpt, tmp_path):
 
     s, _ = model_settings("micro", ckpt, raised_base=0)
     assert "raised_base" not in s.variants() and model_settings("micro", ckpt)[0].variants()[-1] == "raised_base"
+
+
+def test_the_figure_script_draws_both_corpora(run, ckpt, tmp_path):
+    """benchmarks/plot_bench_model.py (docs/real_models.md's figure) on a finished run's results,
+    standing in for both corpora's files: rows named as in the tables, one PNG."""
+    import runpy
+    import shutil
+    from pathlib import Path
+
+    out, _ = run
+    for corpus in ("code", "prose"):
+        shutil.copyfile(out / "results.json", tmp_path / f"bench_model_smollm2_{corpus}.json")
+    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "plot_bench_model.py"))
+    rows, L, _ = script["cells"](("bench_model_smollm2_prose.json",), "lm", tmp_path)
+    assert L == 256 and list(rows) == [ckpt.resolve().name, "PI", "base x16"]
+    assert script["main"](["--results", str(tmp_path), "--out", str(tmp_path / "fig.png")]) == 0
+    assert (tmp_path / "fig.png").stat().st_size > 10_000

@@ -66,7 +66,7 @@ from .checkpoint import Checkpoint, fingerprint, load_model, load_tokenizer, ope
 
 __all__ = ["MODEL_PRESETS", "MODEL_SCALINGS", "ModelBenchSettings", "TextPasskey", "HFCausalLM", "check_has_rope",
            "check_finite_weights", "estimate_cost", "format_model_table", "model_settings", "run_model_bench",
-           "token_perplexity"]
+           "token_perplexity", "variant_label"]
 
 #: training-free scalings evaluated beyond L: the registry's types with an ``extension`` rule
 #: (Llama 3's included; LongRoPE has none: its factors are searched per model).
@@ -608,8 +608,8 @@ def _has_patch() -> bool:
     return True
 
 
-def _variant_label(settings: dict[str, Any], variant: str) -> str:
-    """A row's name from results.json's settings (files written before the raised base have none)."""
+def variant_label(settings: dict[str, Any], variant: str) -> str:
+    """A scaled row's name (``YaRN``, ``base x16``) from results.json's settings."""
     if variant == RAISED_BASE:
         return f"base x{settings['raised_base']:g}"
     return SCALINGS[variant].label
@@ -642,7 +642,7 @@ def format_model_table(results: dict[str, Any]) -> str:
                     f"{s['passkey_examples']} example(s) per depth)")
         lines.append(f"{label}: {what}; L = {L} tokens")
         heads = [f"{n / L:g}L={n}" for n in lengths]
-        names = {v: label if v == "base" else f"+ {_variant_label(s, v)}" for v in variants}
+        names = {v: label if v == "base" else f"+ {variant_label(s, v)}" for v in variants}
         width = max(len(n) for n in names.values())
         lines.append(f"{'':<{width}}  " + "  ".join(f"{h:>12}" for h in heads))
         for v in variants:
