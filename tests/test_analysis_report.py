@@ -68,7 +68,7 @@ def _nulls(obj):
 def test_bench_section_is_readable(page):
     """Settings, units, mean ± std, "as rope" instead of nan, the MRR interval, captions."""
     text = page.read_text()
-    section = text[text.index("<h2>Benchmark</h2>"):]
+    section = text[text.index('<h2 id="benchmark">Benchmark</h2>'):]
     assert "nan" not in re.sub(r"<img [^>]+>", "", section).lower()
     assert "Settings: 2 seeds; model d_model 16, 1 layers, 2 heads; 10 steps, batch 4, lr 0.01" in section
     assert "<th>copy: accuracy % ≤L | &gt;L</th>" in section
@@ -130,3 +130,95 @@ def test_bad_inputs(tmp_path, capsys):
     (tmp_path / "bad" / "results.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         R.load_bench(tmp_path / "bad")
+
+
+# ---- a real model first ------------------------------------------------------------------------
+def test_select_figures_by_what_they_concern():
+    """A figure is kept when what it explains is in hand; "every encoding" figures whenever any is."""
+    from posenc.analysis.plots import PLOTS
+
+    kinds = list(PLOTS)
+    assert R.select_figures(kinds, set()) == []
+    assert R.select_figures(kinds, {"cope"}) == ["cope-positions", "randomized-positions"]
+    rope = R.select_figures(kinds, {"rope"})
+    assert {"rope-decay", "rope-score", "rope-bands", "rope-scaling"} <= set(rope)
+    assert not any(k.startswith(("sinusoidal", "t5", "alibi", "deberta")) for k in rope)
+    assert "rope-dropped-frequencies" in R.select_figures(kinds, {"hope"})
+
+
+@pytest.fixture(scope="module")
+def model_page(tmp_path_factory):
+    """A report given a real checkpoint's probe and bench --model folders (a tiny random Llama
+    saved with transformers; `posenc probe` and `posenc bench --model` run on it as the demo runs
+    them), checking ALiBi only: the page must lead with the model and keep RoPE's figures."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    ckpt = tmp_path_factory.mktemp("tiny_llama")
+    transformers.LlamaForCausalLM(cfg).save_pretrained(ckpt)
+    probe_dir, bench_dir = tmp_path_factory.mktemp("probe"), tmp_path_factory.mktemp("mbench")
+    assert main(["probe", str(ckpt), "--out", str(probe_dir), "--tokens", "32", "--points", "32", "--extend", "2",
+                 "--threads", "1", "--no-progress"]) == 0
+    assert main(["bench", "--model", str(ckpt), "--tasks", "lm", "--lm-eval-factors", "1", "2", "--threads", "1",
+                 "--out", str(bench_dir), "--overwrite", "--no-progress"]) == 0
+    out = tmp_path_factory.mktemp("report_model")
+    return R.build_report(out, ["alibi"], None, None, PROBE, probes=[probe_dir], model_bench=bench_dir)
+
+
+def test_page_leads_with_the_real_model(model_page):
+    text = model_page.read_text()
+    order = [text.index(s) for s in ('<h2 id="summary">', '<nav id="contents">', "<h2>Checkpoint probe:",
+                                     "beyond its length</h2>", '<h2 id="properties">', '<h2 id="figures">')]
+    assert order == sorted(order), order
+    summary = text[text.index('<ul class="summary">'):text.index("</ul>", text.index('<ul class="summary">'))]
+    assert "layer 0" in summary and ("holds" in summary or "does not hold" in summary)
+    assert "token perplexity (lower is better) at 128 tokens (2 L" in summary
+    assert "1 encodings checked on" in summary
+    # the contents link every section, and every link has its anchor
+    anchors = re.findall(r'<a href="#([^"]+)">', text)
+    assert len(anchors) == 4 and all(f'id="{a}"' in text for a in anchors)
+    assert '<pre id="model-bench">' in text and "token perplexity" in text
+
+
+def test_page_keeps_the_figures_about_its_model(model_page):
+    """ALiBi's figure and RoPE's (the real model's encoding, shown first); no sinusoidal one."""
+    text = model_page.read_text()
+    shown = re.findall(r'<figure id="fig-([a-z0-9-]+)">', text)
+    assert shown[:4] == ["rope-decay", "rope-score", "rope-bands", "rope-scaling"]
+    assert "alibi" in shown and "randomized-positions" in shown
+    assert not any(k.startswith(("sinusoidal", "t5", "deberta", "cope")) for k in shown)
+    left = text[text.index("Left out (about nothing on this page)"):]
+    assert "sinusoidal-heatmap" in left and "cope-positions" in left
+    assert text.index("the real model's encoding</h3>") < text.index('id="fig-rope-decay"') < text.index(
+        "<h3>The other encodings</h3>") < text.index('id="fig-alibi"')
+
+
+def test_model_page_loads_in_headless_browser(model_page, tmp_path):
+    exe = browser()
+    if exe is None:
+        pytest.skip("no chromium installed (apt-get install -y chromium) to open the report")
+    cmd = [
+        exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000", "--dump-dom", model_page.as_uri(),
+    ]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    body = re.search(r"<body[^>]*>", dom)
+    assert body and 'data-images-ok="true"' in body.group(0), dom[:300]
+    n = len(re.findall(r"<img ", model_page.read_text()))
+    assert n >= 8 and f'data-images-loaded="{n}/{n}"' in body.group(0)
+
+
+def test_model_bench_folder_errors(tmp_path):
+    from posenc.analysis.real_model import load_probe
+
+    with pytest.raises(FileNotFoundError, match="holds no probe.json"):
+        load_probe(tmp_path)
+    (tmp_path / "probe.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a posenc probe result"):
+        load_probe(tmp_path)
+    with pytest.raises(FileNotFoundError, match="--model-bench .* holds no results.json"):
+        R.load_model_bench(tmp_path)

@@ -63,7 +63,8 @@ class Smoke:
     a finished micro benchmark. ``how``: "posenc" (in-process), "tables"
     (benchmarks/tables.py on a copy of the pages), "subprocess" or "make". ``real``: the command
     reads a named real model (the hf extra's transformers, gguf and accelerate; ``make test``
-    installs and converts SmolLM2-135M), run small: a few dozen tokens, one thread.
+    installs and converts SmolLM2-135M), run small: a few dozen tokens, one thread. ``before``:
+    quoted commands run first, by their own entries, into the same folder (what this one reads).
     """
 
     set: dict[str, list[str]] = field(default_factory=dict)
@@ -72,6 +73,7 @@ class Smoke:
     expect: tuple[str, ...] = ()
     how: str = "posenc"
     real: bool = False
+    before: tuple[str, ...] = ()
 
 
 _TINY_RELATIVE = {"--lengths": ["16"], "--repeat": ["1"]}
@@ -94,9 +96,13 @@ SMOKE: dict[str, Smoke] = {
     "posenc check": Smoke(add=("rope",)),
     "posenc bench --preset quick --threads 1 --out out/bench --resume": Smoke(
         set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
-    "posenc report --out out/report --bench out/bench": Smoke(
-        set={"--out": ["{tmp}/report"], "--bench": ["{bench}"]}, add=("--encodings", "rope", "--plots", "rope-score"),
-        expect=("{tmp}/report/report.html",)),
+    # make demo's report: the real model's folders come from the two commands below, run small
+    "posenc report --out out/report --probe out/probe --model-bench out/model_bench --bench out/bench": Smoke(
+        set={"--out": ["{tmp}/report"], "--bench": ["{bench}"], "--probe": ["{tmp}/probe"], "--model-bench": ["{tmp}/bm"]},
+        add=("--encodings", "rope", "--plots", "rope-score"), expect=("{tmp}/report/report.html",), real=True,
+        before=("posenc probe smollm2-135m --out out/probe --threads 1 --no-progress",
+                "posenc bench --model smollm2-135m --trained-length 1024 --lm-eval-factors 1 2 --passkey-eval-factors 1 2 "
+                "--passkey-depths 0.5 --threads 1 --resume --out out/model_bench --no-progress")),
     "posenc list": Smoke(),
     "posenc check [NAMES...] [--json]": Smoke(argv=("check", "alibi", "rope", "--json")),
     # {hf}: a tiny random-init Llama saved with save_pretrained (no downloads on these machines).
@@ -128,6 +134,12 @@ SMOKE: dict[str, Smoke] = {
     "posenc bench --model smollm2-135m --trained-length 1024 --out out/bench_smollm2": Smoke(
         set={"--trained-length": ["32"], "--out": ["{tmp}/bm"]},
         add=("--preset", "micro", "--tasks", "lm", "--threads", "1", "--no-progress"),
+        expect=("{tmp}/bm/results.json",), real=True),
+    "posenc probe smollm2-135m --out out/probe --threads 1 --no-progress": Smoke(
+        set=_REAL_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
+    "posenc bench --model smollm2-135m --trained-length 1024 --lm-eval-factors 1 2 --passkey-eval-factors 1 2 "
+    "--passkey-depths 0.5 --threads 1 --resume --out out/model_bench --no-progress": Smoke(
+        set={"--trained-length": ["48"], "--passkey-eval-factors": ["2"], "--out": ["{tmp}/bm"]},
         expect=("{tmp}/bm/results.json",), real=True),
     "posenc extend smollm2-135m --to 2048 --trained-length 1024 --out out/smollm2-2k": Smoke(
         set=_REAL_EXTEND, add=("--no-progress",), expect=("{tmp}/ext/extend.json", "{tmp}/ext/config.json"), real=True),
@@ -351,6 +363,9 @@ def test_quoted_command_runs(command, tmp_path, request, keep_threads):
         subs["bench"] = str(request.getfixturevalue("micro_bench"))
     if "{hf}" in json.dumps([smoke.argv, smoke.set]):
         subs["hf"] = str(request.getfixturevalue("tiny_hf_checkpoint"))
+    for first in smoke.before:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert _run_posenc(smoke_argv(first, ALL_SMOKE[first], subs)[0]) == 0, first
     argv, redirected = smoke_argv(command, smoke, subs)
     if smoke.how == "subprocess":
         exe = shutil.which(argv[0], path=str(Path(sys.executable).parent)) or shutil.which(argv[0])

@@ -68,10 +68,13 @@ def probe_summary(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def row_label(variant: str, model: str) -> str:
-    """A bench --model row: the model itself, or ``+ <the scaling's registry label>``."""
+def row_label(variant: str, settings: dict[str, Any]) -> str:
+    """A bench --model row: the model itself, ``+ <the scaling's registry label>``, or the raised
+    base (``+ base x16``)."""
     if variant == "base":
-        return model
+        return model_name(settings)
+    if variant == "raised_base" and settings.get("raised_base"):
+        return f"+ base x{settings['raised_base']:g}"
     entry = SCALINGS.get(variant)
     return f"+ {entry.label if entry is not None else variant.replace('_', ' ')}"
 
@@ -79,7 +82,6 @@ def row_label(variant: str, model: str) -> str:
 def model_bench_cells(results: dict[str, Any]) -> dict[str, dict[str, dict[int, float]]]:
     """{task: {row label: {length: value}}}: lm token perplexity, passkey accuracy in % (the
     mean over depths), in the order the rows were evaluated."""
-    model = model_name(results["settings"])
     out: dict[str, dict[str, dict[int, float]]] = {}
     for run in results["runs"]:
         values: dict[tuple[str, int], list[float]] = {}
@@ -88,7 +90,7 @@ def model_bench_cells(results: dict[str, Any]) -> dict[str, dict[str, dict[int, 
         rows: dict[str, dict[int, float]] = {}
         for (variant, n), vals in values.items():
             mean = sum(vals) / len(vals)
-            rows.setdefault(row_label(variant, model), {})[n] = 100 * mean if run["task"] == "passkey" else mean
+            rows.setdefault(row_label(variant, results["settings"]), {})[n] = 100 * mean if run["task"] == "passkey" else mean
         out[run["task"]] = rows
     return out
 

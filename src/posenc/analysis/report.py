@@ -1,15 +1,21 @@
 """``posenc report --out DIR``: one self-contained HTML page of checks, figures and benchmarks.
 
 The page embeds every image as base64 and needs no server or network: open
-``DIR/report.html`` from disk. It holds
+``DIR/report.html`` from disk. It leads with what the reader came for: a summary (one line per
+result) and a table of contents, then
 
-1. the property table of ``posenc check`` (cells coloured by agreement with the literature's
-   claim for that encoding, the detail and the source on hover)
-   with each check's claim, papers and measurement;
-2. every figure of ``posenc plot`` (kinds whose family is missing are listed as skipped);
-3. with ``--bench BDIR``: the benchmark's ``results.json`` summary table and its PNGs;
-4. with ``--model MODEL_DIR``: ``posenc probe`` run on that Hugging Face checkpoint (layer 0:
-   real q·k against distance, its frequency halves, raised base and scalings).
+1. a real model's results, when given: ``--probe PDIR`` (a ``posenc probe --out`` folder: the
+   three claims' verdicts with their numbers, the curves' window means, the figures) and
+   ``--model-bench MDIR`` (a ``posenc bench --model --out`` folder: token perplexity and passkey
+   beyond the stated L, per scaling, as a table and a figure); ``--model MODEL_DIR`` runs the
+   probe on that checkpoint first;
+2. with ``--bench BDIR``: the benchmark's ``results.json`` summary table and its PNGs;
+3. the property table of ``posenc check`` (cells coloured by agreement with the literature's
+   claim for that encoding, the detail and the source on hover) with each check's claim,
+   papers and measurement;
+4. the figures that concern what the page is about (:data:`posenc.analysis.plots.CONCERNS`: the
+   checked and benchmarked encodings, the real model's RoPE and the scalings it was measured
+   with), the real model's first; the others are listed as left out.
 
 A small inline script marks ``<body data-images-ok="true">`` once every image has decoded
 (``naturalWidth > 0``), so a headless browser can verify the page.
@@ -18,6 +24,7 @@ Examples::
 
     posenc report --out report
     posenc report --out report --bench bench_out
+    posenc report --out report --probe out/probe_smollm2 --model-bench out/bench_smollm2
     posenc report --out report --encodings none sinusoidal rope --plots rope-score alibi
 """
 
@@ -28,16 +35,21 @@ import base64
 import datetime
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..cli_args import existing_dir, int_at_least, output_dir
+from ..rotary.scaling import SCALINGS
 from .checks import CHECKS, claims
 from .probes import Probe
 from .runner import run_checks
-from .plots import PLOTS, make_plot, prepare_out_dir
+from .family_figures import ANY_ENCODING
+from .plots import CONCERNS, PLOTS, make_plot, prepare_out_dir
+from .real_model import (load_probe, model_bench_summary, model_concerns, model_name, plot_model_bench,
+                         probe_summary)
 
-__all__ = ["build_report", "render_html", "load_bench"]
+__all__ = ["Section", "bench_encodings", "build_report", "load_bench", "render_html", "select_figures"]
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -49,6 +61,8 @@ td.untrained, td.noclaim, td.na { background: #f4f4f4; color: #555; } td.error {
 figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 13px; color: #444; } dt { font-weight: bold; margin-top: .6em; }
 dd { margin-left: 1.5em; font-size: 14px; } .note { color: #777; font-size: 13px; }
+td.ok { background: #e3f6e3; } td.bad { background: #fbe3e3; } pre { font-size: 13px; background: #f7f7f7; padding: .6em; }
+ul.summary li { margin: .3em 0; } nav ol { columns: 2; font-size: 14px; }
 """
 
 # Sets data-images-ok on <body> when every <img> has decoded: tests read it from the DOM.
@@ -160,7 +174,7 @@ def _bench_section(bench_dir: Path) -> str:
     from ..bench.summary import load_results
 
     _, pngs = load_bench(bench_dir)
-    parts = ["<h2>Benchmark</h2>"]
+    parts = ['<h2 id="benchmark">Benchmark</h2>']
     results, captions = None, {}
     if (bench_dir / "results.json").is_file():
         try:
@@ -180,31 +194,159 @@ def _bench_section(bench_dir: Path) -> str:
     return "\n".join(parts)
 
 
-def render_html(results: dict, figures: list, skipped: dict[str, str], bench_html: str, probe: Probe) -> str:
-    """The page: check table and legend, figures, skipped kinds, benchmark section."""
+@dataclass
+class Section:
+    """A part of the page: its anchor, its title in the contents, its HTML (headed by itself)."""
+
+    anchor: str
+    title: str
+    body: str
+
+
+def _probe_section(probe_dir: Path) -> tuple[Section, list[str], dict]:
+    """A ``posenc probe --out`` folder as a section, with its summary lines and its data."""
+    from ..hf.probe.render import html_section
+    data, figures = load_probe(probe_dir)
+    name = model_name(data)
+    shown = html_section({**data, "model": name}, figures, probe_dir / "probe.json")  # by name, not cache folder
+    body = f'<section id="probe-{html.escape(name)}">{shown}</section>'
+    return Section(f"probe-{name}", f"Real model: {name}, q·k against distance", body), probe_summary(data), data
+
+
+def load_model_bench(bench_dir: Path) -> dict:
+    """results.json of a ``posenc bench --model --out`` folder; a clear error for anything else."""
+    from ..bench.summary import load_results
+
+    if not (bench_dir / "results.json").is_file():
+        raise FileNotFoundError(f"--model-bench {str(bench_dir)!r} holds no results.json (give the --out folder of "
+                                "`posenc bench --model`)")
+    results = load_results(bench_dir)
+    if "trained_length" not in results["settings"]:
+        raise ValueError(f"--model-bench {str(bench_dir)!r} holds synthetic bench results (give them to --bench); "
+                         "--model-bench reads `posenc bench --model` results")
+    return results
+
+
+def _model_bench_section(bench_dir: Path, fig_dir: Path) -> tuple[Section, list[str], dict]:
+    """A ``posenc bench --model --out`` folder as a section: its table in the model's units (the
+    command's own text), one figure against length, its summary lines, and its results."""
+    from ..hf.bench_model import format_model_table
+    results = load_model_bench(bench_dir)
+    s = results["settings"]
+    name = model_name(s)
+    png = plot_model_bench(results, fig_dir)
+    note = (f"L is stated as {s['trained_length']} tokens (the checkpoint was trained longer): the procedure at a "
+            f"small size, not a measurement of length extension. Passkey: {s['passkey_examples']} example(s) per "
+            f"depth at depths {', '.join(f'{d:g}' for d in s['passkey_depths'])}. Data in "
+            f"{bench_dir / 'results.json'}.")
+    body = (f'<section id="model-bench-{html.escape(name)}"><h2>Real model: {html.escape(name)} beyond its length</h2>'
+            f'<p class="note">{html.escape(note)}</p><pre id="model-bench">{html.escape(format_model_table(results))}</pre>'
+            f"<figure>{_img(png, 'model_bench')}<figcaption>Each row against length; rows that coincide are drawn "
+            f"once and named together.</figcaption></figure></section>")
+    return Section(f"model-bench-{name}", f"Real model: {name} beyond its length", body), model_bench_summary(results), results
+
+
+def _check_summary(results: dict) -> str:
+    """How many check cells agree with the literature, differ, or have no claim."""
+    counts: dict[str, int] = {}
+    for res in results.values():
+        for r in res.values():
+            key = {"agrees": "agree", "differs": "differ", "error": "failed to run"}.get(r.verdict, "other")
+            counts[key] = counts.get(key, 0) + 1
+    parts = [f"{counts[k]} {k}" for k in ("agree", "differ", "failed to run") if counts.get(k)]
+    return (f"{len(results)} encodings checked on {len(CHECKS)} properties: {', '.join(parts) or 'no cell'} with "
+            f"the literature's claim ({counts.get('other', 0)} cells untrained, without a claim or not applicable)")
+
+
+def _bench_summary(bench_dir: Path) -> list[str]:
+    from ..bench.summary import load_results
+
+    try:
+        results = load_results(bench_dir)
+    except (OSError, ValueError, KeyError):
+        return []
+    rows = results.get("summary") or []
+    encodings = {r["encoding"] for r in rows}
+    tasks = {r["task"] for r in rows}
+    seeds = max((r["seeds"] for r in rows), default=0)
+    line = f"Benchmark: {len(encodings)} encodings × {len(tasks)} tasks × {seeds} seed(s)"
+    rank = (results.get("ranking") or {}).get("intervals") or []
+    if rank:
+        best = max(rank, key=lambda i: i["mrr"])
+        line += (f"; highest mean reciprocal rank beyond L: {best['encoding']} {best['mrr']:.2f} "
+                 f"[{best['low']:.2f}, {best['high']:.2f}]")
+    return [line]
+
+
+def bench_encodings(bench_dir: Path) -> set[str]:
+    """The registered encodings a bench folder ran (variants ``rope:base=5e5`` by their name)."""
+    from ..bench.summary import load_results
+
+    try:
+        rows = load_results(bench_dir).get("summary") or []
+    except (OSError, ValueError, KeyError):
+        return set()
+    return {str(r["encoding"]).split("@")[0].split(":")[0] for r in rows}
+
+
+def select_figures(kinds: list[str], in_hand: set[str]) -> list[str]:
+    """The kinds whose figure concerns something in hand (CONCERNS), in PLOTS order."""
+    return [k for k in kinds if (set(CONCERNS[k]) & in_hand) or (ANY_ENCODING in CONCERNS[k] and in_hand)]
+
+
+def _figure_html(f) -> str:
+    about = ", ".join(CONCERNS[f.kind])
+    doc = " ".join((PLOTS[f.kind].__doc__ or "").split())
+    return (f'<figure id="fig-{f.kind}">{_img(f.path, f.kind)}<figcaption><b>{html.escape(f.kind)}</b>: '
+            f"{html.escape(f.title)}. {html.escape(doc)} <i>About: {html.escape(about)}.</i></figcaption></figure>")
+
+
+def _figures_section(chosen: list[str], model_in_hand: set[str], fig_dir: Path) -> tuple[Section, str]:
+    """The chosen figures, those about the real model's RoPE and scalings first under their own
+    heading, the kinds left out named; and the summary's line about them."""
+    model_kinds = set(select_figures(chosen, model_in_hand)) if model_in_hand else set()
+    chosen = [k for k in chosen if k in model_kinds] + [k for k in chosen if k not in model_kinds]
+    figures, skipped = [], {}
+    for k in chosen:
+        try:
+            figures.append(make_plot(k, fig_dir))
+        except ValueError as e:  # a family this figure needs is not in this build
+            skipped[k] = str(e)
+    left_out = [k for k in PLOTS if k not in chosen]
+    parts = ['<h2 id="figures">Figures</h2>']
+    if model_kinds:
+        parts.append("<h3>RoPE and its scalings: the real model's encoding</h3>")
+        parts += [_figure_html(f) for f in figures if f.kind in model_kinds]
+        parts.append("<h3>The other encodings</h3>")
+    parts += [_figure_html(f) for f in figures if f.kind not in model_kinds]
+    if skipped:
+        parts.append("<p class='note'>Figures skipped:</p><ul>"
+                     + "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in skipped.items()) + "</ul>")
+    if left_out:
+        parts.append(f"<p class='note'>Left out (about nothing on this page): {html.escape(', '.join(left_out))}; "
+                     "`posenc plot KIND` draws any of them.</p>")
+    line = (f"{len(figures)} figures about what this page covers"
+            + (f" ({len(model_kinds)} about the real model's RoPE and scalings, shown first)" if model_kinds else "")
+            + (f"; {len(left_out)} left out" if left_out else ""))
+    return Section("figures", "Figures", "\n".join(parts)), line
+
+
+def render_html(summary: list[str], sections: list[Section]) -> str:
+    """The page: title, summary, contents, then each section in order."""
     from .. import __version__
 
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    figs = "\n".join(
-        f'<figure id="fig-{f.kind}">{_img(f.path, f.kind)}<figcaption><b>{html.escape(f.kind)}</b>: '
-        f"{html.escape(f.title)}. {html.escape(' '.join((PLOTS[f.kind].__doc__ or '').split()))}</figcaption></figure>"
-        for f in figures
-    )
-    skip = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in skipped.items())
+    items = "".join(f"<li>{html.escape(x)}</li>" for x in summary)
+    toc = "".join(f'<li><a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a></li>' for s in sections)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>posenc report</title><style>{_CSS}</style></head>
 <body>
 <h1>posenc report</h1>
-<p class="note">posenc {__version__}, {when}. Probe: d_model {probe.d_model}, {probe.num_heads} heads,
-training length L = {probe.train_len}, curves to {probe.far_len}, positions tried up to {probe.max_probe_position}.
-Every cell is measured by running the encoding's hooks; hover a cell for its detail.</p>
-<h2>Properties</h2>
-{_check_table(results)}
-{_legend()}
-<h2>Figures</h2>
-{figs}
-{f"<p class='note'>Figures skipped:</p><ul>{skip}</ul>" if skip else ""}
-{bench_html}
+<p class="note">posenc {__version__}, {when}.</p>
+<h2 id="summary">Summary</h2>
+<ul class="summary">{items}</ul>
+<nav id="contents"><h2>Contents</h2><ol>{toc}</ol></nav>
+{"".join(s.body for s in sections)}
 <script>{_SCRIPT}</script>
 </body></html>
 """
@@ -217,28 +359,66 @@ def build_report(
     bench: str | Path | None = None,
     probe: Probe | None = None,
     model: str | Path | None = None,
+    *,
+    probes: list[str | Path] | None = None,
+    model_bench: str | Path | None = None,
 ) -> Path:
-    """Run the checks and plots, write ``out/report.html`` (figures also under ``out/figures``)."""
-    out_dir = prepare_out_dir(out)
-    probe = Probe() if probe is None else probe
-    kinds = list(PLOTS) if not kinds else list(kinds)
-    for k in kinds:
+    """Run the checks and plots, write ``out/report.html`` (figures also under ``out/figures``).
+
+    ``probes``: ``posenc probe --out`` folders and ``model_bench``: a ``posenc bench --model
+    --out`` folder, shown first; ``model``: a checkpoint probed into ``out/probe`` first.
+    ``kinds``: the figures (default: those that concern the checked and benchmarked encodings
+    and the real model)."""
+    for k in kinds or []:
         if k not in PLOTS:
             raise ValueError(f"unknown plot kind {k!r}; valid kinds: {', '.join(PLOTS)}")
-    bench_html = _bench_section(Path(bench)) if bench is not None else ""
+    probe_dirs = [Path(p) for p in probes or []]
+    for d in probe_dirs:  # every folder given is read before anything is written
+        load_probe(d)
+    if model_bench is not None:
+        load_model_bench(Path(model_bench))
+    out_dir = prepare_out_dir(out)
+    probe = Probe() if probe is None else probe
     if model is not None:  # a checkpoint's probe, written under out/probe
-        from ..hf.probe import report_section
+        from ..hf.probe import probe as run_probe
 
-        bench_html += report_section(model, out_dir / "probe")
+        run_probe(model, out_dir / "probe", None, progress=False)
+        probe_dirs.append(out_dir / "probe")
+    sections: list[Section] = []
+    summary: list[str] = []
+    probe_data, bench_results = [], None
+    for d in probe_dirs:
+        section, lines, data = _probe_section(d)
+        sections.append(section)
+        summary += lines
+        probe_data.append(data)
+    if model_bench is not None:
+        section, lines, bench_results = _model_bench_section(Path(model_bench), out_dir / "figures")
+        sections.append(section)
+        summary += lines
+    if bench is not None:
+        sections.append(Section("benchmark", "Benchmark", _bench_section(Path(bench))))
+        summary += _bench_summary(Path(bench))
     results = run_checks(names, probe)
-    figures, skipped = [], {}
-    for k in kinds:
-        try:
-            figures.append(make_plot(k, out_dir / "figures"))
-        except ValueError as e:  # a family this figure needs is not in this build
-            skipped[k] = str(e)
+    summary.append(_check_summary(results))
+    sections.append(Section("properties", "Properties", f'<h2 id="properties">Properties</h2>'
+                            f'<p class="note">Probe: d_model {probe.d_model}, {probe.num_heads} heads, training length '
+                            f"L = {probe.train_len}, curves to {probe.far_len}, positions tried up to "
+                            f"{probe.max_probe_position}. Every cell is measured by running the encoding's hooks; "
+                            f"hover a cell for its detail.</p>{_check_table(results)}{_legend()}"))
+    # the figures about what the page is about: the real model's (RoPE, its scalings) first
+    model_in_hand = set()
+    if probe_data or bench_results is not None:
+        model_in_hand = model_concerns(bench_results, probe_data[0] if probe_data else None)
+    in_hand = set(results) | (bench_encodings(Path(bench)) if bench is not None else set()) | model_in_hand
+    if "rope" in in_hand:  # a RoPE on the page is a RoPE with any of the registry's scalings
+        in_hand |= set(SCALINGS)
+    section, line = _figures_section(list(kinds) if kinds else select_figures(list(PLOTS), in_hand), model_in_hand,
+                                     out_dir / "figures")
+    sections.append(section)
+    summary.append(line)
     path = out_dir / "report.html"
-    path.write_text(render_html(results, figures, skipped, bench_html, probe), encoding="utf-8")
+    path.write_text(render_html(summary, sections), encoding="utf-8")
     return path
 
 
@@ -247,18 +427,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if k not in PLOTS:
             raise ValueError(f"--plots: unknown plot kind {k!r}; valid kinds: {', '.join(PLOTS)}")
     probe = Probe(train_len=args.train_len)
-    path = build_report(args.out, args.encodings, args.plots, args.bench, probe, model=args.model)
+    path = build_report(args.out, args.encodings, args.plots, args.bench, probe, model=args.model,
+                        probes=args.probe, model_bench=args.model_bench)
     print(f"wrote {path}")
     return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("report", help="write one self-contained HTML page: checks, figures, benchmark")
+    p = subparsers.add_parser("report", help="write one self-contained HTML page: real model, benchmark, checks, figures")
     p.add_argument("--out", type=output_dir, required=True, help="directory for report.html (and figures/)")
+    p.add_argument("--probe", type=existing_dir, nargs="+", default=None, metavar="PROBE_DIR",
+                   help="output folder(s) of `posenc probe` to show first (probe.json and its figures)")
+    p.add_argument("--model-bench", type=existing_dir, default=None, metavar="MODEL_BENCH_DIR",
+                   help="output folder of `posenc bench --model` to show first (the checkpoint beyond its length)")
     p.add_argument("--bench", type=existing_dir, default=None, help="output directory of `posenc bench` to embed (results.json, PNGs)")
     p.add_argument("--model", type=existing_dir, default=None, metavar="MODEL_DIR",
-                   help="a local Hugging Face checkpoint to probe (posenc probe: layer 0, q·k against distance)")
+                   help="a local Hugging Face checkpoint to probe first (posenc probe: layer 0, q·k against distance)")
     p.add_argument("--encodings", nargs="+", default=None, metavar="NAME", help="encodings to check (default: all)")
-    p.add_argument("--plots", nargs="+", default=None, metavar="KIND", help="plot kinds to include (default: all)")
+    p.add_argument("--plots", nargs="+", default=None, metavar="KIND",
+                   help="plot kinds to include (default: those about the encodings and the model on the page)")
     p.add_argument("--train-len", type=int_at_least(8), default=128, help="training length L of the checks (default 128)")
     p.set_defaults(func=_cmd_report)

@@ -20,6 +20,22 @@ def curve_label(name: str) -> str:
     return name if entry is None else entry.label
 
 
+def _coinciding(curves: dict[str, list[float]], tol: float) -> list[list[str]]:
+    """Curve names grouped by values within ``tol`` of each other at every point, first-seen
+    order: a figure draws each group once and names every member, since a curve hidden under
+    another reads as missing (dynamic NTK against NTK-aware at a long probe's distances)."""
+    groups: list[list[str]] = []
+    for name, y in curves.items():
+        for g in groups:
+            ref = curves[g[0]]
+            if len(ref) == len(y) and all(abs(a - b) <= tol for a, b in zip(ref, y)):
+                g.append(name)
+                break
+        else:
+            groups.append([name])
+    return groups
+
+
 def _layer_view(data: dict, layer: int) -> tuple[list, dict, int, int]:
     """(distances, curves, Ld, n): a layer's curves cut at extend * Ld (its trained distance)."""
     entry = data["layers"][str(layer)]
@@ -71,8 +87,13 @@ def plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
     _windows(axes[1], entry, "high", "darkred", "high half, window means")
     _windows(axes[1], entry, "low", "darkgreen", "low half, window means")
     axes[1].set_title("the two halves of the rotary pairs", fontsize=10)
-    for i, (name, c) in enumerate(curves.items()):
-        axes[2].plot(d, c["full"], lw=0.8, color=f"C{i}", label=curve_label(name), alpha=0.9)
+    full = {name: c["full"] for name, c in curves.items()}
+    span = max(max(y) for y in full.values()) - min(min(y) for y in full.values())
+    for i, group in enumerate(_coinciding(full, 0.005 * span)):  # 0.5 % of the axis: one line to the eye
+        exact = all(full[n] == full[group[0]] for n in group)
+        label = (" = " if exact else " ≈ ").join(curve_label(n) for n in group)
+        label += "" if len(group) == 1 else " (equal)" if exact else " (within 0.5 % of the axis)"
+        axes[2].plot(d, full[group[0]], lw=0.8, color=f"C{i}", label=label, alpha=0.9)
     axes[2].set_title(f"raised base and scalings (factor {data['settings']['extend']:g}), no training", fontsize=10)
     for ax in axes:
         ax.axvline(L, color="gray", ls="--", lw=1, label=f"trained distance Ld={L}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 
 from ...rotary import from_hf
 from ..checkpoint import DTYPES, check_fits, load_model, load_tokenizer, open_checkpoint, trained_length
+from ..models import MODELS
 from .capture import capture_qk, layer_taps, probe_text_ids
 from .curves import distances, frequency_halves, probe_scalings, score_curves, variant_ropes
 from .render import html_section, plot_layer, plot_layers
@@ -157,6 +159,13 @@ def _locked_out(out: str | Path):
         yield path
 
 
+def _display_name(folder: str) -> str:
+    """A named model's cache folder (``<name>-<sha256[:12]>-v<format>``, posenc.hf.models) by its
+    name; any other folder by its own name."""
+    named = re.fullmatch(r"(.+)-[0-9a-f]{12}-v\d+", folder)
+    return named.group(1) if named and named.group(1) in MODELS else folder
+
+
 def probe(
     model_dir: str | Path, out: str | Path, settings: ProbeSettings | None = None, *,
     text: str | Path | None = None, progress: bool = True, model: Any = None,
@@ -205,7 +214,8 @@ def probe(
         sel = torch.tensor(heads)
         types = ckpt.config.get("layer_types") or []
         data: dict[str, Any] = dict(
-            format=PROBE_FORMAT, model=ckpt.name, model_type=ckpt.config.get("model_type"), trained_length=L,
+            format=PROBE_FORMAT, model=_display_name(ckpt.name), model_type=ckpt.config.get("model_type"),
+            trained_length=L,
             settings={**dataclasses.asdict(s), "layers": list(layers)}, text="stdlib" if text is None else str(text),
             text_tokens=len(ids), tokenizer=tokenizer.kind, heads=list(heads), distances=d.tolist(), layers={},
         )
