@@ -173,6 +173,11 @@ def test_refusals():
                                          r"embedding \(NoPE\): only its 'sliding_attention' layers rotate$"):
         from_hf(cohere, layer_type="full_attention")
     assert from_hf(cohere, layer_type="sliding_attention").config == from_hf(cohere).config
+    llama4 = config("llama4_text")  # its full-attention layers are its NoPE ones (layer 3 here)
+    with pytest.raises(ValueError, match=r"^layer type 'full_attention' of model_type 'llama4_text' has no rotary "
+                                         r"embedding \(NoPE\): no_rope_layers is 0 for each of its layers \[3\]$"):
+        from_hf(llama4, layer_type="full_attention")
+    assert from_hf(llama4, layer_type="chunked_attention").config == from_hf(llama4).config
     with pytest.raises(ValueError, match=r"^no_rope_layers must list one flag per layer \(1: RoPE, 0: NoPE; "
                                          r"num_hidden_layers = 4\), got \[1, 1, 0\]$"):
         layer_ropes(config("smollm3").to_dict() | {"no_rope_layers": [1, 1, 0]})

@@ -69,6 +69,12 @@ CASES = [
     Case(A, "from_hf of a Cohere2 global (NoPE) layer type",
          r"layer type 'full_attention' of model_type 'cohere2' has no rotary embedding \(NoPE\): only its "
          r"'sliding_attention' layers rotate", run=lambda: _from_hf(_COHERE2, layer_type="full_attention")),
+    Case(A, "from_hf of a Llama 4 full-attention layer type (its NoPE layers)",
+         r"layer type 'full_attention' of model_type 'llama4_text' has no rotary embedding \(NoPE\): no_rope_layers "
+         r"is 0 for each of its layers \[3\]", run=lambda: _from_hf({
+             "model_type": "llama4_text", "hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 4,
+             "no_rope_layers": [1, 1, 1, 0], "layer_types": ["chunked_attention"] * 3 + ["full_attention"]},
+             layer_type="full_attention")),
     Case(A, "layer_ropes with no_rope_layers shorter than the layers (SmolLM3)",
          r"no_rope_layers must list one flag per layer \(1: RoPE, 0: NoPE; num_hidden_layers = 4\), got \[1, 1, 0\]",
          run=lambda: _layer_ropes(_SMOLLM3 | {"no_rope_layers": [1, 1, 0]})),

@@ -559,10 +559,8 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
         params, where = {}, "rope_parameters"
     else:
         params, where = _rope_dict(config, model_type, layer_type)
-    if reading.rope_layers and reading.rope_layers != "no_rope_layers" and layer_type is not None \
-            and layer_type != reading.rope_layers:
-        raise ValueError(f"layer type {layer_type!r} of model_type {model_type!r} has no rotary embedding (NoPE): "
-                         f"only its {reading.rope_layers!r} layers rotate")
+    if reading.rope_layers and layer_type is not None:
+        _refuse_nope_layer_type(config, reading, model_type, layer_type)
     entry = _rope_type(params, where, reading, model_type)
     _check_top_level_keys(config, reading, model_type, entry)
 
@@ -597,6 +595,21 @@ def _rotating_layers(config: dict, reading: HFReading, model_type: str | None, n
         windowed = config.get("sliding_window") is not None
         return [windowed and t == reading.rope_layers for t in types]
     return [True] * n
+
+
+def _refuse_nope_layer_type(config: dict, reading: HFReading, model_type: str | None, layer_type: str) -> None:
+    """A hybrid's layer type whose layers all skip RoPE (Cohere2's full layers; Llama 4's full
+    layers, which are its NoPE ones) has no RoPE to build: an error, not a RoPE no layer uses."""
+    types, n = config.get("layer_types"), config.get("num_hidden_layers")
+    if not isinstance(types, (list, tuple)) or len(types) != n:
+        return  # the layer type itself is checked against the rope dict and layer_types later
+    rotating = _rotating_layers(config, reading, model_type, n)
+    layers = [i for i, t in enumerate(types) if t == layer_type]
+    if layers and not any(rotating[i] for i in layers):
+        why = (f"only its {reading.rope_layers!r} layers rotate" if reading.rope_layers != "no_rope_layers"
+               else f"no_rope_layers is 0 for each of its layers {layers}")
+        raise ValueError(f"layer type {layer_type!r} of model_type {model_type!r} has no rotary embedding (NoPE): "
+                         f"{why}")
 
 
 def layer_ropes(config: Any) -> list[RotaryEmbedding | None]:
