@@ -17,7 +17,7 @@ import torch
 transformers = pytest.importorskip("transformers", minversion="5", reason="posenc.hf needs transformers>=5 (posenc[hf])")
 
 from posenc.hf import patch_model, patched_rope, unpatch_model  # noqa: E402
-from posenc.rotary import from_hf  # noqa: E402
+from posenc.rotary import from_hf, to_hf  # noqa: E402
 from posenc.rotary.hf_config import layer_ropes  # noqa: E402
 
 VOCAB, L, WINDOW, T = 64, 32, 8, 24
@@ -144,6 +144,30 @@ def test_a_scaling_goes_to_the_full_layers_as_rope_scaling_does(rope_type, param
     with torch.no_grad():
         assert rel(model(ids[:, :L]).logits, want_short) <= 1e-5
         assert rel(model(ids).logits, want) <= 1e-5
+
+
+def test_to_hf_of_the_layer_types_loads_in_transformers_as_the_patched_model():
+    """to_hf({layer type: RoPE}) writes rope_parameters keyed by layer type: transformers'
+    Gemma 3 built from it (same weights) gives the patched model's logits."""
+    model = make()
+    patch_model(model, layer_type=SLIDING, scaling="yarn", factor=4.0)  # the full layers keep linear x8
+    ropes = {t: patched_rope(model, t) for t in (SLIDING, FULL)}
+    written = to_hf(ropes)
+    assert set(written["rope_parameters"]) == {SLIDING, FULL} and written["head_dim"] == 8
+    assert written["rope_parameters"][SLIDING]["rope_type"] == "yarn"
+    assert written["rope_parameters"][FULL] == {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0}
+    for t, rope in ropes.items():
+        back = from_hf({"model_type": "gemma3_text", "hidden_size": 32, "num_attention_heads": 4, **written},
+                       layer_type=t)
+        assert torch.equal(back.inv_freq, rope.inv_freq) and back.attention_factor == rope.attention_factor
+    hf = twin(model, written["rope_parameters"])
+    ids = tokens(2, L + 8, seed=6)
+    with torch.no_grad():
+        want = hf(ids).logits
+        assert rel(make()(ids).logits, want) > 1e-4  # the written config is not the checkpoint's
+        assert rel(model(ids).logits, want) <= 1e-5
+    with pytest.raises(ValueError, match=r"^the layer types' RoPEs must agree on their top-level entries"):
+        to_hf({SLIDING: ropes[SLIDING], FULL: from_hf(config(head_dim=16), layer_type=FULL)})
 
 
 def test_generate_with_cache_and_left_padding_equals_unpatched():

@@ -655,8 +655,13 @@ def _json_value(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value  # config.json has lists
 
 
-def to_hf(rope: RotaryEmbedding) -> dict[str, Any]:
+def to_hf(rope: RotaryEmbedding | Mapping[str, RotaryEmbedding]) -> dict[str, Any]:
     """The Hugging Face config entries of a posenc RoPE: ``{"rope_parameters": {...}, ...}``.
+
+    A mapping layer type -> RoPE (Gemma 3's, e.g. ``{t: patched_rope(model, t) for t in
+    ("sliding_attention", "full_attention")}``) gives ``rope_parameters`` keyed by layer type,
+    as transformers 5 writes it for those families; their top-level entries (``head_dim``, ...)
+    must agree.
 
     ``rope_parameters`` is spelled as transformers 5 writes it: ``rope_type``, ``rope_theta``,
     ``partial_rotary_factor`` (only when r < head_dim) and the scaling's parameters under their
@@ -676,6 +681,8 @@ def to_hf(rope: RotaryEmbedding) -> dict[str, Any]:
     with :func:`~posenc.rotary.convert_qk_layout` and use ``"half"``), xPos, and a scaling
     registered without an HF spelling.
     """
+    if isinstance(rope, Mapping):
+        return _to_hf_per_layer_type(rope)
     if type(rope) is not RotaryEmbedding:
         raise TypeError(f"rope must be a RotaryEmbedding ('rope'; transformers has no xPos), got {type(rope).__name__}")
     cfg = rope.config
@@ -714,3 +721,16 @@ def to_hf(rope: RotaryEmbedding) -> dict[str, Any]:
             frac = math.nextafter(frac, 1.0)
         params["partial_rotary_factor"] = frac
     return {"rope_parameters": params} | top
+
+
+def _to_hf_per_layer_type(ropes: Mapping[str, RotaryEmbedding]) -> dict[str, Any]:
+    if not ropes or not all(isinstance(t, str) for t in ropes):
+        raise ValueError(f"rope must map at least one layer type (a str) to its RoPE, got {dict(ropes)!r}")
+    parts = {t: to_hf(r) for t, r in ropes.items()}
+    tops = {t: {k: v for k, v in p.items() if k != "rope_parameters"} for t, p in parts.items()}
+    first_type, first = next(iter(tops.items()))
+    for t, top in tops.items():
+        if top != first:
+            raise ValueError(f"the layer types' RoPEs must agree on their top-level entries to share one config: "
+                             f"{first_type!r} needs {first}, {t!r} needs {top}")
+    return {"rope_parameters": {t: p["rope_parameters"] for t, p in parts.items()}} | first
