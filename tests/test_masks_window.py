@@ -272,3 +272,31 @@ def test_decoding_step_with_terms_takes_eager_and_equals_the_loop():
         assert plan("sdpa", q, k, v, mask, terms).leaf is Leaf.EAGER
         torch.testing.assert_close(LEAVES[Leaf.EAGER](q, k, v, scale=0.3, mask=mask, terms=terms),
                                    _slow(q, k, v, mask, terms), **TOL)
+
+
+@pytest.mark.parametrize("kind", ["plain", "prefill"])
+def test_window_row_blocks_equal_the_loop_forward_and_backward(kind):
+    """The sliding window's own leaf (row blocks over the window's keys, planned past 128
+    queries) against the loop's mask, forward and backward; a window with padding, documents or
+    a chunk keeps the bool mask (its rows-that-see-nothing rule needs every key)."""
+    from posenc.backends.sdpa import WINDOW_ROWS
+
+    T, w = WINDOW_ROWS * 2 + 37, 50
+    q_seq = SequenceInfo.from_offset(1, T) if kind == "plain" else SequenceInfo.from_offset(1, T - 70, 70)
+    k_seq = SequenceInfo.from_offset(1, T)
+    mask = AttentionMask.build(q_seq, k_seq, causal=True, window=w)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, H, mask.tq, D, generator=g, dtype=F64, requires_grad=True)
+    k, v = (torch.randn(1, H, T, D, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
+    terms = LayerTerms(q_seq.positions, k_seq.positions)
+    assert plan("sdpa", q, k, v, mask, terms).leaf is Leaf.SDPA_WINDOW_ROWS
+    got = LEAVES[Leaf.SDPA_WINDOW_ROWS](q, k, v, scale=0.3, mask=mask, terms=terms)
+    want = _slow(q, k, v, mask, terms)
+    torch.testing.assert_close(got, want, **TOL)
+    w_out = torch.randn(got.shape, generator=g, dtype=F64)
+    for a, b in zip(torch.autograd.grad((got * w_out).sum(), (q, k, v)), torch.autograd.grad((want * w_out).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, **TOL)
+    for other in (dict(chunk=64), ):
+        assert plan("sdpa", q, k, v, AttentionMask.build(q_seq, k_seq, causal=True, window=w, **other), terms).leaf is Leaf.SDPA_MASK
+    padded = SequenceInfo.from_padding_mask(torch.ones(1, T, dtype=torch.bool))
+    assert plan("sdpa", k, k, v, AttentionMask.build(padded, causal=True, window=w), terms).leaf is Leaf.SDPA_MASK

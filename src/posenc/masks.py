@@ -191,6 +191,14 @@ class AttentionMask:
                 and not self._may_empty_rows and not self._local)
 
     @property
+    def sliding_only(self) -> bool:
+        """Causal (Tq > 1) with a sliding window and nothing else: no padding, documents or
+        chunk, so query i sees exactly the keys ``i - w < j <= i`` (stream indices) and no row
+        is empty; attention may then read each block of queries' window alone."""
+        return (self._causal_needed and self._window_needed and self.chunk is None
+                and not self._may_empty_rows and not self._documents)
+
+    @property
     def plain_causal(self) -> bool:
         """Exactly causal with Tq == Tk, no padding, documents, window or chunk: SDPA's ``is_causal``."""
         return (
