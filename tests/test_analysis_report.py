@@ -222,3 +222,21 @@ def test_model_bench_folder_errors(tmp_path):
         load_probe(tmp_path)
     with pytest.raises(FileNotFoundError, match="--model-bench .* holds no results.json"):
         R.load_model_bench(tmp_path)
+
+
+def test_benchmark_log_axes_have_enough_labelled_ticks():
+    """The report's perplexity figures (log axes): at least three labelled y ticks in view and
+    every evaluated length labelled, on the committed quick run."""
+    from pathlib import Path
+
+    from posenc.bench import figures, load_results
+
+    results = load_results(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_quick.json")
+    fig = figures(results)["task_lm"]
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    shown = [t.get_text() for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi and t.get_text()]
+    assert len(shown) >= 3, shown
+    lengths = sorted({p["length"] for r in results["runs"] if r["task"] == "lm" for p in r["points"]})
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(n) for n in lengths]

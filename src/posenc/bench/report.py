@@ -268,8 +268,18 @@ def figures(results: dict) -> dict[str, Any]:
             ax.axvline(L, color="gray", ls="--", lw=1, label=f"train length L={L}")
             ax.set_xlabel("evaluation length")
             if metric == "ppl":
+                from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
                 ax.set_yscale("log")
                 ax.set_xscale("log", base=2)
+                # enough labelled ticks on both log axes (a narrow perplexity range still gets a few), plain
+                # numbers, and the lengths evaluated
+                ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)))
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.yaxis.set_minor_formatter(NullFormatter())
+                lengths = sorted({n for ns, _, _ in _curves(results, task, filt).values() for n in ns})
+                ax.set_xticks(lengths, [str(n) for n in lengths])
+                ax.xaxis.set_minor_formatter(NullFormatter())
                 ax.set_ylabel("perplexity (bytes)")
             else:
                 ax.set_ylabel("exact-match accuracy (%)")
