@@ -398,3 +398,44 @@ def test_figure_centre_patch_logits_show_each_splits_axes(tmp_path):
     pytest.importorskip("matplotlib")
     result = plot_mrope_axes(tmp_path, height=6, width=6)
     assert result.path.exists() and result.data["axes"].shape == (3, 32)
+
+
+# ---- patch_model: a transformers Qwen2-VL language model rotating with posenc's mrope ----------
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_patch_model_runs_a_tiny_random_vl_language_model_with_mrope(family):
+    """A 2-layer random Qwen2-VL / Qwen3-VL text model (transformers) on an image + text
+    sequence: patched, its hidden states equal its own (float32 angles there: 1e-5); a base
+    override (through MRopeConfig) changes them; unpatched, bit for bit its own again."""
+    from posenc.hf.patch import patch_model, patched_rope, unpatch_model
+
+    rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2]}
+    if family == "qwen2_vl":
+        cfg = transformers.Qwen2VLTextConfig(
+            vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, rope_parameters=rope, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        model_cls = hf2.Qwen2VLTextModel
+    else:
+        cfg = transformers.Qwen3VLTextConfig(
+            vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, rope_parameters=rope | {"mrope_interleaved": True},
+            bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        model_cls = hf3.Qwen3VLTextModel
+    torch.manual_seed(0)
+    model = model_cls(cfg).eval()
+    blocks = [2, (1, 3, 4), 3]
+    pos = multimodal_axes(blocks)[:, None]  # (3, 1, T): get_rope_index's, tested above
+    ids = torch.randint(0, 64, (1, pos.shape[-1]), generator=torch.Generator().manual_seed(1))
+    run = lambda: model(input_ids=ids, position_ids=pos).last_hidden_state  # noqa: E731
+    with torch.no_grad():
+        own = run()
+        enc = patch_model(model)
+        assert isinstance(enc, MRopeEmbedding) and enc.config.mrope_interleaved == (family == "qwen3_vl")
+        patched = run()
+        patch_model(model, base=1e3)
+        assert patched_rope(model).config.base == 1e3 and patched_rope(model).section == (4, 2, 2)
+        other_base = run()
+        assert unpatch_model(model)
+        back = run()
+    torch.testing.assert_close(patched, own, atol=1e-5, rtol=1e-5)
+    assert (other_base - own).abs().max() > 1e-3
+    assert torch.equal(back, own)

@@ -93,7 +93,8 @@ CASES = [
          run=lambda: _patch(torch.nn.Linear(2, 2)), error=TypeError),
     Case(A, "patch_model on a model without RoPE (GPT-2)",
          r"model_type 'gpt2' has no rotary embeddings .*supports: llama, mistral, qwen2, qwen3, gemma, gemma2, "
-         r"phi, phi3, stablelm, gpt_neox, gemma3_text, gemma4_text, smollm3, cohere2, llama4_text, gptj",
+         r"phi, phi3, stablelm, gpt_neox, gemma3_text, gemma4_text, smollm3, cohere2, qwen2_vl_text, "
+         r"qwen2_5_vl_text, qwen3_vl_text, llama4_text, gptj",
          run=lambda: _patch(_gpt2())),
     Case(A, "patch_model on a RoPE model type it does not support (olmo)",
          r"model_type must be one of llama, .*, gptj for patch_model; got 'olmo'", run=lambda: _patch(_olmo())),

@@ -35,6 +35,10 @@ gptj                                                transformers >= 5.24: its sh
                                                     each layer's table lookup reads a posenc
                                                     table instead (an instance attribute
                                                     shadowing the method)
+qwen2_vl_text, qwen2_5_vl_text, qwen3_vl_text       the language model's ``rotary_emb`` (patch
+                                                    ``model.model.language_model``): posenc's
+                                                    ``mrope``, at the (3, B, T) position ids the
+                                                    model computes (``get_rope_index``)
 ==================================================  =============================================
 
 The form handed to the attention layers is the family's own: Llama's half layout (the r/2
@@ -67,13 +71,14 @@ patched model writes the same checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..rotary import RotaryConfig, RotaryEmbedding, from_hf
+from ..rotary import RotaryEmbedding, from_hf
 from ..rotary.hf_config import HF_READINGS
 from ..rotary.scaling import SCALINGS
 from .checkpoint import trained_length
@@ -86,6 +91,9 @@ _SHARED_MODULE = {
     **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "stablelm", "gpt_neox",
                      "gemma3_text", "gemma4_text", "smollm3"), "half"),
     "cohere2": "interleaved",
+    # M-RoPE text models (posenc's mrope; position_ids (3, B, T)): the language model of a
+    # Qwen2-VL / Qwen2.5-VL / Qwen3-VL (model.model.language_model)
+    **dict.fromkeys(("qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text"), "half"),
     "llama4_text": "complex",
     "gptj": "sin_cos",  # transformers >= 5.24; before, no shared module (see patch_model)
 }
@@ -220,13 +228,13 @@ def _resolve(model: nn.Module, native: RotaryEmbedding, rope: Any, overrides: di
     """The RotaryEmbedding to patch in, checked against the checkpoint's own (``native``)."""
     if rope is None:
         rope = native
-    elif type(rope) is not RotaryEmbedding:  # a subclass (xPos) scales q and k apart: not a cos/sin pair
-        raise TypeError(f"rope must be a posenc RotaryEmbedding (from posenc.rotary.from_hf or "
-                        f"posenc.build('rope', ...)) or None, got {type(rope).__name__}")
+    elif type(rope) is not type(native):  # a subclass (xPos) scales q and k apart: not a cos/sin pair
+        raise TypeError(f"rope must be a posenc {type(native).__name__} (from posenc.rotary.from_hf or "
+                        f"posenc.build({native.name!r}, ...)) or None, got {type(rope).__name__}")
     if overrides:
         cfg = rope.config
-        fields = {"base": cfg.base, "rotary_dim": cfg.rotary_dim, "layout": cfg.layout, "scaling": cfg.scaling,
-                  "kernel": cfg.kernel}
+        # every field of the config's class (M-RoPE's sections too), not its scaling parameters
+        fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.init}
         # a new rope type starts from its own defaults (as set_scaling does); else keep the parameters
         params = {} if "scaling" in overrides else dict(cfg.scaling_params())
         params |= overrides
@@ -236,7 +244,7 @@ def _resolve(model: nn.Module, native: RotaryEmbedding, rope: Any, overrides: di
             # the one parameter every length-based type needs: the checkpoint knows it
             params["original_max_position_embeddings"] = trained_length(model.config)
         # RotaryConfig checks every value and refuses unknown keywords, listing the valid ones
-        rope = RotaryEmbedding(RotaryConfig(**(fields | params)), rope.dims)
+        rope = type(rope)(type(cfg)(**(fields | params)), rope.dims)
     # The head size first: a rope built for another head size has another rotary_dim too, and
     # the head size is the cause.
     want = {"head_dim": native.dims.head_dim, "rotary_dim": native.rotary_dim, "layout": native.config.layout}
@@ -256,7 +264,8 @@ def _layer_types(model: nn.Module, model_type: str) -> tuple[str, ...]:
     not None); () for a model with one RoPE."""
     rope = getattr(model.config, "rope_parameters", None) or {}
     nested = isinstance(rope, Mapping) and bool(rope) and all(v is None or isinstance(v, Mapping) for v in rope.values())
-    if not (HF_READINGS[model_type].per_layer or nested):
+    reading = HF_READINGS.get(model_type)  # None: an M-RoPE text model (read by posenc.rotary.mrope)
+    if not ((reading is not None and reading.per_layer) or nested):
         return ()
     return tuple(sorted(t for t in set(model.config.layer_types) if not nested or rope.get(t) is not None))
 
