@@ -240,3 +240,30 @@ def test_benchmark_log_axes_have_enough_labelled_ticks():
     assert len(shown) >= 3, shown
     lengths = sorted({p["length"] for r in results["runs"] if r["task"] == "lm" for p in r["points"]})
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(n) for n in lengths]
+
+
+def test_model_bench_cells_rows_and_lines(tmp_path):
+    """A bench --model results file read back in the model's units: passkey % as the mean over
+    depths, a scaling row by its registry label, the raised base by its factor; rows equal at
+    every length drawn as one line (a scaling is the model itself up to L)."""
+    from posenc.analysis.real_model import model_bench_cells, model_bench_summary, plot_model_bench
+
+    def pt(v, n, x, d=None):
+        return dict(variant=v, length=n, depth=d, value=x)
+
+    results = {"settings": {"label": "m", "trained_length": 4, "raised_base": 16.0, "scalings": ["ntk", "dynamic"]},
+               "runs": [{"task": "lm", "points": [pt("base", 4, 10.0), pt("base", 8, 12.0), pt("ntk", 8, 11.0),
+                                                   pt("dynamic", 8, 11.0), pt("raised_base", 8, 13.0)]},
+                        {"task": "passkey", "points": [pt("base", 4, 1.0, 0.0), pt("base", 4, 0.0, 1.0),
+                                                        pt("base", 8, 0.0, 0.0), pt("base", 8, 0.0, 1.0),
+                                                        pt("ntk", 8, 1.0, 0.0), pt("ntk", 8, 1.0, 1.0)]}]}
+    cells = model_bench_cells(results)
+    assert cells["lm"] == {"m": {4: 10.0, 8: 12.0}, "+ NTK-aware": {8: 11.0}, "+ dynamic NTK": {8: 11.0},
+                           "+ base x16": {8: 13.0}}
+    assert cells["passkey"] == {"m": {4: 50.0, 8: 0.0}, "+ NTK-aware": {8: 100.0}}
+    lm, pk = model_bench_summary(results)
+    assert "at 8 tokens (2 L, L stated as 4): + NTK-aware 11.00, + dynamic NTK 11.00, m 12.00, + base x16 13.00" in lm
+    assert pk.endswith("+ NTK-aware 100 %, m 0 %")
+    res = plot_model_bench(results, tmp_path)
+    assert res.path.is_file()
+    assert res.data["lines"]["lm"] == [["m"], ["+ NTK-aware", "+ dynamic NTK"], ["+ base x16"]]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..rotary.scaling import SCALINGS
-from .canvas import coincident_groups, figure, prepare_out_dir, save
+from .canvas import PlotResult, coincident_groups, figure, prepare_out_dir, save
 
 __all__ = ["load_probe", "model_bench_cells", "model_bench_summary", "model_concerns", "plot_model_bench",
            "probe_summary", "row_label"]
@@ -122,27 +122,31 @@ def model_bench_summary(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot_model_bench(results: dict[str, Any], out_dir: Path) -> Path:
+def plot_model_bench(results: dict[str, Any], out_dir: Path) -> PlotResult:
     """Token perplexity and passkey accuracy against length, one line per row (the model, each
-    scaling from L on); rows equal at every length are drawn once and named together."""
+    scaling from L on); rows within 0.1 % of each other at every length are drawn once and named
+    together (``data["lines"]``: per task, the rows of each line)."""
     cells = model_bench_cells(results)
     L = results["settings"]["trained_length"]
     tasks = [t for t in ("lm", "passkey") if t in cells] + [t for t in cells if t not in ("lm", "passkey")]
     plt, fig, axes = figure(len(tasks))
+    lines: dict[str, list[list[str]]] = {}
     for ax, task in zip(axes, tasks):
         rows = cells[task]
         lengths = sorted({n for r in rows.values() for n in r})
         model = next(iter(rows.values()))  # the model itself: a scaling changes it beyond L only
         series = {name: torch.tensor([r.get(n, model.get(n, float("nan")) if n <= L else float("nan"))
                                       for n in lengths], dtype=torch.float64) for name, r in rows.items()}
-        # rows within 0.1 % of each other at every length look like one line: drawn once, named together
+        # rows within 0.1 % of the largest value of each other at every length look like one line: drawn
+        # once, named together
         filled = {k: torch.nan_to_num(v, nan=-1.0) for k, v in series.items()}
-        for i, group in enumerate(coincident_groups(filled, rtol=1e-3)):
+        lines[task] = coincident_groups(filled, rtol=1e-3)
+        for i, group in enumerate(lines[task]):
             y = series[group[0]]
             ok = ~torch.isnan(y)
             exact = all(bool(torch.equal(filled[g], filled[group[0]])) for g in group)
             label = textwrap.fill((" = " if exact else " ≈ ").join(group) + (
-                "" if len(group) == 1 else " (equal)" if exact else " (within 0.1 %)"), 38)
+                "" if len(group) == 1 else " (equal)" if exact else " (within 0.1 % of the largest value)"), 38)
             ax.plot([lengths[j] for j in range(len(lengths)) if ok[j]], y[ok].tolist(), "o-", color=f"C{i}", lw=1.2,
                     ms=4, label=label)
         ax.axvline(L, color="k", ls="--", lw=1, label=f"L = {L} (stated)")
@@ -155,4 +159,4 @@ def plot_model_bench(results: dict[str, Any], out_dir: Path) -> Path:
         ax.legend(loc="best", fontsize=7)
         ax.set_title(task, fontsize=10)
     title = f"{model_name(results['settings'])} beyond a stated L, with each training-free scaling"
-    return save(plt, fig, prepare_out_dir(out_dir), "model_bench", title, {"cells": cells}).path
+    return save(plt, fig, prepare_out_dir(out_dir), "model_bench", title, {"cells": cells, "lines": lines})

@@ -234,7 +234,7 @@ def _model_bench_section(bench_dir: Path, fig_dir: Path) -> tuple[Section, list[
     results = load_model_bench(bench_dir)
     s = results["settings"]
     name = model_name(s)
-    png = plot_model_bench(results, fig_dir)
+    png = plot_model_bench(results, fig_dir).path
     note = (f"L is stated as {s['trained_length']} tokens (the checkpoint was trained longer): the procedure at a "
             f"small size, not a measurement of length extension. Passkey: {s['passkey_examples']} example(s) per "
             f"depth at depths {', '.join(f'{d:g}' for d in s['passkey_depths'])}. Data in "
