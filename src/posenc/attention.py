@@ -133,7 +133,9 @@ class Attention(nn.Module):
         if Hkv != H:
             k = k.repeat_interleave(H // Hkv, dim=1)  # (B, H, Tk, D)
             v = v.repeat_interleave(H // Hkv, dim=1)
-        terms = encoding.layer_terms(q, k, v, QKProjection.of(self))
+        # The handle gives the encoding the input of the new keys and this layer's cache slot.
+        memory = None if cache is None else cache.layer_state(layer)
+        terms = encoding.layer_terms(q, k, v, QKProjection.of(self, src, memory))
         out = run(self.impl, q, k, v, scale=encoding.scale(D), mask=ctx.mask, terms=terms)  # (B, H, Tq, D)
         out = out.transpose(1, 2).reshape(B, Tq, H * D)  # (B, Tq, H*D)
         return self.o_proj(out)

@@ -12,8 +12,9 @@ encoding overrides and never branch on its name:
       Toeplitz table, FlexAttention ``score_mod``) from that one definition;
     - ``terms(q, k, state, proj)`` -> list of :class:`~posenc.terms.TableTerm` /
       :class:`~posenc.terms.ValueTerm`: content-dependent (Shaw, relative_key, Transformer-XL,
-      DeBERTa), called per layer with that layer's q, k and projections (``proj``, a
-      :class:`QKProjection`: the encoding never reaches into the layer).
+      DeBERTa, CoPE, FoX), called per layer with that layer's q, k and projections (``proj``, a
+      :class:`QKProjection`: the encoding never reaches into the layer; it also carries the
+      layer's input and the layer's KV-cache slot, which FoX's forget gates read).
 
 ``attention_scale(head_dim)`` sets the logit scale (DeBERTa divides by sqrt(d * (1 + n))).
 
@@ -63,11 +64,19 @@ class Dims:
 
 @dataclass(frozen=True, eq=False)
 class QKProjection:
-    """The calling layer's own query/key projections, as a content-dependent encoding sees them.
+    """The calling layer as a content-dependent encoding sees it: its projections, its input and
+    its slot in the KV cache.
 
     DeBERTa-v2's ``share_att_key`` projects its position table with the layer's projections;
     this object hands those over explicitly, so an encoding never reads attributes of the layer.
     ``query(x)``/``key(x)``: (N, C) -> (H, N, D); grouped-query key heads are repeated to H.
+
+    ``x``: the layer's input (B, t, C) of this call's new keys (the queries' tokens in
+    self-attention, the context in cross-attention; FoX computes its forget gates from it);
+    None standalone. ``memory``: the KV cache's dict for this layer (``KVCache.layer_state``), where
+    an encoding keeps per-key state of the cached tokens across decoding steps (FoX's prefix
+    sums); None without a cache. Its entries are replaced, never written in place, so
+    ``KVCache.atomic`` can put them back.
     """
 
     q_proj: nn.Module
@@ -75,11 +84,14 @@ class QKProjection:
     num_heads: int
     num_kv_heads: int
     head_dim: int
+    x: Tensor | None = None
+    memory: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, layer: nn.Module) -> "QKProjection":
-        """The projections of an attention layer (``q_proj``, ``k_proj`` and its head counts)."""
-        return cls(layer.q_proj, layer.k_proj, layer.num_heads, layer.num_kv_heads, layer.head_dim)
+    def of(cls, layer: nn.Module, x: Tensor | None = None, memory: dict[str, Any] | None = None) -> "QKProjection":
+        """The projections of an attention layer (``q_proj``, ``k_proj`` and its head counts),
+        with its input ``x`` and cache slot ``memory`` when given."""
+        return cls(layer.q_proj, layer.k_proj, layer.num_heads, layer.num_kv_heads, layer.head_dim, x, memory)
 
     def query(self, x: Tensor) -> Tensor:
         """(N, C) -> (H, N, D) with the layer's query projection."""
@@ -139,6 +151,12 @@ class PositionalEncoding(nn.Module):
         """``terms()`` may include a :class:`~posenc.terms.ValueTerm` (it needs the
         probabilities, so backends without them cannot run this encoding). Encodings that
         return ValueTerms override this."""
+        return False
+
+    @property
+    def reads_layer_input(self) -> bool:
+        """``terms()`` reads the layer input ``proj.x`` (FoX's forget gates): its logits depend
+        on the tokens themselves, not on q, k and positions alone. Encodings that do override this."""
         return False
 
     # ---- hooks ----------------------------------------------------------------------------
@@ -203,7 +221,7 @@ class PositionalEncoding(nn.Module):
 
         q (B, H, Tq, D); k (B, H, Tk, D), grouped-query heads already expanded; ``state`` is
         ``prepare(q_pos, k_pos)``'s result for this forward (never None); ``proj`` the calling
-        layer's projections (None when called standalone). Tables are in logit units (already
+        layer's projections, input and cache slot (None when called standalone). Tables are in logit units (already
         multiplied by ``attention_scale``).
         """
         raise NotImplementedError(f"{type(self).__name__} has no content-dependent terms (has_terms is False)")

@@ -2,7 +2,8 @@
 
 Shapes: k, v (B, Hkv, T, D). :class:`LayerCache` holds one layer's keys and values in
 buffers that grow by doubling; :class:`KVCache` holds the layers, the keys'
-:class:`~posenc.positions.SequenceInfo`, the stream counter and the encodings' decoding state.
+:class:`~posenc.positions.SequenceInfo`, the stream counter and the encodings' decoding state
+(per encoding module for ``embed`` and ``prepare_cached``; per layer for ``terms``).
 """
 
 from __future__ import annotations
@@ -103,14 +104,17 @@ class KVCache:
     ``seq`` holds the positions/segments/validity of the cached tokens (shared by all layers);
     ``embed_state`` is where stateful ``embed`` hooks (recurrent, convolutional) keep context;
     ``prepare_memo`` where ``prepare_cached`` hooks keep what they computed from parameters and
-    positions alone (Transformer-XL's projected distance rows), one dict per encoding module.
+    positions alone (Transformer-XL's projected distance rows), one dict per encoding module;
+    ``layer_state(i)`` where a layer's ``terms`` hook keeps per-key state of the cached tokens
+    (FoX's prefix sums of log forget gates: each layer has its own gates), one dict per layer.
     Those entries assume the weights do not change while the cache is in use (one decoding run,
     without autograd); start a new cache after changing them.
 
     A cache may be filled under ``torch.inference_mode()`` and continued under ``no_grad`` or
     with autograd: keys and values are then copied out of inference tensors on their next
     append, and :meth:`atomic` (every model step) drops the memo entries made in inference mode
-    (``prepare_cached`` recomputes them) and copies the embed hooks' inference tensors.
+    (``prepare_cached`` recomputes them) and copies the embed hooks' and layers' inference
+    tensors. With ``detach``, the layers' state is detached at ``commit`` like the keys.
     """
 
     def __init__(self, num_layers: int, max_length: int | None = None, detach: bool = False) -> None:
@@ -126,6 +130,14 @@ class KVCache:
         self.seen = 0  # tokens processed so far (stream index of the next token)
         self.embed_state: dict = {}
         self.prepare_memo: dict = {}
+        self.layer_states: list[dict] = [{} for _ in range(num_layers)]
+
+    def layer_state(self, layer: int) -> dict:
+        """Layer ``layer``'s dict for its encoding's per-key state (entries replaced, never
+        written in place)."""
+        if not 0 <= layer < len(self.layers):
+            raise ValueError(f"layer must be in [0, {len(self.layers) - 1}] for a cache of {len(self.layers)} layers, got {layer}")
+        return self.layer_states[layer]
 
     @property
     def batch_size(self) -> int | None:
@@ -148,7 +160,7 @@ class KVCache:
         for memo in self.prepare_memo.values():
             if any(frozen(x) or isinstance(x, tuple) and any(map(frozen, x)) for x in memo.values()):
                 memo.clear()
-        for state in self.embed_state.values():
+        for state in (*self.embed_state.values(), *self.layer_states):
             for key, x in state.items():
                 if frozen(x):
                     state[key] = x.clone()
@@ -167,6 +179,7 @@ class KVCache:
         self._leave_inference_mode()
         layers = [(c, c.kbuf, c.vbuf, c.n) for c in self.layers]
         states = [(key, d, dict(d)) for key, d in self.embed_state.items()]
+        per_layer = [dict(d) for d in self.layer_states]
         seq, seen = self.seq, self.seen
         try:
             yield self
@@ -178,6 +191,9 @@ class KVCache:
                 d.clear()
                 d.update(content)
                 self.embed_state[key] = d
+            for d, content in zip(self.layer_states, per_layer):
+                d.clear()
+                d.update(content)
             self.seq, self.seen = seq, seen
             raise
 
@@ -215,6 +231,9 @@ class KVCache:
         cut = lambda t: None if t is None else t[..., -keep:]  # noqa: E731
         self.seq = SequenceInfo.from_checked(cut(k_seq.positions), cut(k_seq.segment_ids), cut(k_seq.valid), cut(k_seq.axes))
         self.seen += t_new
+        if self.detach:
+            for d in self.layer_states:
+                d.update({key: x.detach() for key, x in d.items() if isinstance(x, Tensor)})
 
     def _keep(self, total: int) -> int:
         return total if self.max_length is None else min(total, self.max_length)

@@ -11,7 +11,7 @@ description:
   that reads only small tensors (a bias table, slopes, a (B, H, T, R) table of q·Eᵀ), so no
   (Tq, Tk) tensor is ever built.
 
-Four kinds:
+Five kinds:
 
 * :class:`BiasTerm` — content-independent: ``fn(h, q_pos, k_pos)`` written with broadcasting
   tensor ops (T5 buckets, ALiBi, KERPLE, FIRE). ``toeplitz=True`` says it depends on
@@ -22,6 +22,9 @@ Four kinds:
   key side (k·Eᵀ: relative_key_query, DeBERTa p2c). The table is O(T·R), not O(T²).
 * :class:`DenseTerm` — a precomputed (B|1, H, Tq, Tk) logit tensor, for schemes without a
   bounded number of distinct distances.
+* :class:`PrefixSumTerm` — a sum of per-token quantities over the tokens between key and
+  query, ``c_i - c_j`` from their (B, H, T) prefix sums (FoX's log forget gates): rank
+  structured, so ``score_mod`` reads two (B, H, T) tensors.
 * :class:`ValueTerm` — Shaw's a^V: ``out_i += sum_j p_ij · values[h, bucket(q_pos_i, k_pos_j)]``.
   It needs the probabilities, so FlexAttention (which returns only the output) cannot take it.
 
@@ -40,7 +43,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .positions import contiguous_offset, shared_rows
 
-__all__ = ["BiasTerm", "DenseTerm", "SaturatingBucket", "TableTerm", "ValueTerm", "Term", "dense_logit_terms"]
+__all__ = ["BiasTerm", "DenseTerm", "PrefixSumTerm", "SaturatingBucket", "TableTerm", "ValueTerm", "Term", "dense_logit_terms"]
 
 # fn(h, q_pos, k_pos) -> bias; the three arguments broadcast against each other.
 BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -303,7 +306,56 @@ class DenseTerm:
         return mod
 
 
-Term = BiasTerm | TableTerm | ValueTerm | DenseTerm
+@dataclass(frozen=True, eq=False)
+class PrefixSumTerm:
+    """The sum of a per-token quantity g over the tokens between a key and its query, from the
+    prefix sums c_t = sum_{l<=t} g_l (float32 or wider, logit units):
+
+        key j at or before query i:  logit_ij += sum_{l=j+1}^{i} g_l = c_i - c_j
+        key j after query i:         logit_ij += sum_{l=i+1}^{j} g'_l = c'_j - c'_i
+
+    i and j are stream indices (the queries are the last Tq of the Tk keys, as in the mask).
+    ``query`` (B, H, Tq) holds c at the queries and ``key`` (B, H, Tk) at the keys; ``after``
+    the pair (c' at the queries, c' at the keys) of a second quantity for keys after the
+    query, or None to use g itself there (``c_j - c_i``, the mirror image). FoX's log forget
+    gates (:mod:`posenc.relative.fox`) are such a g. The term is rank structured: its
+    ``score_mod`` reads the (B, H, T) sums, and only ``dense`` builds a (Tq, Tk) tensor.
+    """
+
+    query: Tensor
+    key: Tensor
+    after: tuple[Tensor, Tensor] | None = None
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The prefix sums this term reads."""
+        return (self.query, self.key) + (() if self.after is None else self.after)
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B, H, Tq, Tk): the two broadcast differences, chosen by stream order."""
+        Tq, Tk = self.query.shape[-1], self.key.shape[-1]
+        before = self.query[..., :, None] - self.key[..., None, :]  # (B, H, Tq, Tk): c_i - c_j
+        if self.after is None:
+            after = -before  # c_j - c_i
+        else:
+            after = self.after[1][..., None, :] - self.after[0][..., :, None]  # c'_j - c'_i
+        device = self.query.device
+        at_or_before = torch.arange(Tk, device=device) <= torch.arange(Tk - Tq, Tk, device=device)[:, None]  # (Tq, Tk)
+        return torch.where(at_or_before, before, after)
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` reading the prefix sums at (b, h, q_idx) and (b, h, kv_idx)."""
+        cq, ck, after = self.query, self.key, self.after
+        offset = ck.shape[-1] - cq.shape[-1]  # query i is stream index offset + i
+
+        def mod(score, b, h, q_idx, kv_idx):
+            before = cq[b, h, q_idx] - ck[b, h, kv_idx]
+            later = -before if after is None else after[1][b, h, kv_idx] - after[0][b, h, q_idx]
+            return score + torch.where(kv_idx <= q_idx + offset, before, later).to(score.dtype)
+
+        return mod
+
+
+Term = BiasTerm | TableTerm | ValueTerm | DenseTerm | PrefixSumTerm
 
 
 def dense_logit_terms(terms: list[Term], q_pos: Tensor, k_pos: Tensor) -> Tensor | None:

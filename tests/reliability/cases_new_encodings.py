@@ -1,4 +1,4 @@
-"""The encodings of issue 23 (dynamic_bias, cope, pope, the hope and proportional RoPE
+"""The encodings of issue 23 (dynamic_bias, cope, fox, pope, the hope and proportional RoPE
 scalings, randomized positions): config values refused by name, and inputs they refuse."""
 
 from __future__ import annotations
@@ -16,6 +16,21 @@ def _randomized(seq: SequenceInfo, max_length) -> None:
     randomized_positions(seq, max_length)
 
 
+def _fox_score_without_layer_input() -> None:
+    enc = build("fox", d_model=8, num_heads=2)
+    q, pos = torch.zeros(1, 2, 3, 4), torch.arange(3)[None]
+    enc.score(q, q, pos, pos)
+
+
+def _fox_keys_without_their_gates() -> None:
+    from posenc import Attention
+    from posenc.encoding import QKProjection
+
+    enc = build("fox", d_model=8, num_heads=2)
+    q, k = torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 5, 4)  # one query against 5 keys, no cache
+    enc.terms(q, k, None, QKProjection.of(Attention(8, 2), torch.zeros(1, 1, 8)))
+
+
 A = "new encodings"
 CASES = [
     Case(A, "dynamic_bias width=10**6", r"width must be in \[1, 4096\], got 1000000",
@@ -26,6 +41,14 @@ CASES = [
          run=lambda: build("cope", d_model=8, num_heads=2, max_pos=10**9)),
     Case(A, "cope init_std=-1", r"init_std must be in \[0.0, 10000.0\], got -1.0",
          run=lambda: build("cope", d_model=8, num_heads=2, init_std=-1.0)),
+    Case(A, "fox bias_init=100", r"bias_init must be in \[-50.0, 50.0\], got 100.0",
+         run=lambda: build("fox", d_model=8, num_heads=2, bias_init=100.0)),
+    Case(A, "fox's dense score without the layer input its gates read",
+         r"fox computes its forget gates from the attention layer's input",
+         run=_fox_score_without_layer_input),
+    Case(A, "fox keys before the call's tokens without a KV cache's sums",
+         r"fox needs the forget gates of all 5 keys",
+         run=_fox_keys_without_their_gates),
     Case(A, "pope base=1 (frequencies would not decrease)", r"base must be > 1 .*got 1.0",
          run=lambda: build("pope", d_model=8, num_heads=2, base=1.0)),
     Case(A, "pope bias_init='normal'", r"bias_init must be one of 'zeros', 'uniform'; got 'normal'",

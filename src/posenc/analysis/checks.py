@@ -372,7 +372,7 @@ def check_linear_attention(enc: PositionalEncoding, probe: Probe) -> CheckResult
     if enc.has_rotate:
         rq, rk = (r.double() for r in rotated(enc, fq.float(), fk.float(), pos, pos))
     causal = torch.ones(t, t, dtype=torch.bool).tril()
-    proj = probe_projection(probe) if enc.has_terms else None
+    proj = probe_projection(probe, x if enc.reads_layer_input else None) if enc.has_terms else None
     add = attention_logits(enc, fq.float(), fk.float(), pos, pos, proj, terms_only=True)  # (1, H, T, T)
     mult = add.exp().masked_fill(~causal, 0.0)  # (1, H, T, T)
     num_q = ((rq @ rk.transpose(-2, -1)) * mult) @ v  # (1, H, T, D)

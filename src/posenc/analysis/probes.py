@@ -17,6 +17,7 @@ Notation: B batch, T length, H heads, D head dim, C model width, N positions.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ __all__ = [
     "Probe",
     "attention_logits",
     "code_parts",
+    "content_input",
     "content_vectors",
     "decay_profile",
     "expected_score_curve",
@@ -145,10 +147,20 @@ def _projection(d_model: int, num_heads: int, seed: int) -> QKProjection:
         return QKProjection.of(Attention(d_model, num_heads, impl="eager", causal=False))
 
 
-def probe_projection(probe: Probe) -> QKProjection:
+def probe_projection(probe: Probe, x: Tensor | None = None) -> QKProjection:
     """The projections a content-dependent encoding may read (DeBERTa's ``share_att_key``):
-    those of a seeded attention layer of the probe's size (built once per size and seed)."""
-    return _projection(probe.d_model, probe.num_heads, probe.seed)
+    those of a seeded attention layer of the probe's size (built once per size and seed), with
+    ``x`` (1, Tk, C) as the layer input of the keys (FoX's gates read it) when given."""
+    proj = _projection(probe.d_model, probe.num_heads, probe.seed)
+    return proj if x is None else dataclasses.replace(proj, x=x)
+
+
+def content_input(enc: PositionalEncoding, probe: Probe, length: int) -> Tensor:
+    """(1, length, C): the layer input of ``length`` tokens whose content is the same at every
+    position (one random vector), for encodings whose terms read the layer input (FoX: then
+    every gate is the same, and its bias a function of the stream distance)."""
+    c = torch.randn(enc.dims.d_model, generator=generator(probe, 4))
+    return c.expand(1, length, -1)
 
 
 def attention_logits(
@@ -190,15 +202,53 @@ def position_logits(
     """
     H, D, C = enc.dims.num_heads, enc.dims.head_dim, enc.dims.d_model
     Tq, Tk = q_pos.numel(), k_pos.numel()
+    if enc.reads_layer_input and not torch.equal(q_pos, k_pos):
+        return _stream_logits(enc, q_pos, k_pos, probe, content, terms_only)
     qc, kc = content_vectors(enc, probe, content)
     q = qc[None, :, None, :].expand(1, H, Tq, D).contiguous()  # (1, H, Tq, D)
     k = kc[None, :, None, :].expand(1, H, Tk, D).contiguous()  # (1, H, Tk, D)
-    proj = probe_projection(probe) if enc.has_terms else None  # only ``terms`` reads it
+    x = content_input(enc, probe, Tk) if enc.reads_layer_input else None  # q_pos == k_pos: one stream
+    proj = probe_projection(probe, x) if enc.has_terms else None  # only ``terms`` reads it
     logits = attention_logits(enc, q, k, q_pos[None], k_pos[None], proj, terms_only)[0]
     if enc.has_embed and not terms_only:
         eq, ek = _embed_code(enc, q_pos, probe), _embed_code(enc, k_pos, probe)
         logits = (eq @ ek.T / math.sqrt(C))[None] + logits  # PE(i)·PE(j), identity projections
     return logits.expand(H, Tq, Tk)
+
+
+#: Tokens per step when the probe runs a stream through an encoding that reads the layer input.
+STREAM_CHUNK = 512
+
+
+def _stream_logits(
+    enc: PositionalEncoding, q_pos: Tensor, k_pos: Tensor, probe: Probe, content: str, terms_only: bool
+) -> Tensor:
+    """:func:`position_logits` (H, Tq, Tk) for an encoding whose terms read the layer input
+    (FoX): what lies between a query and a key matters, so positions are read as places in one
+    stream of identical tokens 0..max(q_pos), each with the content input. The stream runs
+    through the hooks as a decoding run does, STREAM_CHUNK tokens a step with the step's
+    memory carried (the KV cache's slot), and the rows of the wanted queries are kept. Keys
+    must sit at or before every query (the checks' "query at p, key at 0")."""
+    if int(k_pos.max()) > int(q_pos.min()):
+        raise ValueError("the probe's stream reads keys at or before every query")
+    H, D = enc.dims.num_heads, enc.dims.head_dim
+    qc, kc = content_vectors(enc, probe, content)
+    out = torch.zeros(H, q_pos.numel(), k_pos.numel(), dtype=torch.float64)
+    memory: dict = {}
+    end = int(q_pos.max()) + 1
+    for s0 in range(0, end, STREAM_CHUNK):
+        s1 = min(s0 + STREAM_CHUNK, end)
+        q = qc[None, :, None].expand(1, H, s1 - s0, D)  # (1, H, t, D): this step's queries
+        k = kc[None, :, None].expand(1, H, s1, D)  # (1, H, s1, D): every key so far
+        proj = dataclasses.replace(probe_projection(probe, content_input(enc, probe, s1 - s0)), memory=memory)
+        q_step, k_step = torch.arange(s0, s1)[None], torch.arange(s1)[None]
+        rows = ((q_pos >= s0) & (q_pos < s1)).nonzero()[:, 0]
+        if rows.numel() == 0:  # nothing to read: the hooks still see the step (the memory grows)
+            _prepared(enc, q_step, k_step).layer_terms(q, k, k, proj)
+            continue
+        logits = attention_logits(enc, q, k, q_step, k_step, proj, terms_only)[0]  # (H, t, s1)
+        out[:, rows] = logits[:, q_pos[rows] - s0][:, :, k_pos]
+    return out
 
 
 def _accepts(enc: PositionalEncoding, p: int, probe: Probe) -> bool:

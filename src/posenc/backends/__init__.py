@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import BiasTerm, DenseTerm, TableTerm, Term, ValueTerm
+from ..terms import BiasTerm, DenseTerm, PrefixSumTerm, TableTerm, Term, ValueTerm
 from .cpu_flash import SummedBias
 
 __all__ = ["IMPLS", "LEAVES", "Backend", "Impl", "LayerTerms", "Leaf", "Plan", "SharedBias", "logit_dtype", "plan", "run"]
@@ -88,7 +88,7 @@ class LayerTerms:
     q_pos: Tensor  # (B|1, Tq)
     k_pos: Tensor  # (B|1, Tk)
     bias: SharedBias | None = None
-    logits: tuple[TableTerm | DenseTerm, ...] = ()
+    logits: tuple[TableTerm | DenseTerm | PrefixSumTerm, ...] = ()
     values: tuple[ValueTerm, ...] = ()
 
     @classmethod
@@ -99,10 +99,12 @@ class LayerTerms:
         for t in terms:
             if isinstance(t, ValueTerm):
                 values.append(t)
-            elif isinstance(t, (TableTerm, DenseTerm)):
+            elif isinstance(t, (TableTerm, DenseTerm, PrefixSumTerm)):
                 logits.append(t)
             else:
-                raise TypeError(f"terms() must return TableTerm, DenseTerm or ValueTerm objects, got {type(t).__name__}")
+                raise TypeError(
+                    f"terms() must return TableTerm, DenseTerm, PrefixSumTerm or ValueTerm objects, got {type(t).__name__}"
+                )
         return cls(q_pos, k_pos, bias, tuple(logits), tuple(values))
 
     @property
@@ -119,7 +121,9 @@ class LayerTerms:
 
     def tensors(self) -> list[Tensor]:
         """Every tensor the terms read (to ask whether autograd needs a backward)."""
-        out = [t.table if isinstance(t, TableTerm) else t.logits for t in self.logits]
+        out = []
+        for t in self.logits:
+            out += [t.table] if isinstance(t, TableTerm) else [t.logits] if isinstance(t, DenseTerm) else list(t.tensors())
         out += [t.values for t in self.values]
         return out
 

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import BucketFn, DenseTerm, TableTerm, ValueTerm
+from ..terms import BucketFn, DenseTerm, PrefixSumTerm, TableTerm, ValueTerm
 from . import LayerTerms
 
 __all__ = ["attention", "fused_attention", "BLOCK_ROWS"]
@@ -187,8 +187,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
     """The backend leaf: :func:`fused_attention` with a layer's terms and the forward's mask."""
     bias = None if terms.bias is None else terms.bias.dense()
     for t in terms.logits:
-        if isinstance(t, DenseTerm):
-            bias = t.logits if bias is None else bias + t.logits
+        if isinstance(t, (DenseTerm, PrefixSumTerm)):  # a prefix-sum term (FoX) as its dense difference
+            d = t.dense(terms.q_pos, terms.k_pos)
+            bias = d if bias is None else bias + d
     # Causality as a flag lets the fused function skip key blocks; padding and documents (and
     # the rows-that-see-nothing rule) come as the dense bool mask, broadcast over queries.
     only_causal = mask.causal_only
