@@ -194,6 +194,9 @@ def test_page_keeps_the_figures_about_its_model(model_page):
     assert "sinusoidal-heatmap" in left and "cope-positions" in left
     assert text.index("the real model's encoding</h3>") < text.index('id="fig-rope-decay"') < text.index(
         "<h3>The other encodings</h3>") < text.index('id="fig-alibi"')
+    # a figure about every encoding is not about the real model in particular
+    assert text.index("<h3>The other encodings</h3>") < text.index('id="fig-randomized-positions"')
+    assert ":meth:" not in text and "``" not in text  # captions are plain text
 
 
 def test_model_page_loads_in_headless_browser(model_page, tmp_path):

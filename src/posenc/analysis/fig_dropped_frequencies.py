@@ -39,12 +39,13 @@ def plot_rope_dropped_frequencies(out_dir: Path, dim: int = 128, base: float = 1
     plt, fig, (a0, a1) = figure(2)
     pairs = torch.arange(dim // 2)
     full = 2 * math.pi / sets[SCALINGS["default"].label]
-    top = float(full.max()) * 4  # where a dropped pair (infinite wavelength) is drawn
+    top = float(full.max()) * 4  # where dropped pairs (an infinite wavelength) are drawn
     kept = {}
     for i, (name, f) in enumerate(sets.items()):
         on = f > 0
         kept[name] = int(on.sum())
-        wave = torch.where(on, 2 * math.pi / f.clamp_min(1e-300), torch.tensor(top, dtype=torch.float64))
+        # dropped pairs sit above every wavelength, one row per set so that no marker hides another
+        wave = torch.where(on, 2 * math.pi / f.clamp_min(1e-300), torch.tensor(top * 2.0**i, dtype=torch.float64))
         a0.plot(pairs[on].numpy(), wave[on].numpy(), ".", ms=5 - i, color=f"C{i}",
                 label=f"{name}: {kept[name]} of {dim // 2} pairs rotate")
         if (~on).any():
@@ -55,7 +56,8 @@ def plot_rope_dropped_frequencies(out_dir: Path, dim: int = 128, base: float = 1
     a0.set_yscale("log")
     a0.set_xlabel("pair index i")
     a0.set_ylabel("wavelength 2 pi / theta_i (tokens); x: never turns")
-    a0.set_title(f"which pairs rotate (p = {proportion:g})", fontsize=10)
+    a0.set_title(f"which pairs rotate (p = {proportion:g}): those that do keep RoPE's wavelength, so\n"
+                 "the three sets' dots coincide there", fontsize=9)
     a0.legend(loc="upper left", fontsize=7)
     a1.axvline(train_len, color="k", ls="--", lw=1, label=f"L = {train_len}")
     a1.set_xscale("symlog", linthresh=16)

@@ -78,7 +78,7 @@ def plot_sinusoidal_waves(
         ax.plot(pos.numpy(), table[:, i].numpy(), label=f"dim {i}: period {periods[i]:.1f}")
     ax.set_xlabel("position p")
     ax.set_ylabel("PE(p, i)")
-    ax.legend(loc="upper right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside: the waves fill the axes
     return _save(
         plt, fig, out_dir, "sinusoidal-waves", f"Sinusoidal dimensions, d = {dim}: period grows with i",
         {"positions": pos, "waves": {i: table[:, i] for i in dims}, "periods": periods},
@@ -97,7 +97,7 @@ def plot_sinusoidal_base(
         ax.plot(pos.numpy(), waves[b].numpy(), label=f"base {b:g}: period {2 * math.pi * b ** (2 * (index // 2) / dim):.1f}")
     ax.set_xlabel("position p")
     ax.set_ylabel(f"PE(p, {index})")
-    ax.legend(loc="upper right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside: the waves fill the axes
     return _save(plt, fig, out_dir, "sinusoidal-base", f"Effect of the base at dimension {index} of {dim}", {"positions": pos, "waves": waves})
 
 

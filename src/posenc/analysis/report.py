@@ -35,6 +35,7 @@ import base64
 import datetime
 import html
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -289,14 +290,22 @@ def bench_encodings(bench_dir: Path) -> set[str]:
     return {str(r["encoding"]).split("@")[0].split(":")[0] for r in rows}
 
 
-def select_figures(kinds: list[str], in_hand: set[str]) -> list[str]:
-    """The kinds whose figure concerns something in hand (CONCERNS), in PLOTS order."""
-    return [k for k in kinds if (set(CONCERNS[k]) & in_hand) or (ANY_ENCODING in CONCERNS[k] and in_hand)]
+def select_figures(kinds: list[str], in_hand: set[str], *, any_encoding: bool = True) -> list[str]:
+    """The kinds whose figure concerns something in hand (CONCERNS), in PLOTS order; with
+    ``any_encoding``, also those about every encoding whenever something is in hand."""
+    return [k for k in kinds
+            if (set(CONCERNS[k]) & in_hand) or (any_encoding and ANY_ENCODING in CONCERNS[k] and in_hand)]
+
+
+def _plain(doc: str) -> str:
+    """A docstring as caption text: one line, Sphinx roles and literals without their markup."""
+    text = re.sub(r":\w+:`~?([^`]*)`", r"\1", " ".join(doc.split()))
+    return text.replace("``", "")
 
 
 def _figure_html(f) -> str:
-    about = ", ".join(CONCERNS[f.kind])
-    doc = " ".join((PLOTS[f.kind].__doc__ or "").split())
+    about = ", ".join("every encoding" if c == ANY_ENCODING else c for c in CONCERNS[f.kind])
+    doc = _plain(PLOTS[f.kind].__doc__ or "")
     return (f'<figure id="fig-{f.kind}">{_img(f.path, f.kind)}<figcaption><b>{html.escape(f.kind)}</b>: '
             f"{html.escape(f.title)}. {html.escape(doc)} <i>About: {html.escape(about)}.</i></figcaption></figure>")
 
@@ -304,7 +313,7 @@ def _figure_html(f) -> str:
 def _figures_section(chosen: list[str], model_in_hand: set[str], fig_dir: Path) -> tuple[Section, str]:
     """The chosen figures, those about the real model's RoPE and scalings first under their own
     heading, the kinds left out named; and the summary's line about them."""
-    model_kinds = set(select_figures(chosen, model_in_hand)) if model_in_hand else set()
+    model_kinds = set(select_figures(chosen, model_in_hand, any_encoding=False))
     chosen = [k for k in chosen if k in model_kinds] + [k for k in chosen if k not in model_kinds]
     figures, skipped = [], {}
     for k in chosen:
