@@ -25,6 +25,13 @@ _LLAMA = dict(model_type="llama", hidden_size=32, num_attention_heads=4, num_key
               intermediate_size=64, vocab_size=260, max_position_embeddings=64, rope_theta=10000.0)
 _GPT2 = dict(model_type="gpt2", n_embd=32, n_head=4, n_layer=2, n_positions=64, vocab_size=260)
 _SMALL = {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}
+# Gemma 4: a RoPE per layer type, and no layer type a flat rope_scaling scales (its full layers are p-RoPE)
+_GEMMA4 = dict(model_type="gemma4_text", hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+               global_head_dim=16, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"],
+               vocab_size=260, max_position_embeddings=64,
+               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                   "rope_theta": 1e6}})
 
 
 def _in_tmp(fn: Callable[[], object]) -> Callable[[], object]:
@@ -218,4 +225,7 @@ CASES = [
          _in_tmp(_extend_out_not_empty)),
     Case(A, "`posenc extend` settings: --factors holding 0", r"--factors must be .*0",
          _extend(_LLAMA, 128, settings=dict(factors=(1.0, 0.0)))),
+    Case(A, "`posenc extend` on Gemma 4 (a RoPE per layer type, none the one a scaling goes to)",
+         r"model_type 'gemma4_text' has a RoPE per layer type \(full_attention, sliding_attention\) and none is the "
+         r"one its family's rope_scaling scales: extend cannot choose which to scale", _extend(_GEMMA4, 128)),
 ]

@@ -314,7 +314,9 @@ class HFCausalLM(nn.Module):
     def nll(self, ids: Tensor) -> tuple[float, int]:
         """(sum of -log p(ids[:, t+1] | ids[:, :t+1]) over t, number of predicted tokens) for (B, T) ids:
         the decoder once, then the LM head on ``head_chunk`` positions at a time."""
-        hidden = self.model.base_model(input_ids=ids[:, :-1], use_cache=False).last_hidden_state  # (B, T-1, C)
+        base = self.model.base_model
+        decoder = self.model.model if base is self.model else base  # Llama4ForCausalLM is its own base_model
+        hidden = decoder(input_ids=ids[:, :-1], use_cache=False).last_hidden_state  # (B, T-1, C)
         total = 0.0
         for i in range(0, hidden.shape[1], self.head_chunk):
             logits = self.head(hidden[:, i : i + self.head_chunk])  # (B, c, V)

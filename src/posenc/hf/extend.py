@@ -22,7 +22,8 @@ sources unless ``--data``) and on passkey retrieval (``--passkey-examples`` per 
 example (``1 / (examples * depths)``), the lowest perplexity wins; ties go to the earlier
 candidate in the table. The winner is written to ``--out`` as a Hugging Face checkpoint that
 plain transformers loads unchanged: ``config.json`` with its ``rope_parameters`` from
-:func:`posenc.rotary.to_hf` of the patched RoPE (and ``max_position_embeddings = N``), the
+:func:`posenc.rotary.to_hf` of the patched RoPE (keyed by layer type for Gemma 3, whose
+scaling goes to its full layers; and ``max_position_embeddings = N``), the
 weights hard-linked (or copied across file systems) and the tokenizer files, beside
 ``extend.json``, the evidence: settings, the rule, every candidate's numbers and the winner.
 
@@ -35,6 +36,7 @@ procedure, not a measurement of extension (the model was trained well past that 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -44,7 +46,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExtendSettings", "Candidate", "candidates", "choose", "extend", "extended_config", "write_extended"]
+__all__ = ["ExtendSettings", "Candidate", "candidates", "check_writable", "choose", "extend", "extended_config",
+           "hf_entries", "write_extended"]
 
 _DEPTHS = (0.0, 0.5, 1.0)
 
@@ -130,15 +133,66 @@ def _format_table(rows: list[dict[str, Any]], win: int, N: int) -> str:
     return "\n".join(lines)
 
 
+def check_writable(config: dict[str, Any], where: str) -> None:
+    """Refuse, before any weight is read, a checkpoint whose scaled RoPE extend cannot write as
+    transformers ``rope_parameters``: a family with a RoPE per layer type and no layer type a
+    scaling goes to (Gemma 4: its full layers are p-RoPE, its sliding layers short-range; which
+    to scale is the user's call, ``patch_model(model, layer_type=...)``)."""
+    from ..rotary.hf_config import HF_READINGS
+
+    model_type = config.get("model_type")
+    rope = config.get("rope_parameters") or {}
+    nested = isinstance(rope, dict) and bool(rope) and all(v is None or isinstance(v, dict) for v in rope.values())
+    reading = HF_READINGS.get(model_type)
+    if reading is None or not (reading.per_layer or nested):
+        return
+    types = sorted({t for t in config.get("layer_types") or () if not nested or rope.get(t) is not None})
+    if len(types) > 1 and not any(t in types for t in reading.scaled_layers):
+        raise ValueError(f"{where}: model_type {model_type!r} has a RoPE per layer type ({', '.join(types)}) and none "
+                         "is the one its family's rope_scaling scales: extend cannot choose which to scale (patch_model("
+                         "model, layer_type=..., scaling=...) and posenc.rotary.to_hf write one by hand)")
+
+
+def hf_entries(model: Any) -> dict[str, Any]:
+    """The config entries of the RoPE(s) a patched ``model`` rotates with:
+    :func:`posenc.rotary.to_hf` of :func:`posenc.hf.patch.patched_ropes`, so a model with a RoPE
+    per layer type (Gemma 3) gets ``rope_parameters`` keyed by layer type, the scaled type's and
+    the others' as patched. ``rope_parameters`` spell frequencies, not the pairing of channels:
+    a family that rotates interleaved pairs by its own attention code (Llama 4, Cohere2) is
+    written as the same frequencies in to_hf's half layout, which its config reads unchanged."""
+    from ..rotary import RotaryEmbedding, to_hf
+    from ..rotary.hf_config import HF_READINGS
+    from .patch import patched_ropes
+
+    own_layout = HF_READINGS[model.config.model_type].layout
+
+    def spelt(rope: RotaryEmbedding) -> RotaryEmbedding:
+        cfg = rope.config
+        if cfg.layout == "half" or cfg.layout != own_layout:
+            return rope  # half, or a layout the family does not imply: to_hf's own check speaks
+        fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.init}
+        return type(rope)(type(cfg)(**(fields | dict(cfg.scaling_params()) | {"layout": "half"})), rope.dims)
+
+    ropes = patched_ropes(model)
+    if ropes is None:
+        raise ValueError("hf_entries needs a patched model (posenc.hf.patch_model)")
+    return to_hf({t: spelt(r) for t, r in ropes.items()} if isinstance(ropes, dict) else spelt(ropes))
+
+
 def extended_config(config: dict[str, Any], hf: dict[str, Any] | None, N: int) -> dict[str, Any]:
     """``config`` (a config.json dict) serving length ``N`` with the RoPE entries ``hf`` (from
-    :func:`posenc.rotary.to_hf`; None: the RoPE as it is): ``rope_parameters`` replaced,
-    ``max_position_embeddings`` raised to N unless the entries set it (dynamic NTK reads it as
-    the trained length)."""
+    :func:`hf_entries`; None: the RoPE as it is): ``rope_parameters`` replaced, the top-level
+    rope keys it supersedes removed (``rope_scaling``, ``rope_theta``, Gemma 3's
+    ``rope_local_base_freq``), ``max_position_embeddings`` raised to N unless the entries set
+    it (dynamic NTK reads it as the trained length)."""
+    from ..rotary.hf_config import HF_READINGS
+
     out = dict(config)
     if hf:
-        for legacy in ("rope_scaling", "rope_theta"):  # rope_parameters says it all
-            out.pop(legacy, None)
+        reading = HF_READINGS.get(config.get("model_type"))
+        legacy = {"rope_scaling", "rope_theta"} | {key for _, key, _ in (reading.per_layer if reading else ())}
+        for key in legacy:  # rope_parameters says it all
+            out.pop(key, None)
         out.update(hf)
     if not hf or "max_position_embeddings" not in hf:
         out["max_position_embeddings"] = max(N, int(config.get("max_position_embeddings") or 0))
@@ -185,7 +239,6 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
 
     from ..bench.data import example_rng
     from ..progress import bar as progress_bar
-    from ..rotary import to_hf
     from .bench_model import (HFCausalLM, TextPasskey, _model_trained_length, _token_stream, check_finite_weights,
                               check_has_rope, estimate_cost, token_perplexity)
     from .checkpoint import load_model, load_tokenizer, open_checkpoint
@@ -196,6 +249,7 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
         raise ValueError(f"--out {str(out)!r} exists and is not empty; give a new folder")
     ckpt = open_checkpoint(resolve_model(model, install=install))
     check_has_rope(ckpt.config, f"MODEL {str(model)!r}")
+    check_writable(ckpt.config, f"MODEL {str(model)!r}")
     L = _model_trained_length(ckpt, settings.trained_length)
     N = settings.to
     if N <= L:
@@ -216,9 +270,19 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
           f"peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
     examples = {d: [passkey.sample(N, example_rng("extend", "passkey", settings.eval_seed, N, d), depth=d)
                     for _ in range(settings.passkey_examples)] for d in _DEPTHS}
+    written = []  # each candidate's config entries, before any forward: what to_hf cannot spell fails now
+    for c in grid:
+        if c.scaling is None:
+            written.append(None)
+            continue
+        patch_model(lm_model, scaling=c.scaling, **c.params)
+        try:
+            written.append(hf_entries(lm_model))
+        finally:
+            unpatch_model(lm_model)
     rows = []
     bar = progress_bar(len(grid), "extend", enabled=progress)
-    for c in grid:
+    for c, hf in zip(grid, written):
         t0 = time.perf_counter()
         rope = patch_model(lm_model, scaling=c.scaling, **c.params) if c.scaling else None
         try:
@@ -232,8 +296,7 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
             if rope is not None:
                 unpatch_model(lm_model)
         rows.append(dict(label=c.label, scaling=c.scaling, params=c.params, ppl=ppl, passkey=right / samples,
-                         seconds=round(time.perf_counter() - t0, 1),
-                         hf=None if rope is None else to_hf(rope)))
+                         seconds=round(time.perf_counter() - t0, 1), hf=hf))
         bar.update()
     bar.close()
     win, rule = choose(rows, samples)

@@ -83,7 +83,8 @@ from ..rotary.hf_config import HF_READINGS
 from ..rotary.scaling import SCALINGS
 from .checkpoint import trained_length
 
-__all__ = ["FORMS", "PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "patched_rope", "unpatch_model"]
+__all__ = ["FORMS", "PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "patched_rope", "patched_ropes",
+           "unpatch_model"]
 
 #: model type of a base model holding one shared ``rotary_emb`` module -> the form its
 #: attention layers take cos/sin in (``PosencRotary.form``).
@@ -360,6 +361,20 @@ def patched_rope(model: Any, layer_type: str | None = None) -> RotaryEmbedding |
         raise ValueError(f"layer_type must be given: this model has a RoPE per layer type "
                          f"({', '.join(map(repr, holder.ropes))})")
     return holder._rope_of(layer_type)
+
+
+def patched_ropes(model: Any) -> RotaryEmbedding | dict[str, RotaryEmbedding] | None:
+    """Every RoPE a patched model uses, in the form :func:`posenc.rotary.to_hf` writes: the one
+    RotaryEmbedding, or a dict layer type -> RotaryEmbedding for a model with a RoPE per layer
+    type (Gemma 3 and 4; ``to_hf`` then writes ``rope_parameters`` keyed by layer type); None
+    when it is not patched."""
+    base = _decoder(_transformers_model(model))
+    holder = getattr(base, "rotary_emb", None)
+    if not isinstance(holder, PosencRotary):
+        holder = getattr(base, _GPTJ_HOLDER, None)
+    if not isinstance(holder, PosencRotary):
+        return None
+    return holder.rope if _EVERY_LAYER in holder.ropes else dict(holder.ropes.items())
 
 
 def unpatch_model(model: Any) -> bool:

@@ -661,7 +661,7 @@ def to_hf(rope: RotaryEmbedding | Mapping[str, RotaryEmbedding]) -> dict[str, An
     A mapping layer type -> RoPE (Gemma 3's, e.g. ``{t: patched_rope(model, t) for t in
     ("sliding_attention", "full_attention")}``) gives ``rope_parameters`` keyed by layer type,
     as transformers 5 writes it for those families; their top-level entries (``head_dim``, ...)
-    must agree.
+    are merged, and must agree where two types write the same key.
 
     ``rope_parameters`` is spelled as transformers 5 writes it: ``rope_type``, ``rope_theta``,
     ``partial_rotary_factor`` (only when r < head_dim) and the scaling's parameters under their
@@ -727,10 +727,18 @@ def _to_hf_per_layer_type(ropes: Mapping[str, RotaryEmbedding]) -> dict[str, Any
     if not ropes or not all(isinstance(t, str) for t in ropes):
         raise ValueError(f"rope must map at least one layer type (a str) to its RoPE, got {dict(ropes)!r}")
     parts = {t: to_hf(r) for t, r in ropes.items()}
-    tops = {t: {k: v for k, v in p.items() if k != "rope_parameters"} for t, p in parts.items()}
-    first_type, first = next(iter(tops.items()))
-    for t, top in tops.items():
-        if top != first:
-            raise ValueError(f"the layer types' RoPEs must agree on their top-level entries to share one config: "
-                             f"{first_type!r} needs {first}, {t!r} needs {top}")
-    return {"rope_parameters": {t: p["rope_parameters"] for t, p in parts.items()}} | first
+    # One config holds every layer type's top-level entries: a key one type needs and another
+    # does not read (dynamic NTK's max_position_embeddings) is written once; two values for one
+    # key (two head sizes) cannot be.
+    top: dict[str, Any] = {}
+    needs: dict[str, str] = {}
+    for t, p in parts.items():
+        for k, v in p.items():
+            if k == "rope_parameters":
+                continue
+            if k in top and top[k] != v:
+                raise ValueError(f"the layer types' RoPEs must agree on their top-level entries to share one config: "
+                                 f"{needs[k]!r} needs {k} = {top[k]!r}, {t!r} needs {k} = {v!r}")
+            top.setdefault(k, v)
+            needs.setdefault(k, t)
+    return {"rope_parameters": {t: p["rope_parameters"] for t, p in parts.items()}} | top
