@@ -288,3 +288,20 @@ def test_the_docs_example_runs():
     scope: dict = {}
     exec(block, scope)
     assert [k.attention for k in scope["model"].cfg.layer_kinds()] == ["chunked"] * 3 + ["global"] + ["chunked"] * 3 + ["global"]
+
+
+@pytest.mark.parametrize("name", ["llama4", "cohere2"])
+def test_long_hybrid_takes_the_local_leaf_and_decodes_like_the_full_forward(name, plans):
+    """Past 128 tokens the sliding / chunked layers run in row blocks (SDPA_LOCAL_ROWS); a
+    prefill of 200 then 100 single steps equals that forward."""
+    from posenc.backends import Leaf
+
+    pattern = tuple(dataclasses.replace(k, size=50) if k.size else k for k in HYBRIDS[name](every=2))
+    model = Transformer(_cfg(pattern, n_layer=2)).eval()
+    tokens = torch.randint(0, V, (1, 300), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        full = model(tokens)
+        assert Leaf.SDPA_LOCAL_ROWS in {p.leaf for p in plans}
+        cache = model.new_cache()
+        parts = [model(tokens[:, :200], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(200, 300)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)

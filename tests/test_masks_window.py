@@ -274,29 +274,44 @@ def test_decoding_step_with_terms_takes_eager_and_equals_the_loop():
                                    _slow(q, k, v, mask, terms), **TOL)
 
 
-@pytest.mark.parametrize("kind", ["plain", "prefill"])
-def test_window_row_blocks_equal_the_loop_forward_and_backward(kind):
-    """The sliding window's own leaf (row blocks over the window's keys, planned past 128
-    queries) against the loop's mask, forward and backward; a window with padding, documents or
-    a chunk keeps the bool mask (its rows-that-see-nothing rule needs every key)."""
-    from posenc.backends.sdpa import WINDOW_ROWS
+@pytest.mark.parametrize("local", [dict(window=50), dict(chunk=64)], ids=["window=50", "chunk=64"])
+@pytest.mark.parametrize("kind", ["plain", "prefill", "offset"])
+def test_local_row_blocks_equal_the_loop_forward_and_backward(kind, local):
+    """The local leaf (row blocks over the keys a window or chunk reaches, planned past 128
+    queries) against the loop's mask, forward and backward: from position 0, after 70 cached
+    keys, and from position 1000 (chunk boundaries off the stream's)."""
+    from posenc.backends.sdpa import LOCAL_ROWS
 
-    T, w = WINDOW_ROWS * 2 + 37, 50
-    q_seq = SequenceInfo.from_offset(1, T) if kind == "plain" else SequenceInfo.from_offset(1, T - 70, 70)
-    k_seq = SequenceInfo.from_offset(1, T)
-    mask = AttentionMask.build(q_seq, k_seq, causal=True, window=w)
+    T = LOCAL_ROWS * 2 + 37
+    start, cached = {"plain": (0, 0), "prefill": (0, 70), "offset": (1000, 70)}[kind]
+    q_seq = SequenceInfo.from_offset(1, T - cached, start + cached)
+    k_seq = SequenceInfo.from_offset(1, T, start)
+    mask = AttentionMask.build(q_seq, k_seq, causal=True, **local)
     g = torch.Generator().manual_seed(5)
     q = torch.randn(1, H, mask.tq, D, generator=g, dtype=F64, requires_grad=True)
     k, v = (torch.randn(1, H, T, D, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
     terms = LayerTerms(q_seq.positions, k_seq.positions)
-    assert plan("sdpa", q, k, v, mask, terms).leaf is Leaf.SDPA_WINDOW_ROWS
-    got = LEAVES[Leaf.SDPA_WINDOW_ROWS](q, k, v, scale=0.3, mask=mask, terms=terms)
+    assert plan("sdpa", q, k, v, mask, terms).leaf is Leaf.SDPA_LOCAL_ROWS
+    got = LEAVES[Leaf.SDPA_LOCAL_ROWS](q, k, v, scale=0.3, mask=mask, terms=terms)
     want = _slow(q, k, v, mask, terms)
     torch.testing.assert_close(got, want, **TOL)
     w_out = torch.randn(got.shape, generator=g, dtype=F64)
     for a, b in zip(torch.autograd.grad((got * w_out).sum(), (q, k, v)), torch.autograd.grad((want * w_out).sum(), (q, k, v))):
         torch.testing.assert_close(a, b, **TOL)
-    for other in (dict(chunk=64), ):
-        assert plan("sdpa", q, k, v, AttentionMask.build(q_seq, k_seq, causal=True, window=w, **other), terms).leaf is Leaf.SDPA_MASK
-    padded = SequenceInfo.from_padding_mask(torch.ones(1, T, dtype=torch.bool))
-    assert plan("sdpa", k, k, v, AttentionMask.build(padded, causal=True, window=w), terms).leaf is Leaf.SDPA_MASK
+
+
+def test_local_rows_need_a_mask_without_empty_rows_or_mixed_positions():
+    """Padding, documents, both a window and chunks, or chunks over positions that are not one
+    contiguous row keep the bool mask (the rows-that-see-nothing rule needs every key; chunk
+    boundaries must be stream indices)."""
+    T = 300
+    plain, padded = SequenceInfo.from_offset(1, T), SequenceInfo.from_padding_mask(torch.ones(1, T, dtype=torch.bool))
+    gaps = SequenceInfo(torch.arange(T)[None] * 2)
+    two_rows = SequenceInfo(torch.stack([torch.arange(T), torch.arange(T) + 5]))
+    assert AttentionMask.build(plain, causal=True, window=50).local_rows
+    assert AttentionMask.build(plain, causal=True, chunk=50).local_rows
+    for seq, local in ((padded, dict(window=50)), (padded, dict(chunk=50)), (plain, dict(window=50, chunk=64)),
+                       (gaps, dict(chunk=50)), (two_rows, dict(chunk=50)),
+                       (SequenceInfo.from_cu_seqlens([0, 100, T]), dict(window=50))):
+        assert not AttentionMask.build(seq, causal=True, **local).local_rows, (seq, local)
+    assert not AttentionMask.build(plain, causal=False, window=50).local_rows

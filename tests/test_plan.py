@@ -67,7 +67,7 @@ def _seqs(kind: str, T: int, B: int = 2) -> tuple[SequenceInfo, SequenceInfo]:
         return s, s
     if kind == "decode":  # one new query after T - 1 cached keys
         return SequenceInfo.from_offset(B, 1, T - 1), SequenceInfo.from_offset(B, T)
-    if kind == "window_prefill":  # T - 60 new queries after 60 cached keys (a sliding window below)
+    if kind in ("window_prefill", "chunk_prefill"):  # T - 60 new queries after 60 cached keys
         return SequenceInfo.from_offset(B, T - 60, 60), SequenceInfo.from_offset(B, T)
     s = SequenceInfo.from_offset(B, T)
     return s, s
@@ -76,7 +76,8 @@ def _seqs(kind: str, T: int, B: int = 2) -> tuple[SequenceInfo, SequenceInfo]:
 def _call(name: str | None, kind: str, T: int, causal: bool = True, grad: bool = False, device: str = "cpu"):
     """q, k, v (B, H, T, D) float64 and the mask and terms of one layer of ``name``."""
     q_seq, k_seq = _seqs(kind, T)
-    mask = AttentionMask.build(q_seq, k_seq, causal=causal, window=40 if kind.startswith("window") else None)
+    local = {"window": 40} if kind.startswith("window") else {"chunk": 50} if kind.startswith("chunk") else {}
+    mask = AttentionMask.build(q_seq, k_seq, causal=causal, **local)
     g = torch.Generator().manual_seed(3)
     mk = lambda t: torch.randn(2, H, t, D, generator=g, dtype=F64).to(device).requires_grad_(grad)  # noqa: E731
     q, k, v = mk(mask.tq), mk(mask.tk), mk(mask.tk)
@@ -101,8 +102,9 @@ CASES = [
     (Leaf.SDPA_CAUSAL, "sdpa", None, "plain", 7, True, True),
     (Leaf.SDPA_MASK, "sdpa", None, "padded", 7, True, True),
     (Leaf.SDPA_MASK, "auto", None, "plain", 7, False, True),
-    (Leaf.SDPA_WINDOW_ROWS, "sdpa", None, "window", 300, True, True),
-    (Leaf.SDPA_WINDOW_ROWS, "sdpa", None, "window_prefill", 300, True, True),
+    (Leaf.SDPA_LOCAL_ROWS, "sdpa", None, "window", 300, True, True),
+    (Leaf.SDPA_LOCAL_ROWS, "sdpa", None, "window_prefill", 300, True, True),
+    (Leaf.SDPA_LOCAL_ROWS, "sdpa", None, "chunk_prefill", 300, True, True),
     (Leaf.CPU_FLASH_BIAS, "sdpa", "learned_bias", "plain", 7, True, True),
     (Leaf.CPU_FLASH_BIAS, "auto", "fixed_bias", "plain", 7, False, True),
     (Leaf.SDPA_BIAS, "sdpa", "fixed_bias", "padded", 7, True, True),

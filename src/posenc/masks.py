@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from .config import check_int
-from .positions import SequenceInfo
+from .positions import SequenceInfo, contiguous_offset
 
 __all__ = ["AttentionMask", "build_mask"]
 
@@ -197,6 +197,42 @@ class AttentionMask:
         is empty; attention may then read each block of queries' window alone."""
         return (self._causal_needed and self._window_needed and self.chunk is None
                 and not self._may_empty_rows and not self._documents)
+
+    @property
+    def local_rows(self) -> bool:
+        """Causal local attention that a block of query rows can read in part (:meth:`row_block`):
+        a sliding window alone (:attr:`sliding_only`), or chunks alone over one shared row of
+        contiguous positions (``from_offset``: chunk boundaries are then stream indices; one host
+        read, never under torch.compile)."""
+        return self.sliding_only or self._chunk_base() is not None
+
+    def row_block(self, a: int, z: int) -> tuple[int, Tensor]:
+        """``(lo, m)`` for query rows ``a..z-1`` of a :attr:`local_rows` mask: they see no key
+        before ``lo`` nor after their own, and ``m`` (z - a, z + Tk - Tq - lo) bool is the mask
+        over keys ``lo .. z + Tk - Tq - 1``, made from stream indices (no (Tq, Tk) tensor)."""
+        off, device = self.tk - self.tq, self.q_seq.positions.device
+        i = torch.arange(a + off, z + off, device=device)[:, None]  # the rows' stream indices
+        if self.chunk is None:  # sliding window
+            lo = max(0, a + off - self.window + 1)
+            j = torch.arange(lo, z + off, device=device)[None, :]
+            return lo, (j <= i) & (i - j < self.window)
+        base, c = self._chunk_base(), self.chunk  # stream index s sits at position s + base
+        lo = max(0, (a + off + base) // c * c - base)  # the start of row a's chunk
+        j = torch.arange(lo, z + off, device=device)[None, :]
+        return lo, (j <= i) & ((j + base) // c == (i + base) // c)
+
+    def _chunk_base(self) -> int | None:
+        """The position of key 0 when chunks alone apply (causal, no window, padding or
+        documents) over one shared, contiguous row of positions with the queries last; else None."""
+        if "chunk_base" not in self._forms:
+            qp, kp = self.q_seq.positions, self.k_seq.positions
+            one_row = lambda p: p.shape[0] == 1 or p.stride(0) == 0  # noqa: E731
+            simple = (self.chunk is not None and self.window is None and self._causal_needed
+                      and self.k_seq.valid is None and not self._documents and self.q_seq.segment_ids is None
+                      and one_row(qp) and one_row(kp) and not torch.compiler.is_compiling())
+            aligned = simple and contiguous_offset(qp[:1], kp[:1]) == self.tk - self.tq
+            self._forms["chunk_base"] = int(kp[0, 0]) if aligned else None
+        return self._forms["chunk_base"]
 
     @property
     def plain_causal(self) -> bool:

@@ -11,8 +11,8 @@
 * :func:`bias` — a fixed bias otherwise: the bias with the mask folded in as SDPA's float
   ``attn_mask``; :func:`bias_rows` the same for plain causal attention in row blocks that
   skip the keys right of each block (:func:`causal_sdpa_with_bias`);
-* :func:`window_rows` — no terms, a causal sliding window alone: row blocks that read only the
-  keys their window reaches.
+* :func:`local_rows` — no terms, a causal sliding window or chunks alone
+  (``mask.local_rows``): row blocks that read only the keys their window or chunk reaches.
 
 Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
 """
@@ -27,13 +27,13 @@ from ..masks import AttentionMask
 from . import LayerTerms
 from .cpu_flash import flash_bias_attention
 
-__all__ = ["ROWS", "WINDOW_ROWS", "bias", "bias_rows", "causal", "causal_sdpa_with_bias", "cpu_flash_bias", "masked",
-           "window_rows"]
+__all__ = ["ROWS", "LOCAL_ROWS", "bias", "bias_rows", "causal", "causal_sdpa_with_bias", "cpu_flash_bias", "local_rows",
+           "masked"]
 
 #: Query rows per block of :func:`causal_sdpa_with_bias`.
 ROWS = 256
-#: Query rows per block of :func:`window_rows`.
-WINDOW_ROWS = 128
+#: Query rows per block of :func:`local_rows`.
+LOCAL_ROWS = 128
 
 
 def causal_sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, masked_bias: Tensor, scale: float, rows: int = ROWS) -> Tensor:
@@ -62,19 +62,15 @@ def masked(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense(), scale=scale)
 
 
-def window_rows(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
-    """Causal sliding-window attention (``mask.sliding_only``) in blocks of ``WINDOW_ROWS`` queries,
-    each reading only the keys its window reaches: T·(w + rows) work instead of T·Tk, and each
-    block's mask is made from stream indices (no (Tq, Tk) tensor)."""
-    Tq, Tk, w = mask.tq, mask.tk, mask.window
-    off = Tk - Tq  # queries are the last Tq keys
+def local_rows(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
+    """Causal local attention (``mask.local_rows``: a sliding window w or chunks c alone) in blocks
+    of ``LOCAL_ROWS`` queries, each reading only the keys its window or chunk reaches
+    (``mask.row_block``): T·(w + rows) work instead of T·Tk, and no (Tq, Tk) mask."""
+    off = mask.tk - mask.tq  # queries are the last Tq keys
     outs = []
-    for a in range(0, Tq, WINDOW_ROWS):
-        z = min(a + WINDOW_ROWS, Tq)
-        lo = max(0, a + off - w + 1)  # the first key the block's first query sees
-        i = torch.arange(a + off, z + off, device=q.device)[:, None]  # query stream indices
-        j = torch.arange(lo, z + off, device=q.device)[None, :]
-        m = (j <= i) & (i - j < w)  # (z - a, z + off - lo)
+    for a in range(0, mask.tq, LOCAL_ROWS):
+        z = min(a + LOCAL_ROWS, mask.tq)
+        lo, m = mask.row_block(a, z)  # m (z - a, z + off - lo)
         outs.append(F.scaled_dot_product_attention(q[:, :, a:z], k[:, :, lo:z + off], v[:, :, lo:z + off],
                                                    attn_mask=m, scale=scale))
     return torch.cat(outs, dim=2)  # (B, H, Tq, D)
