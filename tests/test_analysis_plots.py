@@ -310,3 +310,20 @@ def test_randomized_positions_cover_the_range(tmp_path):
     expected = 4000 * 8 / 32
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 80, chi2  # 31 degrees of freedom: 80 is beyond p = 1e-5
+
+
+def test_hybrid_layers(tmp_path):
+    """Every 4th layer global NoPE (Llama 4 with the temperature, SmolLM3 and Cohere2 without),
+    the others RoPE with chunk 8192 / all keys / a 4096 window; the query factor is
+    1 + 0.1 log1p(floor((p + 1) / 8192)) (transformers' Llama 4 defaults), one position at a time."""
+    d = draw("hybrid-layers", tmp_path, n_layer=8, max_position=2**16)
+    local = {"llama4": ("rope", "chunked", 8192), "smollm3": ("rope", "global", None),
+             "cohere2": ("rope", "sliding", 4096)}
+    glob = {"llama4": ("nope_temperature", "global", None), "smollm3": (None, "global", None),
+            "cohere2": (None, "global", None)}
+    assert set(d["layers"]) == set(local)
+    for name, layers in d["layers"].items():
+        assert layers == [glob[name] if (i + 1) % 4 == 0 else local[name] for i in range(8)]
+    for p, f in zip(d["positions"].tolist(), d["factor"].tolist()):
+        assert f == pytest.approx(1 + 0.1 * math.log1p((p + 1) // 8192), rel=1e-12)
+    assert d["factor"][0] == 1.0 and d["factor"][-1] > 1.0

@@ -18,6 +18,7 @@ from .canvas import PlotResult
 from .fig_cope import plot_cope_positions
 from .fig_dropped_frequencies import plot_rope_dropped_frequencies
 from .fig_dynamic_bias import plot_dynamic_bias
+from .fig_hybrids import plot_hybrid_layers
 from .fig_pope import plot_pope_polar
 from .fig_randomized import plot_randomized_positions
 
@@ -42,4 +43,5 @@ FAMILY_FIGURES: dict[str, FamilyFigure] = {
     "cope-positions": FamilyFigure(plot_cope_positions, ("cope",)),
     "dynamic-bias": FamilyFigure(plot_dynamic_bias, ("dynamic_bias",)),
     "randomized-positions": FamilyFigure(plot_randomized_positions, (ANY_ENCODING,)),
+    "hybrid-layers": FamilyFigure(plot_hybrid_layers, ("nope_temperature", "none")),
 }
