@@ -142,6 +142,11 @@ class _Rope2D(PositionalEncoding):
         return grid_coordinates(positions, self.config.grid_width)
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:  # pragma: no cover - abstract
+        """cos, sin float32 at (B, T) raster positions or (2, B, T) axes (each subclass's shape)."""
+        raise NotImplementedError
+
+    def _turn(self, q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk: Tensor) -> tuple[Tensor, Tensor]:
+        """q by (cq, sq) and k by (ck, sk), :meth:`cos_sin`'s tables."""  # pragma: no cover - abstract
         raise NotImplementedError
 
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
