@@ -286,3 +286,51 @@ def test_the_probe_reads_positions_as_one_stream_of_identical_tokens():
     slope = stream[:, 1:2]  # log f of the one gate
     assert (slope < 0).all()
     torch.testing.assert_close(stream, slope * torch.arange(n, dtype=F64), atol=1e-3, rtol=1e-5)
+
+
+def test_the_figure_forgets_the_sentences_before_the_last_end(tmp_path):
+    pytest.importorskip("matplotlib")
+    from posenc.analysis.fig_fox import plot_fox_forgetting
+
+    res = plot_fox_forgetting(tmp_path, text="a b . c d . e f", closed=-3.0, open_=4.0)
+    assert res.path.exists()
+    gates, bias = res.data["gates"], res.data["bias"]  # (2, T), (2, T, T)
+    words = res.data["words"]
+    log_f = gates.log()
+    for h in range(2):  # the paper's sum, loop by loop
+        for i in range(len(words)):
+            for j in range(i + 1):
+                assert float(bias[h, i, j]) == pytest.approx(float(log_f[h, j + 1 : i + 1].sum()), abs=1e-12)
+    sig = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    assert float(gates[0, 2]) == pytest.approx(sig(-3.0)) and float(gates[0, 0]) == pytest.approx(sig(4.0))
+    last = bias[0, -1]  # from "f": the last sentence is near 0, each "." before it costs about 3
+    assert last[-2] > -0.1 and last[4] < -3.0 and last[1] < last[4] - 3.0
+    torch.testing.assert_close(bias[1, -1], (len(words) - 1 - torch.arange(len(words))) * math.log(sig(0.5)), check_dtype=False)
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["mirror", "backward-sums"])
+@pytest.mark.parametrize("mask_kind", ["causal", "causal+padding", "none"])
+def test_fused_reads_the_sums_and_returns_their_gradients(mask_kind, after):
+    """fused_attention with a PrefixSumTerm (no (Tq, Tk) bias kept) against the same attention
+    with the term's dense difference as a bias, forward and backward, in blocks of 3 rows."""
+    from posenc.backends.fused import fused_attention
+
+    g = torch.Generator().manual_seed(11)
+    B, Hh, Tq, Tk, Dd = 2, 3, 7, 9, 4
+    mk = lambda *s: torch.randn(*s, generator=g, dtype=F64, requires_grad=True)  # noqa: E731
+    q, k, v = mk(B, Hh, Tq, Dd), mk(B, Hh, Tk, Dd), mk(B, Hh, Tk, Dd)
+    cq, ck = mk(B, Hh, Tq), mk(B, Hh, Tk)
+    pair = (mk(B, Hh, Tq), mk(B, Hh, Tk)) if after else None
+    term = PrefixSumTerm(cq, ck, pair)
+    causal = mask_kind != "none"
+    mask = None
+    if mask_kind == "causal+padding":
+        mask = torch.ones(B, 1, Tq, Tk, dtype=torch.bool)
+        mask[0, ..., :3] = False  # the first row's first keys are padding
+    inputs = [q, k, v, cq, ck, *(pair or ())]
+    got = fused_attention(q, k, v, scale=0.5, mask=mask, causal=causal, sums=[term], block=3)
+    want = fused_attention(q, k, v, scale=0.5, mask=mask, causal=causal, bias=term.dense(None, None), block=3)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    w = torch.randn(got.shape, generator=g, dtype=F64)
+    for a, b in zip(torch.autograd.grad((got * w).sum(), inputs), torch.autograd.grad((want * w).sum(), inputs)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)

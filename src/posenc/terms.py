@@ -319,7 +319,8 @@ class PrefixSumTerm:
     the pair (c' at the queries, c' at the keys) of a second quantity for keys after the
     query, or None to use g itself there (``c_j - c_i``, the mirror image). FoX's log forget
     gates (:mod:`posenc.relative.fox`) are such a g. The term is rank structured: its
-    ``score_mod`` reads the (B, H, T) sums, and only ``dense`` builds a (Tq, Tk) tensor.
+    ``score_mod`` and :func:`posenc.backends.fused.fused_attention` read the (B, H, T) sums,
+    and only ``dense`` (the eager reference) builds a (Tq, Tk) tensor.
     """
 
     query: Tensor

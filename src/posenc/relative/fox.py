@@ -14,8 +14,9 @@ and the logit between query i and a key j <= i gains the log of the gates betwee
 d_ij <= 0 and d_ii = 0: a key is forgotten by the gates of the tokens after it. With one
 constant gate f it is ALiBi with slope -log f; learned gates make the decay data dependent.
 The bias is rank structured, so it is a :class:`~posenc.terms.PrefixSumTerm`: FlexAttention's
-``score_mod`` reads the (B, H, T) sums c, the dense form (eager, fused) is their broadcast
-difference.
+``score_mod`` and the fused blockwise function read the (B, H, T) sums c (the fused backward
+returns their gradients as row and column sums, O(T) memory); only the eager reference builds
+the (Tq, Tk) difference.
 
 The convention is x-transformers' ``DataDependentAlibi`` (``attn_data_dependent_alibi=True``,
 tested on the same weights): c is the inclusive cumulative sum over the stream, the gate's

@@ -37,9 +37,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..attention import Attention
 from ..backends import IMPLS
 from ..cli_args import add_json_option, default_device, emit_json, positive_int
 from ..config import check_int
+from ..encoding import QKProjection
 from ..cli_args import device as device_arg
 from ..model import Transformer
 from ..model_config import ModelConfig
@@ -81,8 +83,10 @@ def _logit_terms(enc) -> int:
     dims = enc.dims
     pos = torch.arange(2)[None]
     q = torch.zeros(1, dims.num_heads, 2, dims.head_dim)
+    layer = Attention(dims.d_model, dims.num_heads, head_dim=dims.head_dim)
+    proj = QKProjection.of(layer, torch.zeros(1, 2, dims.d_model))  # a layer input, for terms that read it (FoX)
     with torch.no_grad():
-        terms = enc.terms(q, q, enc.prepare(pos, pos), None)
+        terms = enc.terms(q, q, enc.prepare(pos, pos), proj)
     return sum(not isinstance(t, ValueTerm) for t in terms)
 
 

@@ -36,6 +36,7 @@ from ..attention import Attention
 from ..backends.sdpa import causal_sdpa_with_bias
 from ..cli_args import add_json_option, default_device, emit_json, even_positive_int, int_at_least, positive_int
 from ..cli_args import device as device_arg
+from ..encoding import QKProjection
 from ..registry import build, list_encodings
 from .timing import describe_machine, peak_memory, time_fn
 
@@ -87,6 +88,8 @@ def run_relative_speed(
         k = torch.randn(batch, heads, T, head_dim, generator=g, device=device, dtype=dtype)
         v = torch.randn(batch, heads, T, head_dim, generator=g, device=device, dtype=dtype)
         pos = torch.arange(T, device=device).expand(batch, T)
+        x = torch.randn(batch, T, d_model, generator=g, device=device, dtype=dtype)  # the layer input (FoX's gates)
+        proj = QKProjection.of(layer, x)
         scale = head_dim**-0.5
         rows: dict[str, dict[str, float]] = {}
 
@@ -102,7 +105,7 @@ def run_relative_speed(
             add("einsum (T,T,D) rkq", lambda: einsum_relative_key_query(q, k, table))
         for name in score_names:
             enc = build(name, d_model=d_model, num_heads=heads).to(device=device, dtype=dtype)
-            add(f"score {name}", lambda enc=enc: enc.score(q, k, pos, pos, layer=layer))
+            add(f"score {name}", lambda enc=enc: enc.score(q, k, pos, pos, proj=proj))
         add("sdpa causal", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale))
         causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
         for name in bias_names:
