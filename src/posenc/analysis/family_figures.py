@@ -19,8 +19,10 @@ from .fig_cope import plot_cope_positions
 from .fig_dropped_frequencies import plot_rope_dropped_frequencies
 from .fig_dynamic_bias import plot_dynamic_bias
 from .fig_hybrids import plot_hybrid_layers
+from .fig_mrope import plot_mrope_axes
 from .fig_pope import plot_pope_polar
 from .fig_randomized import plot_randomized_positions
+from .fig_rope_2d import plot_rope_2d
 
 __all__ = ["ANY_ENCODING", "FAMILY_FIGURES", "FamilyFigure"]
 
@@ -44,4 +46,6 @@ FAMILY_FIGURES: dict[str, FamilyFigure] = {
     "dynamic-bias": FamilyFigure(plot_dynamic_bias, ("dynamic_bias",)),
     "randomized-positions": FamilyFigure(plot_randomized_positions, (ANY_ENCODING,)),
     "hybrid-layers": FamilyFigure(plot_hybrid_layers, ("nope_temperature", "none")),
+    "mrope-axes": FamilyFigure(plot_mrope_axes, ("mrope",)),
+    "rope-2d": FamilyFigure(plot_rope_2d, ("rope_axial", "rope_mixed")),
 }
