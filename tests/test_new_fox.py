@@ -1,7 +1,8 @@
 """fox: the Forgetting Transformer's data-dependent bias against a slow loop over the paper's
-formula (Lin et al. 2025, eq. 4-6) and against x-transformers' ``attn_data_dependent_alibi``
-attention on the same weights; decoding with a cache, packing, every backend, and the bias's
-properties (non-positive, data dependent, ALiBi for a constant gate)."""
+formula (Lin et al. 2025: f_t = sigmoid(w·x_t + b), d_ij = sum_{l=j+1}^{i} log f_l) and against
+x-transformers' ``attn_data_dependent_alibi`` attention on the same weights; decoding with a
+cache, packing, every backend, and the bias's properties (non-positive, data dependent, ALiBi
+for a constant gate)."""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ EXPECTED: dict[str, dict[str, tuple[bool | str, str]]] = {
     },
     "fox": {
         "absolute": (False, "Lin et al. 2025: no position ids; the logit gains the log forget gates between j and i"),
-        "relative": (True, "Lin et al. 2025, eq. 6: sum_{l=j+1}^{i} log f_l; for identical tokens a function of i - j"),
+        "relative": (True, "Lin et al. 2025: sum_{l=j+1}^{i} log f_l; for identical tokens a function of i - j"),
         "bounded": (False, "Lin et al. 2025: the bias is non-positive and data dependent, and every gate below 1 "
                            "between j and i adds to it (ALiBi's linear penalty for a constant gate)"),
         "decay": (True, "Lin et al. 2025: log f_l < 0, so keys further back are forgotten more"),

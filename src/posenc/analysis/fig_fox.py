@@ -1,5 +1,5 @@
 """FoX's figure: forget gates on a sentence and the bias they make (Lin et al. 2025, "Forgetting
-Transformer: Softmax Attention with a Forget Gate", eq. 4-6).
+Transformer: Softmax Attention with a Forget Gate").
 
 Each token t opens a forget gate ``f_t = sigmoid(w·x_t + b)`` from the layer input, and the logit
 of query i and key j <= i gains ``sum_{l=j+1}^{i} log f_l``. Here the layer input marks sentence

@@ -4,10 +4,9 @@ with a Forget Gate", ICLR 2025, arXiv:2503.02130), i.e. data-dependent ALiBi.
 Every token t opens, per head h, a scalar forget gate computed from the attention layer's input
 x_t (the normed hidden state, the tokens whose q and k the layer makes):
 
-    f_t = sigmoid(w_h · x_t + b_h)                                          (eq. 4)
+    f_t = sigmoid(w_h · x_t + b_h)
 
-and the logit between query i and a key j <= i gains the log of the gates between them
-(eq. 5-6):
+and the logit between query i and a key j <= i gains the log of the gates between them:
 
     d_ij = sum_{l=j+1}^{i} log f_l = c_i - c_j,    c_t = sum_{l<=t} log f_l.
 
