@@ -94,3 +94,11 @@ def test_refuses_bad_inputs_by_name():
         randomized_positions(seq, 10.0)
     with pytest.raises(TypeError, match="seq must be a SequenceInfo"):
         randomized_positions(torch.arange(4)[None], 10)
+
+
+def test_refuses_multi_axis_positions():
+    """A patch grid's (row, column) axes cannot be resampled as 1-D positions: refused, not dropped."""
+    grid = SequenceInfo.from_grid(3, 4)
+    assert grid.axes is not None
+    with pytest.raises(ValueError, match=r"^seq\.axes must be None: randomized_positions samples 1-D positions"):
+        randomized_positions(grid, 100)

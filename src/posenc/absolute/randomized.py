@@ -43,11 +43,17 @@ def randomized_positions(seq: SequenceInfo, max_length: int, *, generator: torch
     ``max_length`` is L, in [1, 2^24]; a document whose largest position is L or more is a
     ``ValueError`` naming it (L must exceed every position). ``generator``: a CPU
     ``torch.Generator`` for reproducible draws (the sampling runs on CPU, the result moves to
-    the positions' device).
+    the positions' device). A ``seq`` carrying multi-axis positions (``seq.axes``) is a
+    ``ValueError``.
     """
     if not isinstance(seq, SequenceInfo):
         raise TypeError(f"seq must be a SequenceInfo, got {type(seq).__name__}")
     check_int("max_length", max_length, minimum=1, maximum=MAX_RANGE)
+    if seq.axes is not None:
+        # Ruoss et al. sample 1-D positions; resampling each axis apart would break a patch grid's
+        # geometry, and keeping the old axes beside new positions would be two disagreeing orders.
+        raise ValueError("seq.axes must be None: randomized_positions samples 1-D positions, and this "
+                         "SequenceInfo carries multi-axis positions (M-RoPE, 2-D RoPE)")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     pos = seq.positions.cpu().long()  # (B, T)
