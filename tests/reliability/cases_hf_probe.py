@@ -173,4 +173,9 @@ CASES = [
          _bench_model_settings(overrides={"lr": 1e-3})),
     Case(A, "`posenc bench --model` with an unknown preset", r"unknown preset 'huge'; valid presets",
          _bench_model_settings(preset="huge")),
+    Case(A, "`posenc probe --layer` naming a NoPE layer of a hybrid (SmolLM3's no_rope_layers)",
+         r"--layer 1 of model_type 'smollm3' does not rotate \(NoPE: no_rope_layers\[1\] is 0\); the probe measures "
+         r"RoPE's score against distance: probe one of its RoPE layers 0",
+         _probe(folder=lambda: _folder(config=dict(_LLAMA, model_type="smollm3", no_rope_layers=[1, 0]), header=_SMALL),
+                settings=dict(layers=(1,)))),
 ]

@@ -83,8 +83,9 @@ def _normed_heads(n: int, d: int, norm: Any):
 def layer_taps(model: Any) -> list[QKTaps]:
     """One :class:`QKTaps` per decoder layer of a transformers causal LM:
 
-    * Llama, Mistral, Qwen 2/3, Gemma 1-3 (``model.layers[i].self_attn``): ``q_proj``/``k_proj``,
-      through ``q_norm``/``k_norm`` where RoPE follows a per-head norm (Qwen 3, Gemma 3);
+    * Llama, Mistral, Qwen 2/3, Gemma 1-3, SmolLM3, Llama 4, Cohere2 (``model.layers[i].self_attn``):
+      ``q_proj``/``k_proj``, through ``q_norm``/``k_norm`` where RoPE follows a per-head norm
+      (Qwen 3, Gemma 3), and Llama 4's ``qk_norm``;
     * Phi-3: the fused ``qkv_proj`` (q, then k, then v);
     * GPT-NeoX: ``query_key_value``, per head [q | k | v];
     * GPT-J (``transformer.h[i].attn``): ``q_proj``/``k_proj``, logits divided by sqrt(D).
@@ -103,7 +104,11 @@ def layer_taps(model: Any) -> list[QKTaps]:
                 split = lambda o, d=d: {"q": _heads(o[..., : H * d], H, d), "k": _heads(o[..., H * d : (H + Hkv) * d], Hkv, d)}
                 out.append(QKTaps(((a.qkv_proj, split),), scale))
             elif hasattr(a, "q_proj") and hasattr(a, "k_proj"):
-                qs, ks = _normed_heads(H, d, getattr(a, "q_norm", None)), _normed_heads(Hkv, d, getattr(a, "k_norm", None))
+                # Llama 4's qk_norm (a weightless RMS norm of each head) follows RoPE; a rotation keeps
+                # the norm, so normalising before it is the same
+                qn, kn = (a.qk_norm, a.qk_norm) if hasattr(a, "qk_norm") else (getattr(a, "q_norm", None),
+                                                                                getattr(a, "k_norm", None))
+                qs, ks = _normed_heads(H, d, qn), _normed_heads(Hkv, d, kn)
                 out.append(QKTaps(((a.q_proj, lambda o, f=qs: {"q": f(o)}), (a.k_proj, lambda o, f=ks: {"k": f(o)})), scale))
             else:
                 break
@@ -127,7 +132,9 @@ def layer_taps(model: Any) -> list[QKTaps]:
             a = block.attn
             d = a.head_dim
             out.append(QKTaps(((a.q_proj, lambda o, d=d: {"q": _heads(o, H, d)}),
-                               (a.k_proj, lambda o, d=d: {"k": _heads(o, H, d)})), float(1.0 / a.scale_attn)))
+                               (a.k_proj, lambda o, d=d: {"k": _heads(o, H, d)})),
+                              # transformers >= 5.24: scaling; before: logits divided by scale_attn
+                              float(a.scaling if hasattr(a, "scaling") else 1.0 / a.scale_attn)))
         return out
     raise ValueError(
         f"{type(model).__name__} ({getattr(cfg, 'model_type', None)!r}) has no q/k projections the probe knows; "

@@ -8,8 +8,10 @@ lock that ``posenc bench`` takes (one writer per folder), captures q and k
 ``probe_layers.png`` (:mod:`.render`).
 
 Per-layer-type RoPE (Gemma 3: sliding layers base 10000, global layers base 1e6) is read per
-layer (``from_hf(config, layer_type=config["layer_types"][layer])``); a sliding-window layer's
-trained distance is its window (it never attends farther), the others' is L.
+layer (:func:`posenc.rotary.hf_config.layer_ropes`); a sliding-window layer's trained distance
+is its window (it never attends farther), the others' is L. A NoPE/RoPE hybrid's NoPE layers
+(SmolLM3, Llama 4, Cohere2) are not probed: by default the first RoPE layer of each type is,
+and ``--layer`` naming a NoPE layer is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ...rotary import from_hf
+from ...rotary import hf_config
 from ..checkpoint import DTYPES, check_fits, load_model, load_tokenizer, open_checkpoint, trained_length
 from ..models import MODELS
 from .capture import capture_qk, layer_taps, probe_text_ids
@@ -94,22 +96,47 @@ class ProbeSettings:
 
 
 def default_layers(config: dict[str, Any]) -> tuple[int, ...]:
-    """The first layer of each layer type of ``config["layer_types"]`` (Gemma 3: (0, 5)); (0,)
-    without layer types."""
+    """The first rotating layer of each layer type of ``config["layer_types"]`` (Gemma 3: (0, 5);
+    Llama 4: its first chunked layer, its full layers being NoPE); (0,) without layer types.
+    A NoPE/RoPE hybrid's NoPE layers are passed over: the probe measures RoPE."""
     types = config.get("layer_types") or []
-    return tuple(sorted({t: i for i, t in reversed(list(enumerate(types)))}.values())) or (0,)
+    first: dict[Any, int] = {}
+    for i, rope in enumerate(hf_config.layer_ropes(config)):
+        if rope is not None:
+            first.setdefault(types[i] if i < len(types) else None, i)
+    return tuple(sorted(first.values())) or (0,)
 
 
 def layer_rope(config: dict[str, Any], layer: int) -> Any:
-    """The RoPE of ``layer``: ``from_hf(config, layer_type=...)`` when the config names layer
-    types (per-layer-type rope parameters, Gemma 3), else the one ``from_hf(config)``."""
-    types = config.get("layer_types")
-    if types and layer < len(types):
-        params = config.get("rope_parameters")
-        nested = isinstance(params, dict) and types[layer] in params
-        if nested:
-            return from_hf(config, layer_type=types[layer])
-    return from_hf(config)
+    """The RoPE of ``layer``, as :func:`posenc.rotary.hf_config.layer_ropes` reads it (Gemma 3:
+    its layer type's own). A layer that does not rotate (SmolLM3's and Llama 4's
+    ``no_rope_layers``, Cohere2's full layers) is refused rather than probed as NoPE: its score
+    does not depend on the distance through any RoPE, and each of the probe's claims is about
+    how RoPE shapes that dependence."""
+    ropes = hf_config.layer_ropes(config)
+    rope = ropes[layer]
+    if rope is None:
+        flags = config.get("no_rope_layers")
+        types = config.get("layer_types") or []
+        why = (f"no_rope_layers[{layer}] is 0" if isinstance(flags, list) and layer < len(flags)
+               else f"its {types[layer]!r} layers do not rotate" if layer < len(types) else "its config")
+        rotating = [i for i, r in enumerate(ropes) if r is not None]
+        raise ValueError(f"--layer {layer} of model_type {config.get('model_type')!r} does not rotate (NoPE: {why}); "
+                         f"the probe measures RoPE's score against distance: probe one of its RoPE layers "
+                         f"{_spans(rotating)}")
+    return rope
+
+
+def _spans(layers: list[int]) -> str:
+    """[0, 1, 2, 4, 5, 6] -> '0-2, 4-6'."""
+    out, i = [], 0
+    while i < len(layers):
+        j = i
+        while j + 1 < len(layers) and layers[j + 1] == layers[j] + 1:
+            j += 1
+        out.append(str(layers[i]) if i == j else f"{layers[i]}-{layers[j]}")
+        i = j + 1
+    return ", ".join(out) or "(none)"
 
 
 def layer_trained_distance(config: dict[str, Any], layer: int, L: int) -> int:
