@@ -18,6 +18,7 @@ from .canvas import PlotResult
 from .fig_cope import plot_cope_positions
 from .fig_dropped_frequencies import plot_rope_dropped_frequencies
 from .fig_dynamic_bias import plot_dynamic_bias
+from .fig_fox import plot_fox_forgetting
 from .fig_hybrids import plot_hybrid_layers
 from .fig_mrope import plot_mrope_axes
 from .fig_pope import plot_pope_polar
@@ -48,4 +49,5 @@ FAMILY_FIGURES: dict[str, FamilyFigure] = {
     "hybrid-layers": FamilyFigure(plot_hybrid_layers, ("nope_temperature", "none")),
     "mrope-axes": FamilyFigure(plot_mrope_axes, ("mrope",)),
     "rope-2d": FamilyFigure(plot_rope_2d, ("rope_axial", "rope_mixed")),
+    "fox-forgetting": FamilyFigure(plot_fox_forgetting, ("fox",)),
 }
