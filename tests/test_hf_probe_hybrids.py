@@ -68,10 +68,13 @@ def test_default_layers_skip_nope_and_the_probed_layers_reproduce_attention(name
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_probe_runs_on_the_rope_layers_and_refuses_a_nope_layer(name, tmp_path):
     m = make(name)
+    m.config.sliding_window = m.config.attention_chunk_size = 32  # Cohere2's window, Llama 4's chunk: below L
     m.save_pretrained(tmp_path / "ckpt")
     s = ProbeSettings(tokens=T, points=8, dtype="float32", scalings=("linear",))
     r = probe(tmp_path / "ckpt", tmp_path / "out", s, progress=False)
     assert list(r.data["layers"]) == ["0"] and (tmp_path / "out" / "probe.json").is_file()
+    # the farthest the layer attends: Cohere2's window, Llama 4's chunk, else L
+    assert r.data["layers"]["0"]["trained_distance"] == {"smollm3": 64}.get(name, 32)
     nope = FAMILIES[name][2][0]
     why = {"smollm3": r"no_rope_layers\[3\] is 0", "llama4_text": r"no_rope_layers\[3\] is 0",
            "cohere2": r"its 'full_attention' layers do not rotate"}[name]

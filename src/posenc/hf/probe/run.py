@@ -141,10 +141,14 @@ def _spans(layers: list[int]) -> str:
 
 def layer_trained_distance(config: dict[str, Any], layer: int, L: int) -> int:
     """The farthest distance ``layer`` attended to in training: the window of a
-    ``sliding_attention`` layer (when smaller than L), else the trained length L."""
+    ``sliding_attention`` layer, the chunk of a ``chunked_attention`` one (Llama 4: a token
+    sees only its own chunk of ``attention_chunk_size`` tokens), when smaller than L; else the
+    trained length L."""
     types = config.get("layer_types") or []
-    window = config.get("sliding_window")
-    if layer < len(types) and types[layer] == "sliding_attention" and isinstance(window, int) and 0 < window < L:
+    kind = types[layer] if layer < len(types) else None
+    window = {"sliding_attention": config.get("sliding_window"),
+              "chunked_attention": config.get("attention_chunk_size")}.get(kind)
+    if isinstance(window, int) and 0 < window < L:
         return window
     return L
 
