@@ -225,6 +225,10 @@ CASES = [
          _in_tmp(_extend_out_not_empty)),
     Case(A, "`posenc extend` settings: --factors holding 0", r"--factors must be .*0",
          _extend(_LLAMA, 128, settings=dict(factors=(1.0, 0.0)))),
+    Case(A, "`posenc extend` on GPT-J (no rope dict in its config: a fixed RoPE)",
+         r"model_type 'gptj' has no rope_parameters in its config \(its RoPE is fixed: base 10000, no scaling\): "
+         r"extend cannot write a scaling transformers would read",
+         _extend(dict(_GPT2, model_type="gptj", rotary_dim=4), 128)),
     Case(A, "`posenc extend` on Gemma 4 (a RoPE per layer type, none the one a scaling goes to)",
          r"model_type 'gemma4_text' has a RoPE per layer type \(full_attention, sliding_attention\) and none is the "
          r"one its family's rope_scaling scales: extend cannot choose which to scale", _extend(_GEMMA4, 128)),

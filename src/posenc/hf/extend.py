@@ -135,15 +135,19 @@ def _format_table(rows: list[dict[str, Any]], win: int, N: int) -> str:
 
 def check_writable(config: dict[str, Any], where: str) -> None:
     """Refuse, before any weight is read, a checkpoint whose scaled RoPE extend cannot write as
-    transformers ``rope_parameters``: a family with a RoPE per layer type and no layer type a
-    scaling goes to (Gemma 4: its full layers are p-RoPE, its sliding layers short-range; which
-    to scale is the user's call, ``patch_model(model, layer_type=...)``)."""
+    transformers ``rope_parameters``: a family whose config has no rope dict (GPT-J: base 10000,
+    fixed), and a family with a RoPE per layer type and no layer type a scaling goes to (Gemma
+    4: its full layers are p-RoPE, its sliding layers short-range; which to scale is the user's
+    call, ``patch_model(model, layer_type=...)``)."""
     from ..rotary.hf_config import HF_READINGS
 
     model_type = config.get("model_type")
     rope = config.get("rope_parameters") or {}
     nested = isinstance(rope, dict) and bool(rope) and all(v is None or isinstance(v, dict) for v in rope.values())
     reading = HF_READINGS.get(model_type)
+    if reading is not None and reading.types() == ("default",):
+        raise ValueError(f"{where}: model_type {model_type!r} has no rope_parameters in its config (its RoPE is fixed: "
+                         "base 10000, no scaling): extend cannot write a scaling transformers would read")
     if reading is None or not (reading.per_layer or nested):
         return
     types = sorted({t for t in config.get("layer_types") or () if not nested or rope.get(t) is not None})
@@ -164,7 +168,8 @@ def hf_entries(model: Any) -> dict[str, Any]:
     from ..rotary.hf_config import HF_READINGS
     from .patch import patched_ropes
 
-    own_layout = HF_READINGS[model.config.model_type].layout
+    reading = HF_READINGS.get(model.config.model_type)  # None: an M-RoPE text model (half layout)
+    own_layout = reading.layout if reading is not None else "half"
 
     def spelt(rope: RotaryEmbedding) -> RotaryEmbedding:
         cfg = rope.config
