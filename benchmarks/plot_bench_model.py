@@ -5,8 +5,8 @@ training-free scaling, the raised base), from the committed results files.
     python benchmarks/plot_bench_model.py --out docs/img/bench_model_smollm2.png
 
 Each scaling is evaluated beyond L only (at and below L it is the model itself), so its line
-starts at the model's point at L. The 4L points come from the separate 4L results files when
-they are there.
+starts at the model's point at L. The 4L points and passkey at 1.5L come from their separate
+results files when they are there.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # (panel title, results files whose lm points it draws)
 LM_PANELS = (("Python sources (--corpus code)", ("bench_model_smollm2_code.json", "bench_model_smollm2_code_4L.json")),
              ("King James Bible (--corpus prose)", ("bench_model_smollm2_prose.json", "bench_model_smollm2_prose_4L.json")))
+# passkey reads no corpus: the code run's, and the 1.5L run's
+PASSKEY_FILES = ("bench_model_smollm2_code.json", "bench_model_smollm2_passkey_1.5L.json")
 
 
 def cells(files: tuple[str, ...], task: str, results: Path = RESULTS) -> tuple[dict[str, dict[int, float]], int, dict]:
@@ -66,12 +68,14 @@ def draw(ax, rows: dict[str, dict[int, float]], L: int, ylabel: str, log: bool) 
                 break
         else:
             groups.append([name])
-    for i, g in enumerate(groups):
+    order = list(full)  # a row keeps its colour in every panel, grouped or not
+    for g in groups:
+        i = order.index(g[0])
         pts = full[g[0]]
         is_model = rows[g[0]] is model
         xs = sorted(pts)
         ax.plot(xs, [pts[x] for x in xs], "o-" if is_model else "o--", color=f"C{i}", lw=2 if is_model else 1.2,
-                ms=4, label=" = ".join(g), zorder=3 if is_model else 2)
+                ms=4, label=" = ".join(g), zorder=1 if is_model else 2)  # a scaling on the model's line stays visible
     ax.axvline(L, color="k", ls=":", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [f"{n}\n{n / L:g} L" for n in lengths], fontsize=8)
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, L, _ = cells(files, "lm", args.results)
         draw(ax, rows, L, "token perplexity (log scale; lower is better)", log=True)
         ax.set_title(title, fontsize=10)
-    rows, L, s = cells(LM_PANELS[0][1], "passkey", args.results)
+    rows, L, s = cells(PASSKEY_FILES, "passkey", args.results)
     draw(axes[2], rows, L, "passkey accuracy, % (mean over depths)", log=False)
     axes[2].set_ylim(-5, 105)
     depths = ", ".join(f"{d:g}" for d in s["passkey_depths"])

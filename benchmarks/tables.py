@@ -174,6 +174,42 @@ RESULTS: dict[str, Result] = {
         copy=(("out/probe_gemma3/probe.json", "benchmarks/results/probe_gemma3.json"),),
         threads=1, machine=_SHARED_EPYC + ", 1 thread",
     ),
+    # issue 22 item 3: SmolLM2 past a stated L on both corpora; passkey reads no corpus (in the code file only)
+    **{f"bench_model_smollm2_{corpus}": Result(
+        f"bench_model_smollm2_{corpus}.json",
+        ("bench", "--model", "smollm2-135m", "--trained-length", "1024", "--lm-eval-tokens", "2048", "--corpus", corpus,
+         *(("--tasks", "lm") if corpus == "prose" else ()), "--threads", "1", "--out", f"out/bench_smollm2_{corpus}",
+         "--overwrite", "--no-progress"),
+        copy=((f"out/bench_smollm2_{corpus}/results.json", f"benchmarks/results/bench_model_smollm2_{corpus}.json"),),
+        threads=1, machine=_SHARED_EPYC + ", 1 thread",
+    ) for corpus in ("code", "prose")},
+    # the same past L on the prose corpus at 4L alone (one window of 4096 tokens)
+    "bench_model_smollm2_prose_4L": Result(
+        "bench_model_smollm2_prose_4L.json",
+        ("bench", "--model", "smollm2-135m", "--trained-length", "1024", "--tasks", "lm", "--lm-eval-factors", "4",
+         "--lm-eval-tokens", "4096", "--corpus", "prose", "--threads", "1", "--out", "out/bench_smollm2_prose_4L",
+         "--overwrite", "--no-progress"),
+        copy=(("out/bench_smollm2_prose_4L/results.json", "benchmarks/results/bench_model_smollm2_prose_4L.json"),),
+        threads=1, machine=_SHARED_EPYC + ", 1 thread",
+    ),
+    # the code file's passkey at 1.5L, run apart (the main run's quick preset has 0.5L, L and 2L)
+    "bench_model_smollm2_passkey_1.5L": Result(
+        "bench_model_smollm2_passkey_1.5L.json",
+        ("bench", "--model", "smollm2-135m", "--trained-length", "1024", "--tasks", "passkey", "--passkey-eval-factors",
+         "1.5", "--threads", "1", "--out", "out/bench_smollm2_passkey_1.5L", "--overwrite", "--no-progress"),
+        copy=(("out/bench_smollm2_passkey_1.5L/results.json",
+               "benchmarks/results/bench_model_smollm2_passkey_1.5L.json"),),
+        threads=1, machine=_SHARED_EPYC + ", 1 thread",
+    ),
+    # the same past L on the code corpus at 4L alone (one window of 4096 tokens)
+    "bench_model_smollm2_code_4L": Result(
+        "bench_model_smollm2_code_4L.json",
+        ("bench", "--model", "smollm2-135m", "--trained-length", "1024", "--tasks", "lm", "--lm-eval-factors", "4",
+         "--lm-eval-tokens", "4096", "--corpus", "code", "--threads", "1", "--out", "out/bench_smollm2_code_4L",
+         "--overwrite", "--no-progress"),
+        copy=(("out/bench_smollm2_code_4L/results.json", "benchmarks/results/bench_model_smollm2_code_4L.json"),),
+        threads=1, machine=_SHARED_EPYC + ", 1 thread",
+    ),
 }
 
 
@@ -727,6 +763,141 @@ def render_probe_real(page: str) -> str:
     return md_table(head, rows) + "\n\n" + "\n\n".join(captions)
 
 
+# SmolLM2 past a stated L: each table's results files, the main run's first (add-ons only when committed)
+_SMOLLM2_FILES = {
+    "lm code": ("bench_model_smollm2_code", "bench_model_smollm2_code_4L"),
+    "lm prose": ("bench_model_smollm2_prose", "bench_model_smollm2_prose_4L"),
+    "passkey": ("bench_model_smollm2_code", "bench_model_smollm2_passkey_1.5L"),
+}
+
+
+def _smollm2_cells(table: str) -> tuple[dict[str, dict[int, list[float]]], list[tuple[str, dict]]]:
+    """{row name: {length: values}} of one SmolLM2 table over its results files (the model's row
+    first, then each scaling), and the (name, data) of each file read."""
+    from posenc.hf.bench_model import variant_label
+
+    task = table.split()[0]
+    rows: dict[str, dict[int, list[float]]] = {}
+    files = []
+    for name in _SMOLLM2_FILES[table]:
+        if name not in RESULTS:
+            continue
+        data = load(name)
+        files.append((name, data))
+        s = data["settings"]
+        for run in data["runs"]:
+            if run["task"] == task:
+                for p in run["points"]:
+                    row = s["label"] if p["variant"] == "base" else "+ " + variant_label(s, p["variant"])
+                    rows.setdefault(row, {}).setdefault(p["length"], []).append(p["value"])
+    assert rows, f"{table}: no points in {', '.join(_SMOLLM2_FILES[table])}"
+    return rows, files
+
+
+def _smollm2_caption(name: str, page: str, data: dict) -> str:
+    s = data["settings"]
+    L = s["trained_length"]
+    parts = [f"L stated as {L} (SmolLM2 was trained at 8192: the procedure at small n, not a length-extension test)"]
+    if any(r["task"] == "lm" for r in data["runs"]):
+        lengths = sorted({round(f * L) for f in s["lm_eval_factors"]})
+        parts.append("lm: windows of the validation text read on their own, "
+                     + ", ".join(f"{max(1, s['lm_eval_tokens'] // n)} x {n}" for n in lengths) + " tokens")
+    if any(r["task"] == "passkey" for r in data["runs"]):
+        parts.append(f"passkey: {s['passkey_examples']} example per depth, depths "
+                     f"{', '.join(f'{d:g}' for d in s['passkey_depths'])}")
+    if data.get("wall_s"):
+        parts.append(f"{duration(data['wall_s'])} wall for the command")
+    return caption(name, page, data, "; ".join(parts))
+
+
+def _smollm2_table(table: str, title: str, page: str, cell: Callable[[list[float]], str]) -> str:
+    rows, files = _smollm2_cells(table)
+    L = files[0][1]["settings"]["trained_length"]
+    lengths = sorted({n for r in rows.values() for n in r})
+    body = [[row] + [cell(r[n]) if n in r else "" for n in lengths] for row, r in rows.items()]
+    return (md_table([title] + [f"{n} ({n / L:g} L)" for n in lengths], body) + "\n\n"
+            + "\n\n".join(_smollm2_caption(name, page, data) for name, data in files))
+
+
+def render_bench_model_smollm2(page: str) -> str:
+    """docs/real_models.md: SmolLM2's token perplexity per length on both corpora, passkey per length and depth."""
+    ppl = lambda v: f"{v[0]:.2f}"  # noqa: E731
+    depths = "/".join(f"{d:g}" for d in load("bench_model_smollm2_code")["settings"]["passkey_depths"])
+    return "\n\n".join([
+        _smollm2_table("lm code", "token perplexity, Python sources", page, ppl),
+        _smollm2_table("lm prose", "token perplexity, King James Bible", page, ppl),
+        _smollm2_table("passkey", f"passkey % (right at depth {depths})", page,
+                       lambda v: f"{100 * sum(v) / len(v):.0f} ({'/'.join(f'{x:.0f}' for x in v)})"),
+    ])
+
+
+def render_bench_model_smollm2_readme(page: str) -> str:
+    """README: SmolLM2 at 2L (L stated as 1024): token perplexity on both corpora and passkey, per row."""
+    code, files = _smollm2_cells("lm code")
+    prose, prose_files = _smollm2_cells("lm prose")
+    passkey, _ = _smollm2_cells("passkey")
+    L = files[0][1]["settings"]["trained_length"]
+    n = 2 * L
+    fmt = lambda r: f"{r[n][0]:.2f}" if n in r else ""  # noqa: E731
+    body = [[row, fmt(code[row]), fmt(prose.get(row, {})),
+             f"{100 * sum(passkey[row][n]) / len(passkey[row][n]):.0f}" if n in passkey.get(row, {}) else ""]
+            for row in code]
+    return (md_table([f"at {n} tokens (2L, L stated as {L})", "token ppl, Python sources", "token ppl, King James Bible",
+                      "passkey %"], body)
+            + "\n\n" + "\n\n".join(_smollm2_caption(name, page, data) for name, data in (files[0], prose_files[0])))
+
+
+# Peng et al. 2023 (YaRN, arXiv 2309.00071), its statements about scalings without fine-tuning,
+# each as (section, the claim, the variants compared as (better, worse...)). "base" is the model as
+# it is; Llama 3's rule is the paper's NTK-by-parts ramp over wavelengths without the temperature.
+_YARN_CLAIMS = (
+    ("abstract, §1", "past L the model without a scaling fails; a training-free scaling keeps it working",
+     ("ntk", "dynamic", "yarn", "llama3"), ("base",)),
+    ("§3.1", "NTK-aware extends a model without fine-tuning much better than PI", ("ntk",), ("linear",)),
+    ("§3.2", "NTK-by-parts (here Llama 3's ramp, no temperature) beats NTK-aware and PI", ("llama3",), ("ntk", "linear")),
+    ("§3.4", "YaRN (by-parts and the temperature 0.1 ln s + 1) beats every earlier method", ("yarn",),
+     ("linear", "ntk", "dynamic", "llama3")),
+    ("§3.3", "a factor from the current length (dynamic) degrades gracefully where a fixed factor breaks",
+     ("dynamic",), ("ntk",)),
+)
+
+
+def render_bench_model_smollm2_yarn(page: str) -> str:
+    """docs/real_models.md: YaRN's training-free ordering, claim by claim, against SmolLM2 at 2L."""
+    from posenc.rotary.scaling import SCALINGS
+
+    columns = {}  # (corpus, length) -> {variant: ppl}, at 2L and, where a 4L file is committed, 4L
+    for table, corpus in (("lm code", "Python sources"), ("lm prose", "King James Bible")):
+        rows, files = _smollm2_cells(table)
+        s = files[0][1]["settings"]
+        L = s["trained_length"]
+        for n in (2 * L, 4 * L):
+            vals = {v: rows[s["label"] if v == "base" else "+ " + SCALINGS[v].label].get(n)
+                    for v in ("base", *s["scalings"])}
+            if all(x is not None for x in vals.values()):
+                columns[corpus, n] = {v: x[0] for v, x in vals.items()}
+    label = lambda v: "the model as it is" if v == "base" else SCALINGS[v].label  # noqa: E731
+    body = []
+    for where, claim, better, worse in _YARN_CLAIMS:
+        cells, verdicts = [], []
+        for (corpus, n), vals in columns.items():
+            b = {v: vals[v] for v in better}
+            w = {v: vals[v] for v in worse}
+            cells.append(", ".join(f"{label(v)} {x:.2f}" for v, x in (b | w).items()))
+            if worse == ("ntk",) and better == ("dynamic",):
+                same = abs(b["dynamic"] - w["ntk"]) <= 1e-3 * w["ntk"]
+                verdicts.append("not tested: equal within 0.1 % in one-window reads" if same else "they differ")
+            else:
+                verdicts.append("holds" if max(b.values()) < min(w.values()) else "does not hold")
+        names = [f"{corpus} {n // L}L" for corpus, n in columns]
+        verdict = (verdicts[0] if len(set(verdicts)) == 1
+                   else "; ".join(f"{name}: {v}" for name, v in zip(names, verdicts)))
+        body.append([where, claim, *cells, verdict])
+    return md_table(["Peng et al. 2023", "claim (no fine-tuning)",
+                     *(f"token ppl at {n // L}L, {corpus}" for corpus, n in columns),
+                     f"on SmolLM2 (L stated as {L})"], body)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     "results_files": render_results_files,
     "determinism": render_determinism,
@@ -748,6 +919,9 @@ TABLES: dict[str, Callable[[str], str]] = {
     "real_memory": render_real_memory,
     "real_extend": render_real_extend,
     "probe_real": render_probe_real,
+    "bench_model_smollm2": render_bench_model_smollm2,
+    "bench_model_smollm2_readme": render_bench_model_smollm2_readme,
+    "bench_model_smollm2_yarn": render_bench_model_smollm2_yarn,
 }
 
 

@@ -135,6 +135,9 @@ SMOKE: dict[str, Smoke] = {
         set={"--trained-length": ["32"], "--out": ["{tmp}/bm"]},
         add=("--preset", "micro", "--tasks", "lm", "--threads", "1", "--no-progress"),
         expect=("{tmp}/bm/results.json",), real=True),
+    "posenc bench --model smollm2-135m --trained-length 1024 --corpus prose --tasks lm --out out/bench_smollm2_prose": Smoke(
+        set={"--trained-length": ["32"], "--out": ["{tmp}/bm"]}, add=("--preset", "micro", "--threads", "1", "--no-progress"),
+        expect=("{tmp}/bm/results.json",), real=True),
     "posenc probe smollm2-135m --out out/probe --threads 1 --no-progress": Smoke(
         set=_REAL_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
     "posenc bench --model smollm2-135m --trained-length 1024 --lm-eval-factors 1 2 --passkey-eval-factors 1 2 "
@@ -193,6 +196,23 @@ RESULT_SMOKE: dict[str, Smoke] = {
     "real_extend_smollm2_L256_N512": Smoke(set=_REAL_EXTEND, expect=("{tmp}/ext/extend.json",), real=True),
     "probe_smollm2": Smoke(set=_REAL_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
     "probe_gemma3": Smoke(set=_GEMMA_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
+    # SmolLM2 past a stated L (issue 22 item 3): passkey needs ~80 tokens, so the code run's L is 48 and its passkey 2L
+    "bench_model_smollm2_code": Smoke(
+        set={"--trained-length": ["48"], "--lm-eval-tokens": ["96"], "--out": ["{tmp}/bm"]},
+        add=("--preset", "micro", "--passkey-eval-factors", "2"), expect=("{tmp}/bm/results.json",), real=True),
+    "bench_model_smollm2_prose": Smoke(
+        set={"--trained-length": ["32"], "--lm-eval-tokens": ["64"], "--out": ["{tmp}/bm"]},
+        add=("--preset", "micro"), expect=("{tmp}/bm/results.json",), real=True),
+    "bench_model_smollm2_prose_4L": Smoke(
+        set={"--trained-length": ["32"], "--lm-eval-tokens": ["128"], "--out": ["{tmp}/bm"]},
+        add=("--preset", "micro"), expect=("{tmp}/bm/results.json",), real=True),
+    "bench_model_smollm2_passkey_1.5L": Smoke(
+        set={"--trained-length": ["64"], "--out": ["{tmp}/bm"]},
+        add=("--preset", "micro", "--passkey-examples", "1", "--passkey-depths", "0.5"),
+        expect=("{tmp}/bm/results.json",), real=True),
+    "bench_model_smollm2_code_4L": Smoke(
+        set={"--trained-length": ["32"], "--lm-eval-tokens": ["128"], "--out": ["{tmp}/bm"]},
+        add=("--preset", "micro"), expect=("{tmp}/bm/results.json",), real=True),
 }
 
 
