@@ -167,7 +167,7 @@ COMPILE_FAILS: dict[str, str] = {
         pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=COMPILE_FAILS[n]))
         if n in COMPILE_FAILS
         else n
-        for n in ENCODINGS
+        for n in MODELS
     ],
 )
 def test_compile_fullgraph_dynamic(name):
