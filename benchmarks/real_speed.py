@@ -1,24 +1,25 @@
-"""SmolLM2-135M on this CPU: greedy decoding with posenc's RoPE patched in against transformers'
-own, and the peak memory of a perplexity evaluation.
+"""SmolLM2-135M on this CPU: greedy decoding steps with posenc's RoPE patched in against
+transformers' own, and the peak memory of a perplexity evaluation.
 
     .venv/bin/python benchmarks/real_speed.py                       # -> benchmarks/results/real_speed_cpu.json
     .venv/bin/python benchmarks/real_speed.py --rounds 3 --new-tokens 16 --memory-lengths 1024 2048
 
-Decoding: one model, ``generate`` (greedy, a fixed number of new tokens after a prompt of real
-text), timed in alternation unpatched / patched (``patch_model`` / ``unpatch_model``, no
-reload) for ``--rounds`` rounds at each thread count, the order alternating (ABBA), and the
-one rotary call a decoding step makes, timed alone; tokens/s per round, the ratio is the
-median of the per-round ratios (a 2-core machine shared with other work drifts between rounds,
-not within a pair). Memory: each length in a fresh process (the peak resident set before and
-after one ``HFCausalLM.nll`` over that many tokens; the LM head runs in chunks, so the growth is
-activations, not (T, V) logits), beside ``bench_model``'s own estimate.
+Decoding: two copies of the model, one with posenc's RoPE patched in (``patch_model``); after
+one untimed prefill of a prompt of real text, each greedy decoding step runs on both copies
+back to back, on the same token, the order alternating (ABBA), for ``--new-tokens`` steps in
+each of ``--rounds`` rounds at each thread count. The ratio is the median over the paired
+steps of patched / unpatched, in wall time and in the process's CPU time (a 2-core machine
+shared with other work drifts between seconds, not within a pair of steps). Also the one rotary
+call a decoding step makes, timed alone. Memory: each length in a fresh process (the peak
+resident set before and after one ``HFCausalLM.nll`` over that many tokens; the LM head runs in
+chunks, so the growth is activations, not (T, V) logits), beside ``bench_model``'s own estimate.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -52,49 +53,74 @@ def _prompt(folder: Path, n: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _decode_rate(model, prompt: torch.Tensor, new: int) -> float:
-    t0 = time.perf_counter()
-    out = model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False)
-    dt = time.perf_counter() - t0
-    assert out.shape[1] == prompt.shape[1] + new
-    return new / dt
+def _prefill(model, prompt: torch.Tensor):
+    """One forward over the prompt; returns (cache, next token) for stepwise greedy decoding."""
+    import transformers
+
+    cache = transformers.DynamicCache(config=model.config)
+    out = model(prompt, cache=cache, use_cache=True)
+    return cache, out.logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+
+
+@torch.no_grad()
+def _step(model, cache, token: torch.Tensor, pos: int) -> tuple[torch.Tensor, float, float]:
+    """One greedy decoding step at position ``pos``: (logits of the new token, wall s, CPU s)."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = model(token, cache=cache, use_cache=True, position_ids=torch.tensor([[pos]]))
+    return out.logits[:, -1], time.perf_counter() - w0, time.process_time() - c0
 
 
 def decoding(rounds: int, new: int, prompt_len: int, threads: list[int]) -> dict:
-    from posenc.hf import patch_model, unpatch_model
+    """Greedy decoding steps of two copies of the model, one with posenc's RoPE patched in, timed
+    in pairs: each step runs on both copies back to back (the order alternating, ABBA), on the
+    same token (the unpatched copy's argmax), so a machine whose speed drifts between seconds
+    favours neither; the prompt's prefill is done once per copy and not timed. The ratio is the
+    median over the paired steps of patched / unpatched, in wall time and in the process's CPU
+    time (the latter blind to time spent waiting for a core on a shared machine)."""
+    import copy
 
-    folder, model, load_s = _model()
+    from posenc.hf import patch_model
+
+    folder, plain_model, load_s = _model()
+    patched_model = copy.deepcopy(plain_model)
+    patch_model(patched_model)
     prompt = _prompt(folder, prompt_len)
-    out = dict(load_seconds_from_cache=round(load_s, 2), prompt_tokens=prompt_len, new_tokens=new, threads={})
+    out = dict(load_seconds_from_cache=round(load_s, 2), prompt_tokens=prompt_len, new_tokens=new,
+               rounds=rounds, threads={})
+    same = True
     for t in threads:
         torch.set_num_threads(t)
-        _decode_rate(model, prompt, 4)  # warm-up
-        plain, patched = [], []
+        wall = {"unpatched": [], "patched": []}
+        cpu = {"unpatched": [], "patched": []}
         for r in range(rounds):
-            # ABBA: the order alternates, so a machine slowing down within a round favours neither
-            for first in ((False, True) if r % 2 == 0 else (True, False)):
-                if first:
-                    patch_model(model)
-                    try:
-                        patched.append(_decode_rate(model, prompt, new))
-                    finally:
-                        unpatch_model(model)
-                else:
-                    plain.append(_decode_rate(model, prompt, new))
-        with torch.no_grad():
-            ref = model.generate(prompt, max_new_tokens=new, do_sample=False)
-            patch_model(model)
-            try:
-                same = bool(torch.equal(ref, model.generate(prompt, max_new_tokens=new, do_sample=False)))
-            finally:
-                unpatch_model(model)
-        ratios = [p / q for p, q in zip(plain, patched)]  # time ratio patched / plain = rate plain / patched
-        out["threads"][str(t)] = dict(unpatched_tokens_per_s=[round(x, 2) for x in plain],
-                                      patched_tokens_per_s=[round(x, 2) for x in patched],
-                                      median_ratio_patched_over_unpatched_time=round(statistics.median(ratios), 4))
-        print(f"threads {t}: unpatched {statistics.median(plain):.2f} tok/s, patched {statistics.median(patched):.2f} "
-              f"tok/s, time ratio {statistics.median(ratios):.3f}x (per round: "
-              f"{', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+            (cache_a, tok), (cache_b, tok_b) = _prefill(plain_model, prompt), _prefill(patched_model, prompt)
+            same &= bool(torch.equal(tok, tok_b))
+            for i in range(new):
+                pos = prompt_len + i
+                order = (("unpatched", plain_model, cache_a), ("patched", patched_model, cache_b))
+                if (r * new + i) % 2:
+                    order = order[::-1]
+                logits = {}
+                for name, model, cache in order:
+                    logits[name], w, c = _step(model, cache, tok, pos)
+                    if i > 0 or r > 0:  # the very first step warms both up
+                        wall[name].append(w)
+                        cpu[name].append(c)
+                same &= bool(torch.equal(logits["unpatched"].argmax(-1), logits["patched"].argmax(-1)))
+                tok = logits["unpatched"].argmax(-1, keepdim=True)
+        row = {}
+        for kind, times in (("wall", wall), ("cpu", cpu)):
+            ratios = [b / a for a, b in zip(times["unpatched"], times["patched"])]
+            q = statistics.quantiles(ratios, n=4)
+            row[kind] = dict(unpatched_ms=round(1e3 * statistics.median(times["unpatched"]), 3),
+                             patched_ms=round(1e3 * statistics.median(times["patched"]), 3),
+                             median_ratio=round(statistics.median(ratios), 4),
+                             ratio_quartiles=[round(q[0], 4), round(q[2], 4)], pairs=len(ratios))
+        out["threads"][str(t)] = row
+        print(f"threads {t}: step {row['wall']['unpatched_ms']:.1f} / {row['wall']['patched_ms']:.1f} ms wall, "
+              f"ratio {row['wall']['median_ratio']:.3f}x (quartiles {row['wall']['ratio_quartiles']}); "
+              f"CPU time ratio {row['cpu']['median_ratio']:.3f}x (quartiles {row['cpu']['ratio_quartiles']}), "
+              f"{row['wall']['pairs']} pairs", flush=True)
     out["same_tokens_patched_and_unpatched"] = same
     return out
 
@@ -133,6 +159,14 @@ def rotary_step(threads: list[int], calls: int = 300) -> dict:
     return out
 
 
+def _status_bytes(field: str) -> int:
+    """A memory field of /proc/self/status (``VmHWM``: peak resident set; ``VmRSS``) in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024  # the kernel reports kB
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
 def _memory_child(n: int) -> None:
     """Run in a fresh process: print JSON with the peak RSS before and after one nll over n tokens."""
     from posenc.hf.bench_model import HFCausalLM, _peak_bytes
@@ -140,11 +174,17 @@ def _memory_child(n: int) -> None:
     folder, model, _ = _model()
     ids = _prompt(folder, n)
     lm = HFCausalLM(model)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    lm.nll(ids[:, :16])  # pages in every weight (transformers 5.24 may map them lazily)
+    gc.collect()
+    # Loading can peak above the loaded model (transformers 5.24: by ~0.6 GiB for SmolLM2), which
+    # would hide the forward's growth in a lifetime peak: Linux resets the peak (VmHWM) to the
+    # current RSS on a write of 5 to clear_refs, so "before" is the loaded model's resident set.
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_bytes("VmHWM")
     t0 = time.perf_counter()
     lm.nll(ids)
     seconds = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after = _status_bytes("VmHWM")
     cfg = json.loads((folder / "config.json").read_text())
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     print(json.dumps(dict(tokens=n, peak_rss_before=before, peak_rss_after=after, growth=after - before,
@@ -174,6 +214,8 @@ def main() -> None:
     p.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "real_speed_cpu.json"))
     args = p.parse_args()
+    if args.new_tokens < 3 or args.rounds < 1:
+        p.error("--new-tokens must be >= 3 and --rounds >= 1 (the first step warms up; quartiles need 2 pairs)")
     if args.memory_child is not None:
         _memory_child(args.memory_child)
         return

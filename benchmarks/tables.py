@@ -150,9 +150,9 @@ RESULTS: dict[str, Result] = {
     ),
     "real_speed_cpu": Result(
         "real_speed_cpu.json",
-        ("python", "benchmarks/real_speed.py", "--rounds", "4", "--new-tokens", "8", "--memory-lengths", "1024", "4096",
+        ("python", "benchmarks/real_speed.py", "--rounds", "4", "--new-tokens", "40", "--memory-lengths", "1024", "4096",
          "16384", "--out", "benchmarks/results/real_speed_cpu.json"),
-        note="SmolLM2-135M from the cache (posenc[hf]); about 10 min on 2 cores",
+        note="SmolLM2-135M from the cache (posenc[hf]); 24 min on a shared 2-core machine",
     ),
     "real_extend_smollm2_L256_N512": Result(
         "real_extend_smollm2_L256_N512.json",
@@ -683,31 +683,31 @@ def _gib(n_bytes: float) -> str:
 
 
 def render_real_decoding(page: str) -> str:
-    """docs/real_models.md: SmolLM2 greedy decoding, posenc's RoPE patched in against transformers'."""
+    """docs/real_models.md: SmolLM2 greedy decoding steps, posenc's RoPE patched in against transformers'."""
     data = load("real_speed_cpu")
     dec, rot = data["decoding"], data["rotary_step"]
     threads = list(dec["threads"])
     assert threads, "real_speed_cpu.json has no decoding rows"
-    from statistics import median as med
+
+    def cell(t: str, kind: str) -> str:
+        r = dec["threads"][t][kind]
+        lo, hi = r["ratio_quartiles"]
+        return f"{r['unpatched_ms']:.1f} / {r['patched_ms']:.1f} ms: {ratio(r['median_ratio'])} ({lo:.3f}-{hi:.3f})"
 
     rows = [
-        [f"greedy decoding, unpatched / patched (median tok/s, {dec['prompt_tokens']}-token prompt, "
-         f"{dec['new_tokens']} new tokens)"]
-        + [f"{med(dec['threads'][t]['unpatched_tokens_per_s']):.2f} / {med(dec['threads'][t]['patched_tokens_per_s']):.2f}"
-           for t in threads],
-        ["time ratio patched / unpatched (median of the paired rounds; each round's, from its tok/s)"]
-        + [ratio(dec["threads"][t]["median_ratio_patched_over_unpatched_time"]) + " ("
-           + ", ".join(f"{u / p:.2f}" for u, p in zip(dec["threads"][t]["unpatched_tokens_per_s"],
-                                                     dec["threads"][t]["patched_tokens_per_s"])) + ")"
-           for t in threads],
+        ["one decoding step, wall time: unpatched / patched (median): ratio (quartiles of the paired ratios)"]
+        + [cell(t, "wall") for t in threads],
+        ["the same steps in the process's CPU time"] + [cell(t, "cpu") for t in threads],
         ["the rotary call a decoding step makes (median, µs): transformers / posenc"]
         + [f"{rot[t]['unpatched_us']} / {rot[t]['patched_us']}" for t in threads],
     ]
     same = "the same tokens" if dec["same_tokens_patched_and_unpatched"] else "DIFFERENT tokens"
+    pairs = dec["threads"][threads[0]]["wall"]["pairs"]
     head = ["", *(f"{t} thread{'s' if t != '1' else ''}" for t in threads)]
     extra = (f"the machine was shared with other jobs; model {data['model']}, loaded from the cache in "
-             f"{duration(dec['load_seconds_from_cache'])}; patched and unpatched decode {same}; "
-             f"{duration(data['seconds'])} for the whole command")
+             f"{duration(dec['load_seconds_from_cache'])}; {dec['prompt_tokens']}-token prompt, {pairs} paired "
+             f"steps per thread count ({dec['rounds']} rounds of {dec['new_tokens']}); patched and unpatched "
+             f"decode {same}; {duration(data['seconds'])} for the whole command")
     return md_table(head, rows) + "\n\n" + caption("real_speed_cpu", page, data, extra)
 
 

@@ -190,7 +190,7 @@ RESULT_SMOKE: dict[str, Smoke] = {
                        how="script"),
     "determinism": Smoke(set={"--out": ["{tmp}/det.json"], "--steps": ["2"]}, expect=("{tmp}/det.json",), how="script"),
     "real_speed_cpu": Smoke(
-        set={"--rounds": ["1"], "--new-tokens": ["1"], "--prompt-tokens": ["8"], "--threads": ["1"],
+        set={"--rounds": ["1"], "--new-tokens": ["3"], "--prompt-tokens": ["8"], "--threads": ["1"],
              "--memory-lengths": [], "--out": ["{tmp}/real_speed.json"]},
         expect=("{tmp}/real_speed.json",), how="script", real=True),
     "real_extend_smollm2_L256_N512": Smoke(set=_REAL_EXTEND, expect=("{tmp}/ext/extend.json",), real=True),
