@@ -851,13 +851,13 @@ def render_bench_model_smollm2_readme(page: str) -> str:
 # each as (section, the claim, the variants compared as (better, worse...)). "base" is the model as
 # it is; Llama 3's rule is the paper's NTK-by-parts ramp over wavelengths without the temperature.
 _YARN_CLAIMS = (
-    ("abstract, §1", "past L the model without a scaling fails; a training-free scaling keeps it working",
+    ("abstract, introduction", "past L the model without a scaling fails; a training-free scaling keeps it working",
      ("ntk", "dynamic", "yarn", "llama3"), ("base",)),
-    ("§3.1", "NTK-aware extends a model without fine-tuning much better than PI", ("ntk",), ("linear",)),
-    ("§3.2", "NTK-by-parts (here Llama 3's ramp, no temperature) beats NTK-aware and PI", ("llama3",), ("ntk", "linear")),
-    ("§3.4", "YaRN (by-parts and the temperature 0.1 ln s + 1) beats every earlier method", ("yarn",),
+    ("\"NTK-aware\" interpolation", "NTK-aware extends a model without fine-tuning much better than PI", ("ntk",), ("linear",)),
+    ("\"NTK-by-parts\" interpolation", "NTK-by-parts (here Llama 3's ramp, no temperature) beats NTK-aware and PI", ("llama3",), ("ntk", "linear")),
+    ("YaRN", "YaRN (by-parts and the temperature 0.1 ln s + 1) beats every earlier method", ("yarn",),
      ("linear", "ntk", "dynamic", "llama3")),
-    ("§3.3", "a factor from the current length (dynamic) degrades gracefully where a fixed factor breaks",
+    ("dynamic scaling", "a factor from the current length (dynamic) degrades gracefully where a fixed factor breaks",
      ("dynamic",), ("ntk",)),
 )
 
