@@ -20,6 +20,8 @@ from posenc.hf import patch_model, patched_rope, unpatch_model  # noqa: E402
 from posenc.rotary import from_hf, to_hf  # noqa: E402
 from posenc.rotary.hf_config import layer_ropes  # noqa: E402
 
+from hf_helpers import generate_unpatched_then_patched, rel, tokens  # noqa: E402
+
 VOCAB, L, WINDOW, T = 64, 32, 8, 24
 SLIDING, FULL = "sliding_attention", "full_attention"
 LAYER_TYPES = [SLIDING, FULL, SLIDING, SLIDING, FULL, SLIDING]
@@ -46,16 +48,6 @@ def twin(model, rope_parameters) -> torch.nn.Module:
     other = transformers.Gemma3ForCausalLM(config(rope_parameters)).eval()
     other.load_state_dict(model.state_dict())
     return other
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| over max |b|: one number for the whole tensor."""
-    assert a.shape == b.shape and b.abs().max() > 0
-    return ((a - b).abs().max() / b.abs().max()).item()
-
-
-def tokens(B: int, n: int, seed: int = 1) -> torch.Tensor:
-    return torch.randint(3, VOCAB, (B, n), generator=torch.Generator().manual_seed(seed))
 
 
 @torch.no_grad()
@@ -172,15 +164,7 @@ def test_to_hf_of_the_layer_types_loads_in_transformers_as_the_patched_model():
 
 def test_generate_with_cache_and_left_padding_equals_unpatched():
     model = make()
-    ids = tokens(2, 12, seed=4)
-    mask = torch.ones_like(ids)
-    mask[0, :5] = 0
-    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0,
-              return_dict_in_generate=True, output_logits=True)
-    with torch.no_grad():
-        want = model.generate(ids, **kw)
-        patch_model(model)
-        got = model.generate(ids, **kw)
+    want, got = generate_unpatched_then_patched(model, tokens(2, 12, seed=4), pad=5)
     assert torch.equal(got.sequences, want.sequences) and len(got.logits) == 6
     assert all(rel(g, w) <= 1e-5 for g, w in zip(got.logits, want.logits))
 

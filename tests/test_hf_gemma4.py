@@ -15,6 +15,8 @@ from posenc.hf import patch_model, patched_rope, unpatch_model  # noqa: E402
 from posenc.rotary import from_hf  # noqa: E402
 from posenc.rotary.hf_config import layer_ropes  # noqa: E402
 
+from hf_helpers import logits, rel  # noqa: E402
+
 VOCAB, T = 64, 24
 SLIDING, FULL = "sliding_attention", "full_attention"
 _KW = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -30,16 +32,6 @@ def config(**over):
 def make(**over) -> torch.nn.Module:
     torch.manual_seed(0)
     return transformers.Gemma4ForCausalLM(config(**over)).eval()
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    assert a.shape == b.shape and b.abs().max() > 0
-    return ((a - b).abs().max() / b.abs().max()).item()
-
-
-def logits(model, ids, **kw) -> torch.Tensor:
-    with torch.no_grad():
-        return model(ids, **kw).logits
 
 
 @pytest.fixture(scope="module")

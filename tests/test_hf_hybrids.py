@@ -22,6 +22,8 @@ from posenc.hf import patch_model, patched_rope, unpatch_model  # noqa: E402
 from posenc.rotary import RotaryConfig, RotaryEmbedding, from_hf  # noqa: E402
 from posenc.rotary.hf_config import layer_ropes  # noqa: E402
 
+from hf_helpers import generate_unpatched_then_patched, logits, rel, tokens  # noqa: E402
+
 VOCAB, L, T, WINDOW = 64, 32, 24, 8
 _SIZES = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
               num_hidden_layers=4, max_position_embeddings=L, initializer_range=0.2, pad_token_id=0,
@@ -52,20 +54,6 @@ def twin(model, name: str, **over) -> torch.nn.Module:
     other = make(name, **over)
     other.load_state_dict(model.state_dict())
     return other
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    assert a.shape == b.shape and b.abs().max() > 0
-    return ((a - b).abs().max() / b.abs().max()).item()
-
-
-def tokens(B: int, n: int, seed: int = 1) -> torch.Tensor:
-    return torch.randint(3, VOCAB, (B, n), generator=torch.Generator().manual_seed(seed))
-
-
-def logits(model, ids, **kw) -> torch.Tensor:
-    with torch.no_grad():
-        return model(ids, **kw).logits
 
 
 def rotates(name: str, attn: torch.nn.Module) -> bool:
@@ -142,15 +130,7 @@ def test_a_model_of_nope_layers_only_ignores_the_patched_rope(name):
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_generate_with_cache_and_left_padding_equals_unpatched(name):
     model = make(name)
-    ids = tokens(2, 12, seed=4)
-    mask = torch.ones_like(ids)
-    mask[0, :5] = 0
-    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0,
-              return_dict_in_generate=True, output_logits=True)
-    with torch.no_grad():
-        want = model.generate(ids, **kw)
-        patch_model(model)
-        got = model.generate(ids, **kw)
+    want, got = generate_unpatched_then_patched(model, tokens(2, 12, seed=4), pad=5)
     assert torch.equal(got.sequences, want.sequences) and len(got.logits) == 6
     assert all(rel(g, w) <= 1e-5 for g, w in zip(got.logits, want.logits))
 

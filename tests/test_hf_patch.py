@@ -21,6 +21,8 @@ from posenc.hf import PosencRotary, patch_model, patched_rope, unpatch_model  # 
 from posenc.encoding import Dims  # noqa: E402
 from posenc.rotary import RotaryConfig, RotaryEmbedding, from_hf  # noqa: E402
 
+from hf_helpers import generate_unpatched_then_patched, logits, rel, tokens  # noqa: E402
+
 VOCAB, L = 64, 16  # L: max_position_embeddings, the "trained" length of the tiny models
 _GQA = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64)
 FAMILIES = {  # model_type -> (config class, causal LM class, config kwargs)
@@ -78,21 +80,6 @@ def load(saved, name):
     return transformers.AutoModelForCausalLM.from_pretrained(saved / name, dtype=torch.float32).eval()
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| over max |b|: one number for the whole tensor."""
-    assert a.shape == b.shape and b.abs().max() > 0
-    return ((a - b).abs().max() / b.abs().max()).item()
-
-
-def tokens(B: int, T: int, seed: int = 1) -> torch.Tensor:
-    return torch.randint(3, VOCAB, (B, T), generator=torch.Generator().manual_seed(seed))
-
-
-def logits(model, ids, **kw) -> torch.Tensor:
-    with torch.no_grad():
-        return model(ids, **kw).logits
-
-
 # ---- same config: same logits ----------------------------------------------------------------
 
 
@@ -134,21 +121,14 @@ def test_same_config_same_logits_and_unpatch_restores_bitwise(saved, name):
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_generate_with_cache_and_left_padding_equals_unpatched(saved, name):
     model = load(saved, name)
-    ids = tokens(2, 9, seed=2)
-    mask = torch.ones_like(ids)
-    mask[0, :4] = 0  # row 0 left-padded
-    kw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0,
-              return_dict_in_generate=True, output_logits=True)
-    with torch.no_grad():
-        want = model.generate(ids, **kw)
-        patch_model(model)
-        got = model.generate(ids, **kw)
+    want, got = generate_unpatched_then_patched(model, tokens(2, 9, seed=2), pad=4)  # row 0 left-padded
     assert torch.equal(got.sequences, want.sequences)
     assert len(want.logits) == 6
     for g, w in zip(got.logits, want.logits):
         assert rel(g, w) <= 1e-5
     # the cached steps used the right positions: the last step's logits equal a full forward
-    full_mask = torch.cat([mask, torch.ones(2, 5, dtype=mask.dtype)], dim=1)
+    full_mask = torch.ones(2, 9 + 5, dtype=torch.long)
+    full_mask[0, :4] = 0
     pos = (full_mask.cumsum(-1) - 1).clamp(min=0)
     last = logits(model, got.sequences[:, :-1], attention_mask=full_mask, position_ids=pos)[:, -1]
     assert rel(got.logits[-1], last) <= 1e-5
