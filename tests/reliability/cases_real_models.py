@@ -232,4 +232,9 @@ CASES = [
     Case(A, "`posenc extend` on Gemma 4 (a RoPE per layer type, none the one a scaling goes to)",
          r"model_type 'gemma4_text' has a RoPE per layer type \(full_attention, sliding_attention\) and none is the "
          r"one its family's rope_scaling scales: extend cannot choose which to scale", _extend(_GEMMA4, 128)),
+    Case(A, "`posenc extend` on a Qwen2-VL language model (M-RoPE: three position axes)",
+         r"model_type 'qwen2_vl_text' rotates with M-RoPE \(time, height and width sections\): extend cannot write a "
+         r"scaled M-RoPE as rope_parameters",
+         _extend(dict(_LLAMA, model_type="qwen2_vl_text",
+                      rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 1, 1]}), 128)),
 ]

@@ -138,10 +138,15 @@ def check_writable(config: dict[str, Any], where: str) -> None:
     transformers ``rope_parameters``: a family whose config has no rope dict (GPT-J: base 10000,
     fixed), and a family with a RoPE per layer type and no layer type a scaling goes to (Gemma
     4: its full layers are p-RoPE, its sliding layers short-range; which to scale is the user's
-    call, ``patch_model(model, layer_type=...)``)."""
+    call, ``patch_model(model, layer_type=...)``), and an M-RoPE model (Qwen2-VL and its
+    successors: to_hf spells 1-D RoPE only)."""
     from ..rotary.hf_config import HF_READINGS
+    from ..rotary.mrope import MROPE_MODEL_TYPES
 
     model_type = config.get("model_type")
+    if model_type in MROPE_MODEL_TYPES:
+        raise ValueError(f"{where}: model_type {model_type!r} rotates with M-RoPE (time, height and width sections): "
+                         "extend cannot write a scaled M-RoPE as rope_parameters (posenc.rotary.to_hf spells 1-D RoPE)")
     rope = config.get("rope_parameters") or {}
     nested = isinstance(rope, dict) and bool(rope) and all(v is None or isinstance(v, dict) for v in rope.values())
     reading = HF_READINGS.get(model_type)

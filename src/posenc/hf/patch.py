@@ -346,14 +346,21 @@ def patch_model(model: Any, rope: RotaryEmbedding | None = None, *, layer_type: 
     return new
 
 
+def _holder(model: Any) -> PosencRotary | None:
+    """The PosencRotary a patched model rotates with (its ``rotary_emb``, or GPT-J's holder
+    attribute), None when the model is not patched."""
+    base = _decoder(_transformers_model(model))
+    for holder in (getattr(base, "rotary_emb", None), getattr(base, _GPTJ_HOLDER, None)):
+        if isinstance(holder, PosencRotary):
+            return holder
+    return None
+
+
 def patched_rope(model: Any, layer_type: str | None = None) -> RotaryEmbedding | None:
     """The posenc RoPE a patched model uses (for per-layer-type RoPE, ``layer_type``'s), or
     None when it is not patched."""
-    base = _decoder(_transformers_model(model))
-    holder = getattr(base, "rotary_emb", None)
-    if not isinstance(holder, PosencRotary):
-        holder = getattr(base, _GPTJ_HOLDER, None)
-    if not isinstance(holder, PosencRotary):
+    holder = _holder(model)
+    if holder is None:
         return None
     if _EVERY_LAYER in holder.ropes and layer_type is not None:
         raise ValueError(f"layer_type must be None: this model has one RoPE for all its layers; got {layer_type!r}")
@@ -368,11 +375,8 @@ def patched_ropes(model: Any) -> RotaryEmbedding | dict[str, RotaryEmbedding] | 
     RotaryEmbedding, or a dict layer type -> RotaryEmbedding for a model with a RoPE per layer
     type (Gemma 3 and 4; ``to_hf`` then writes ``rope_parameters`` keyed by layer type); None
     when it is not patched."""
-    base = _decoder(_transformers_model(model))
-    holder = getattr(base, "rotary_emb", None)
-    if not isinstance(holder, PosencRotary):
-        holder = getattr(base, _GPTJ_HOLDER, None)
-    if not isinstance(holder, PosencRotary):
+    holder = _holder(model)
+    if holder is None:
         return None
     return holder.rope if _EVERY_LAYER in holder.ropes else dict(holder.ropes.items())
 
