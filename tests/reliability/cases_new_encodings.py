@@ -70,4 +70,7 @@ CASES = [
          run=lambda: _randomized(SequenceInfo.from_offset(1, 6), 10**9)),
     Case(A, "randomized positions of a tensor, not a SequenceInfo", r"seq must be a SequenceInfo, got Tensor",
          error=TypeError, run=lambda: _randomized(torch.arange(4)[None], 10)),
+    Case(A, "randomized positions of a patch grid (multi-axis positions)",
+         r"seq\.axes must be None: randomized_positions samples 1-D positions",
+         run=lambda: _randomized(SequenceInfo.from_grid(3, 4), 100)),
 ]
