@@ -18,7 +18,7 @@ import torch
 from helpers import hybrid_pattern, tiny_model
 from posenc import Attention, ModelConfig, SequenceInfo, Transformer
 from posenc.absolute.nope_temperature import temperature_scale
-from posenc.hybrids import HYBRIDS, cohere2, interleave, llama4, smollm3
+from posenc.hybrids import HYBRIDS, cohere2, gemma3, interleave, llama4, smollm3
 from posenc.model_config import ATTENTION_KINDS, EncodingSpec, LayerSpec
 
 V = 64
@@ -30,13 +30,37 @@ def _cfg(pattern, n_layer=4, **over) -> ModelConfig:
 
 # ---- the configuration ------------------------------------------------------------------------
 def test_hybrids_table_is_not_empty_and_every_entry_builds_a_model():
-    assert set(HYBRIDS) >= {"llama4", "smollm3", "cohere2"}
+    assert set(HYBRIDS) >= {"llama4", "smollm3", "cohere2", "gemma3"}
     for name, fn in HYBRIDS.items():
-        kinds = _cfg(fn(), n_layer=8).layer_kinds()
+        kinds = _cfg(fn(every=4), n_layer=8).layer_kinds()
+        last = [(i + 1) % 4 == 0 for i in range(8)]  # the global layer ends each cycle
         nope = [k.encoding is None or k.encoding.name == "nope_temperature" for k in kinds]
-        assert nope == [(i + 1) % 4 == 0 for i in range(8)], name
-        assert all(k.attention == "global" for k, n in zip(kinds, nope) if n), name
+        assert nope == (last if name != "gemma3" else [False] * 8), name
+        assert all(k.attention == "global" for k, g in zip(kinds, last) if g), name
         assert {k.attention for k in kinds} <= set(ATTENTION_KINDS)
+
+
+@pytest.mark.parametrize("n_layer", [6, 18])
+def test_gemma3_layers_and_bases_match_transformers(n_layer):
+    """Gemma3TextConfig's layer_types (every 6th layer full) and its rope_parameters per layer
+    type (sliding base 1e4, full 1e6), layer by layer; the window is the one given."""
+    from transformers import Gemma3TextConfig
+
+    hf = Gemma3TextConfig(num_hidden_layers=n_layer, sliding_window=512)
+    kinds = _cfg(gemma3(window=hf.sliding_window), n_layer=n_layer).layer_kinds()
+    assert [f"{k.attention}_attention" if k.attention == "sliding" else "full_attention" for k in kinds] == hf.layer_types
+    for k, t in zip(kinds, hf.layer_types):
+        assert k.encoding == EncodingSpec.of("rope", base=hf.rope_parameters[t]["rope_theta"])
+    assert {k.size for k in kinds if k.attention == "sliding"} == {512}
+
+
+def test_gemma3_pattern_gives_each_layer_type_its_own_rope():
+    """A model built from gemma3(): one RoPE module per layer type, each at its own base, and the
+    layers use them in the pattern's order."""
+    model = Transformer(_cfg(gemma3(every=3, window=4), n_layer=6))
+    bases = [model.encoding_of(i).config.base for i in range(6)]
+    assert bases == [1e4, 1e4, 1e6] * 2
+    assert model.encoding_of(0) is model.encoding_of(1) and model.encoding_of(0) is not model.encoding_of(2)
 
 
 def test_pattern_repeats_and_is_cut_at_n_layer():

@@ -1,10 +1,11 @@
-"""The published NoPE/RoPE hybrids as layer patterns for ``ModelConfig(layer_pattern=...)``.
+"""The published layer patterns for ``ModelConfig(layer_pattern=...)``: the NoPE/RoPE hybrids,
+and Gemma 3's local/global layers with a RoPE base per layer type.
 
 Each function returns a cycle of :class:`~posenc.model_config.LayerSpec` (an encoding and a
 mask kind) that the model repeats over its layers; :data:`HYBRIDS` names them. The cycle puts
 the global layer last: layer i is global when ``(i + 1) % every == 0``, the rule of
 transformers' Llama 4 (``no_rope_layers`` from ``no_rope_layer_interval``), SmolLM3
-(``no_rope_layer_interval``) and Cohere2 / Gemma 3 (``sliding_window_pattern``).
+(``no_rope_layer_interval``), Cohere2 (``sliding_window_pattern``) and Gemma 3 (``layer_types``).
 
 >>> from posenc import ModelConfig
 >>> cfg = ModelConfig(n_layer=8, layer_pattern=llama4(chunk=8192))
@@ -19,7 +20,7 @@ from typing import Callable
 from .config import check_int
 from .model_config import EncodingSpec, LayerSpec
 
-__all__ = ["HYBRIDS", "interleave", "llama4", "smollm3", "cohere2"]
+__all__ = ["HYBRIDS", "interleave", "llama4", "smollm3", "cohere2", "gemma3"]
 
 Spec = EncodingSpec | str | dict | None
 
@@ -52,4 +53,15 @@ def cohere2(every: int = 4, window: int = 4096, rope: Spec = "rope") -> tuple[La
     return interleave(LayerSpec(rope, "sliding", window), LayerSpec(None), every)
 
 
-HYBRIDS: dict[str, Callable[..., tuple[LayerSpec, ...]]] = {"llama4": llama4, "smollm3": smollm3, "cohere2": cohere2}
+def gemma3(every: int = 6, window: int = 512, local_base: float = 1e4, global_base: float = 1e6) -> tuple[LayerSpec, ...]:
+    """Gemma 3 (Gemma Team 2025): sliding-window layers with RoPE base 1e4 (``sliding_window``:
+    512 in Gemma-3-270M, 1024 in the larger ones), every ``every``-th layer global with base 1e6
+    (transformers' ``rope_parameters`` keyed by layer type). Not a NoPE hybrid: every layer
+    rotates, and the two layer types differ in window and base."""
+    return interleave(LayerSpec(EncodingSpec.of("rope", base=local_base), "sliding", window),
+                      LayerSpec(EncodingSpec.of("rope", base=global_base)), every)
+
+
+#: name -> pattern function; the NoPE/RoPE hybrids' global layers are NoPE, Gemma 3's rotate.
+HYBRIDS: dict[str, Callable[..., tuple[LayerSpec, ...]]] = {"llama4": llama4, "smollm3": smollm3, "cohere2": cohere2,
+                                                            "gemma3": gemma3}
