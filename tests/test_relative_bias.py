@@ -475,6 +475,7 @@ def test_bias_encodings_are_relative_and_only_bias():
 
 @pytest.mark.parametrize("name", BIAS)
 def test_batch_one_bias_only_when_rows_are_provably_equal(name):
+    torch.manual_seed(0)
     enc = build(name, d_model=16, num_heads=4)
     with torch.no_grad():
         for p in enc.parameters():
@@ -485,7 +486,11 @@ def test_batch_one_bias_only_when_rows_are_provably_equal(name):
     rows = shared.clone()  # equal rows, but not provably so: computed per row
     full = enc.score_bias(rows, rows)
     assert full.shape == (3, 4, 7, 7)
-    torch.testing.assert_close(full, bias.expand_as(full), atol=0, rtol=0)
+    # A bias made by a matrix product (dynamic_bias's MLP of the distance) may round its last bit
+    # differently for 3 rows than for 1 (BLAS picks its blocking by size); the others are exact.
+    matmul = any(isinstance(m, torch.nn.Linear) for m in enc.modules())
+    tol = dict(atol=1e-6, rtol=1e-6) if matmul else dict(atol=0, rtol=0)
+    torch.testing.assert_close(full, bias.expand_as(full), **tol)
 
 
 def test_shared_t5_bias_computed_once_per_forward(monkeypatch):
