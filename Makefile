@@ -68,6 +68,7 @@ demo: install
 	if [ $$b -ne 0 ]; then tail -n 5 $(OUT)/bench_bg.log; fi; \
 	[ $$a -eq 0 ] && [ $$b -eq 0 ]
 	$(VENV)/bin/posenc bench --preset quick --threads $(THREADS) --out $(OUT)/bench --resume
+	@echo "posenc check here, posenc report beside it (log: $(OUT)/report.log)"
 	@OMP_NUM_THREADS=1 $(VENV)/bin/posenc report --out $(OUT)/report --probe $(OUT)/probe --model-bench $(OUT)/model_bench --bench $(OUT)/bench > $(OUT)/report.log 2>&1 & pid=$$!; \
 	trap 'kill -TERM $$pid 2>/dev/null' INT TERM; \
 	OMP_NUM_THREADS=1 $(VENV)/bin/posenc check; a=$$?; \

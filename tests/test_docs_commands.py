@@ -189,6 +189,9 @@ RESULT_SMOKE: dict[str, Smoke] = {
     "hf_parity": Smoke(set={"--out": ["{tmp}/hf.json"]}, add=("--case", "llama"), expect=("{tmp}/hf.json",),
                        how="script"),
     "determinism": Smoke(set={"--out": ["{tmp}/det.json"], "--steps": ["2"]}, expect=("{tmp}/det.json",), how="script"),
+    # make -n demo in a fresh clone: the script's plumbing (clone, fresh cache, log, phases), no install
+    "demo_cpu": Smoke(set={"--out": ["{tmp}/demo.json"]}, add=("--dry-run",), expect=("{tmp}/demo.json",),
+                      how="script"),
     "real_speed_cpu": Smoke(
         set={"--rounds": ["1"], "--new-tokens": ["3"], "--prompt-tokens": ["8"], "--threads": ["1"],
              "--memory-lengths": [], "--out": ["{tmp}/real_speed.json"]},
