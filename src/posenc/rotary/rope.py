@@ -165,7 +165,7 @@ class RotaryConfig(EncodingConfig):
 @register(
     "rope",
     family="rotary",
-    summary="rotary position embedding: q, k pairs rotated by m*theta (2 layouts, partial, 7 scalings)",
+    summary="rotary position embedding: q, k pairs rotated by m*theta (2 layouts, partial, every SCALINGS entry)",
     paper="Su et al. 2021, RoFormer: Enhanced Transformer with Rotary Position Embedding",
 )
 class RotaryEmbedding(PositionalEncoding):
