@@ -148,6 +148,10 @@ RESULTS: dict[str, Result] = {
         copy=(("out/bench_tiny_llama/results.json", "benchmarks/results/bench_model_tiny_llama.json"),),
         threads=1, note="needs out/tiny_llama: run --rerun probe_tiny_llama first",
     ),
+    "demo_cpu": Result(
+        "demo_cpu.json", ("python", "benchmarks/demo_timing.py", "--out", "benchmarks/results/demo_cpu.json"),
+        note="make demo from a fresh clone; about 15 min on 2 cores",
+    ),
     "real_speed_cpu": Result(
         "real_speed_cpu.json",
         ("python", "benchmarks/real_speed.py", "--rounds", "4", "--new-tokens", "40", "--memory-lengths", "1024", "4096",
@@ -682,6 +686,17 @@ def _gib(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:.2f} GiB"
 
 
+def render_demo_timing(page: str) -> str:
+    """docs/bench.md: `make demo` from a fresh clone, per phase."""
+    data = load("demo_cpu")
+    assert not data["dry_run"] and data["returncode"] == 0, "demo_cpu.json is not a finished make demo"
+    assert data["phases"], "demo_cpu.json has no phases"
+    rows = [[p["phase"], duration(p["seconds"])] for p in data["phases"]]
+    rows.append(["**the whole `make demo`**", f"**{duration(data['seconds'])}**"])
+    extra = f"{data['fresh']}; commit {data['commit'][:7]}"
+    return md_table(["phase", "wall time"], rows) + "\n\n" + caption("demo_cpu", page, data, extra)
+
+
 def render_real_decoding(page: str) -> str:
     """docs/real_models.md: SmolLM2 greedy decoding steps, posenc's RoPE patched in against transformers'."""
     data = load("real_speed_cpu")
@@ -915,6 +930,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     "bench_model_tiny_llama": render_bench_model_tiny_llama,
     "bench_standard": render_bench_standard,
     "bench_standard_orderings": render_bench_standard_orderings,
+    "demo_timing": render_demo_timing,
     "real_decoding": render_real_decoding,
     "real_memory": render_real_memory,
     "real_extend": render_real_extend,
