@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -93,7 +94,8 @@ def test_page_is_self_contained(page):
     assert '<table id="bench">' in text and "copy" in text and '<table id="bench-mrr">' in text
 
 
-def test_page_loads_in_headless_browser(page, tmp_path):
+def loaded_dom(page: Path, tmp_path: Path) -> tuple[str, str]:
+    """``page``'s DOM as headless Chromium leaves it after running its script, and its <body> tag."""
     exe = browser()
     if exe is None:
         pytest.skip("no chromium installed (apt-get install -y chromium) to open the report")
@@ -105,9 +107,14 @@ def test_page_loads_in_headless_browser(page, tmp_path):
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     body = re.search(r"<body[^>]*>", dom)
     assert body, f"no <body> in the dumped DOM: {dom[:300]!r}"
+    return dom, body.group(0)
+
+
+def test_page_loads_in_headless_browser(page, tmp_path):
+    dom, body = loaded_dom(page, tmp_path)
     n = len(KINDS) + 1
-    assert f'data-images-loaded="{n}/{n}"' in body.group(0)
-    assert 'data-images-ok="true"' in body.group(0)
+    assert f'data-images-loaded="{n}/{n}"' in body
+    assert 'data-images-ok="true"' in body
     assert '<table id="checks">' in dom and "<th>none</th>" in dom
 
 
@@ -200,19 +207,10 @@ def test_page_keeps_the_figures_about_its_model(model_page):
 
 
 def test_model_page_loads_in_headless_browser(model_page, tmp_path):
-    exe = browser()
-    if exe is None:
-        pytest.skip("no chromium installed (apt-get install -y chromium) to open the report")
-    cmd = [
-        exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=5000", "--dump-dom", model_page.as_uri(),
-    ]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
-    body = re.search(r"<body[^>]*>", dom)
-    assert body and 'data-images-ok="true"' in body.group(0), dom[:300]
+    _, body = loaded_dom(model_page, tmp_path)
+    assert 'data-images-ok="true"' in body, body
     n = len(re.findall(r"<img ", model_page.read_text()))
-    assert n >= 8 and f'data-images-loaded="{n}/{n}"' in body.group(0)
+    assert n >= 8 and f'data-images-loaded="{n}/{n}"' in body
 
 
 def test_model_bench_folder_errors(tmp_path):
