@@ -318,12 +318,14 @@ def test_hybrid_layers(tmp_path):
     1 + 0.1 log1p(floor((p + 1) / 8192)) (transformers' Llama 4 defaults), one position at a time."""
     d = draw("hybrid-layers", tmp_path, n_layer=8, max_position=2**16)
     local = {"llama4": ("rope", "chunked", 8192), "smollm3": ("rope", "global", None),
-             "cohere2": ("rope", "sliding", 4096)}
+             "cohere2": ("rope", "sliding", 4096), "gemma3": ("rope", "sliding", 512)}
     glob = {"llama4": ("nope_temperature", "global", None), "smollm3": (None, "global", None),
-            "cohere2": (None, "global", None)}
+            "cohere2": (None, "global", None), "gemma3": ("rope", "global", None)}
+    every = {"gemma3": 6}  # Gemma 3: five sliding layers, then a global one; the others: every 4th
     assert set(d["layers"]) == set(local)
     for name, layers in d["layers"].items():
-        assert layers == [glob[name] if (i + 1) % 4 == 0 else local[name] for i in range(8)]
+        k = every.get(name, 4)
+        assert layers == [glob[name] if (i + 1) % k == 0 else local[name] for i in range(8)], name
     for p, f in zip(d["positions"].tolist(), d["factor"].tolist()):
         assert f == pytest.approx(1 + 0.1 * math.log1p((p + 1) // 8192), rel=1e-12)
     assert d["factor"][0] == 1.0 and d["factor"][-1] > 1.0

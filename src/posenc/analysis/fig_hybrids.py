@@ -1,5 +1,6 @@
-"""The NoPE/RoPE hybrids' figure: which layers rotate, which see every key, and Llama 4's query
-temperature on its NoPE layers (Meta 2025, "The Llama 4 herd"; SmolLM3; Cohere Command R7B).
+"""The layer patterns' figure: which layers rotate, which see every key, at which RoPE base, and
+Llama 4's query temperature on its NoPE layers (Meta 2025, "The Llama 4 herd"; SmolLM3; Cohere
+Command R7B; Gemma 3's sliding and global layers at their own bases).
 
 The layers are :meth:`posenc.ModelConfig.layer_kinds` of each pattern in
 :data:`posenc.hybrids.HYBRIDS` at its defaults; the temperature is the factor the registered
@@ -41,9 +42,10 @@ def query_factor(positions: torch.Tensor, **config) -> torch.Tensor:
 
 
 def plot_hybrid_layers(out_dir: Path, n_layer: int = 8, max_position: int = 2**20) -> PlotResult:
-    """NoPE/RoPE hybrids (Llama 4, SmolLM3, Cohere2): each layer's encoding and attention span,
+    """Layer patterns (Llama 4, SmolLM3, Cohere2, Gemma 3): each layer's encoding and attention span,
     and Llama 4's query temperature 1 + 0.1 log1p(floor((p + 1) / 8192)) on its NoPE layers."""
     table = layer_table(n_layer)
+    specs = {name: ModelConfig(n_layer=n_layer, layer_pattern=pattern()).layer_kinds() for name, pattern in HYBRIDS.items()}
     pos = torch.unique(torch.logspace(0, torch.log10(torch.tensor(float(max_position))), 400).long())
     factor = query_factor(pos)
     plt, fig, (a0, a1) = figure(2)
@@ -51,6 +53,9 @@ def plot_hybrid_layers(out_dir: Path, n_layer: int = 8, max_position: int = 2**2
         for i, (enc, attention, size) in enumerate(layers):
             a0.add_patch(plt.Rectangle((i, row), 0.95, 0.9, color=_COLORS.get(enc, "C2")))
             span = "all" if attention == "global" else f"{attention}\n{size}"
+            base = dict(specs[name][i].encoding.config).get("base") if enc == "rope" else None
+            if base is not None:  # Gemma 3: each layer type at its own RoPE base
+                span += "\nbase " + f"{base:.0e}".replace("e+0", "e")  # 1e4, 1e6
             a0.text(i + 0.47, row + 0.45, span, ha="center", va="center", fontsize=6.5,
                     color="white" if enc == "rope" else "black")
     a0.set_xlim(0, n_layer)
@@ -68,5 +73,5 @@ def plot_hybrid_layers(out_dir: Path, n_layer: int = 8, max_position: int = 2**2
     a1.set_ylabel("query factor (NoPE layers)")
     a1.set_title("Llama 4's temperature: 1 below p + 1 = 8192, then log steps", fontsize=10)
     a1.grid(alpha=0.3, which="both")
-    return save(plt, fig, out_dir, "hybrid-layers", "NoPE/RoPE hybrids: per-layer encoding, span and temperature",
+    return save(plt, fig, out_dir, "hybrid-layers", "Layer patterns: per-layer encoding, span, RoPE base and temperature",
                 {"layers": table, "positions": pos, "factor": factor})
