@@ -127,3 +127,13 @@ def run_suites_with_plugin(folder, plugin: str, select: str, suites: dict[str, s
         hits = [t for t in passed if t.startswith(path) and re.search(pattern, t)]
         assert hits, f"{path}: no passed test for the plugin matches {pattern!r}"
     return passed
+
+
+def assert_same_grads(got: torch.Tensor, want: torch.Tensor, inputs, **tol) -> None:
+    """The gradients of ``got`` and ``want`` w.r.t. ``inputs`` agree, through one fixed random
+    weighting of the outputs (float64); an input one side does not use counts as a zero gradient."""
+    w = torch.randn(got.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    dg = torch.autograd.grad((got * w).sum(), inputs, allow_unused=True)
+    dw = torch.autograd.grad((want * w).sum(), inputs, allow_unused=True)
+    for a, b in zip(dg, dw):
+        torch.testing.assert_close(a if a is not None else torch.zeros_like(b), b, **tol)
