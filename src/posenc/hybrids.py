@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .config import check_int
+from .config import check_int, check_positive
 from .model_config import EncodingSpec, LayerSpec
 
 __all__ = ["HYBRIDS", "interleave", "llama4", "smollm3", "cohere2", "gemma3"]
@@ -37,6 +37,7 @@ def llama4(every: int = 4, chunk: int = 8192, rope: Spec = "rope", temperature: 
     8192), every ``every``-th layer global NoPE with attention temperature tuning
     (``nope_temperature``; ``temperature=False``: plain NoPE, transformers'
     ``attn_temperature_tuning=False``)."""
+    check_int("chunk", chunk, minimum=1)
     nope = EncodingSpec.of("nope_temperature", floor_scale=floor_scale, attn_scale=attn_scale) if temperature else None
     return interleave(LayerSpec(rope, "chunked", chunk), LayerSpec(nope), every)
 
@@ -50,6 +51,7 @@ def smollm3(every: int = 4, rope: Spec = "rope") -> tuple[LayerSpec, ...]:
 def cohere2(every: int = 4, window: int = 4096, rope: Spec = "rope") -> tuple[LayerSpec, ...]:
     """Cohere Command R7B / Command A (Cohere2): sliding-window RoPE layers (``sliding_window``
     4096), every ``every``-th layer global NoPE (``sliding_window_pattern``)."""
+    check_int("window", window, minimum=1)
     return interleave(LayerSpec(rope, "sliding", window), LayerSpec(None), every)
 
 
@@ -58,6 +60,9 @@ def gemma3(every: int = 6, window: int = 512, local_base: float = 1e4, global_ba
     512 in Gemma-3-270M, 1024 in the larger ones), every ``every``-th layer global with base 1e6
     (transformers' ``rope_parameters`` keyed by layer type). Not a NoPE hybrid: every layer
     rotates, and the two layer types differ in window and base."""
+    check_int("window", window, minimum=1)
+    check_positive("local_base", local_base)
+    check_positive("global_base", global_base)
     return interleave(LayerSpec(EncodingSpec.of("rope", base=local_base), "sliding", window),
                       LayerSpec(EncodingSpec.of("rope", base=global_base)), every)
 

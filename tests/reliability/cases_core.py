@@ -155,4 +155,14 @@ CASES = [
     Case(L, "a layer pattern dict with an unknown key",
          r"^layer_pattern\[0\] takes the keys 'encoding' \(required\), 'attention' and 'size', got 'encoding', 'window'$",
          run=lambda: ModelConfig(n_layer=2, layer_pattern=({"encoding": "rope", "window": 4},))),
+    Case(L, "posenc.hybrids.gemma3 with window=0", r"^window must be >= 1, got 0$", run=lambda: _hybrids().gemma3(window=0)),
+    Case(L, "posenc.hybrids.gemma3 with a negative global base", r"^global_base must be > 0, got -1.0$",
+         run=lambda: _hybrids().gemma3(global_base=-1.0)),
+    Case(L, "posenc.hybrids.llama4 with chunk=0", r"^chunk must be >= 1, got 0$", run=lambda: _hybrids().llama4(chunk=0)),
 ]
+
+
+def _hybrids():
+    import posenc.hybrids
+
+    return posenc.hybrids
