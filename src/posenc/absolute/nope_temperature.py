@@ -49,6 +49,9 @@ def temperature_scale(positions: Tensor, floor_scale: int, attn_scale: float) ->
 
 @dataclass
 class NoPETemperatureConfig(EncodingConfig):
+    """``nope_temperature``'s config: the query at position p is scaled by
+    ``1 + attn_scale * log1p(floor((p + 1) / floor_scale))`` (:func:`temperature_scale`)."""
+
     floor_scale: int = 8192  # positions per step of the log (transformers' Llama4TextConfig default)
     attn_scale: float = 0.1  # strength of the tuning (default 0.1)
 
