@@ -26,6 +26,7 @@ def run(out: str) -> None:
     if rank == 0:
         save_weights(model, out)
     if dist.is_initialized():
+        dist.barrier()  # no rank tears the group down while another still talks to it
         dist.destroy_process_group()
 
 

@@ -75,7 +75,9 @@ def run_bench(
     """
     out = Path(out)
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    joined = dist.is_available() and dist.is_initialized()
     rank, world = init_distributed(dev)
+    owns_group = world > 1 and not joined
     if dev.type == "cuda" and world > 1:
         dev = torch.device("cuda", torch.cuda.current_device())
     for name in ("batch_size", "lm_batch_size"):
@@ -96,7 +98,12 @@ def run_bench(
             error = box[0]
         if error is not None:
             raise ValueError(error)
-        return _run_locked(s, out, dev, rank, progress)
+        results = _run_locked(s, out, dev, rank, progress)
+    if world > 1:
+        dist.barrier()  # rank 0 writes the outputs; no rank leaves the group before it is done
+    if owns_group:
+        dist.destroy_process_group()  # a rank exiting with the group alive can abort in gloo's threads
+    return results
 
 
 def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progress: bool) -> dict | None:
