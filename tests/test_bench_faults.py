@@ -64,6 +64,19 @@ def test_checksum_is_of_names_dtypes_shapes_and_bytes():
     assert tensors_checksum(dict(a, w=flipped)) != h
 
 
+def test_checksum_is_sha256_of_the_little_endian_bytes_written_out_by_hand():
+    import hashlib
+
+    w = torch.tensor([[1.5, -2.0], [0.25, 3.0]]).t()  # non-contiguous: hashed in its logical order
+    b = torch.tensor([1.0, -0.5], dtype=torch.bfloat16)
+    e = torch.zeros(0, 3)
+    h = hashlib.sha256()
+    h.update(b"b|torch.bfloat16|(2,)|" + struct.pack("<2H", 0x3F80, 0xBF00))  # bfloat16 = float32's top 16 bits
+    h.update(b"e|torch.float32|(0, 3)|")
+    h.update(b"w|torch.float32|(2, 2)|" + struct.pack("<4f", 1.5, 0.25, -2.0, 3.0))
+    assert tensors_checksum({"w": w, "b": b, "e": e}) == h.hexdigest()
+
+
 def test_strict_json_writes_null_for_non_finite(tmp_path):
     obj = {"loss": math.nan, "ppl": [1.5, math.inf, -math.inf], "n": 3, "t": (0.5,)}
     assert finite_or_none(obj) == {"loss": None, "ppl": [1.5, None, None], "n": 3, "t": [0.5]}

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import json
@@ -79,15 +80,23 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = None) 
     _replace_atomically(path, "file", lambda tmp: tmp.write_text(text))
 
 
+def _raw_bytes(t: Tensor) -> bytes:
+    """The bytes of a contiguous CPU tensor of any dtype, in one copy and without numpy.
+
+    (bfloat16 has no numpy dtype; ``bytes(tensor.untyped_storage())`` reads one byte per Python
+    call: 0.9 s for 100k floats, which made every checkpoint cost seconds.)
+    """
+    n = t.numel() * t.element_size()
+    return ctypes.string_at(t.data_ptr(), n) if n else b""
+
+
 def tensors_checksum(tensors: dict[str, Tensor]) -> str:
     """sha256 over every tensor's name, dtype, shape and bytes, in name order."""
     h = hashlib.sha256()
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        # the raw bytes of any dtype (bfloat16 has no numpy equivalent), without numpy: a fresh
-        # storage (clone) holds exactly this tensor's elements
-        h.update(bytes(t.clone().untyped_storage()))
+        h.update(_raw_bytes(t))
     return h.hexdigest()
 
 
