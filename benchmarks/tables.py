@@ -694,6 +694,14 @@ def render_demo_timing(page: str) -> str:
     rows = [[p["phase"], duration(p["seconds"])] for p in data["phases"]]
     rows.append(["**the whole `make demo`**", f"**{duration(data['seconds'])}**"])
     extra = f"{data['fresh']}; commit {data['commit'][:7]}"
+    quick = load("bench_quick")
+    if data["commit"][:7] in quick.get("note", ""):  # the committed quick table is this very run
+        per_task: dict[str, float] = {}
+        for r in quick["runs"]:
+            per_task[r["task"]] = per_task.get(r["task"], 0.0) + r["train_seconds"]
+        split = ", ".join(f"{t} {duration(v)}" for t, v in sorted(per_task.items(), key=lambda kv: -kv[1]))
+        extra += (f". Its training, summed over each task's runs (bench_quick.json, the same run): {split}; "
+                  f"passkey and copy train in one process, the real model and then lm in the other")
     return md_table(["phase", "wall time"], rows) + "\n\n" + caption("demo_cpu", page, data, extra)
 
 
