@@ -85,9 +85,51 @@ def test_multimodal_axes_left_padded_batch_equals_get_rope_index():
     assert seq.num_axes == 3
 
 
+@pytest.mark.parametrize("tokens_per_second, seconds", [(2, (1.0, 0.5)), (25, (2 / 3, 0.25))])
+def test_video_time_steps_equal_qwen2_5_vl_get_rope_index(tokens_per_second, seconds):
+    """Qwen2.5-VL spaces a video's frames by tokens_per_second x second_per_grid_t (float32, as
+    its processor returns second_per_grid_ts); images keep a time step of 1."""
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as hf25
+
+    merge = 2
+    vision = SimpleNamespace(spatial_merge_size=merge, tokens_per_second=tokens_per_second)
+    model = SimpleNamespace(config=SimpleNamespace(vision_config=vision))
+    model.get_vision_position_ids = lambda *a, **k: hf25.Qwen2_5_VLModel.get_vision_position_ids(model, *a, **k)
+    sec = torch.tensor(seconds, dtype=torch.float32)
+    videos, image = [(3, 2, 2), (4, 1, 3)], (1, 2, 3)
+    # text, a video, text, an image, a video, text
+    blocks = [2, videos[0], 1, image, videos[1], 3]
+    types = [t for b, kind in zip(blocks, (0, 2, 0, 1, 2, 0)) for t in [kind] * (b if isinstance(b, int) else math.prod(b))]
+    types = torch.tensor([types])
+    hf, _ = hf25.Qwen2_5_VLModel.get_rope_index(
+        model, torch.zeros_like(types), types,
+        image_grid_thw=torch.tensor([(image[0], image[1] * merge, image[2] * merge)]),
+        video_grid_thw=torch.tensor([(t, h * merge, w * merge) for t, h, w in videos]),
+        second_per_grid_ts=sec,
+    )
+    interval = [float(tokens_per_second * s) for s in sec]  # each a float32 value, as transformers forms it
+    ours = multimodal_axes([2, (*videos[0], interval[0]), 1, image, (*videos[1], interval[1]), 3])
+    assert torch.equal(hf[:, 0], ours)
+    assert not torch.equal(ours, multimodal_axes(blocks))  # the spacing is exercised: not the time step of 1
+
+
+def test_multimodal_axes_video_interval_by_hand():
+    # frames at floor(i * 12.5): 0, 12, 25; rows and columns as without an interval; the text
+    # after the video starts at start + max(h, w), as transformers places it
+    got = multimodal_axes([1, (3, 1, 2, 12.5), 1])
+    want = torch.tensor([[0, 1, 1, 13, 13, 26, 26, 3],
+                         [0, 1, 1, 1, 1, 1, 1, 3],
+                         [0, 1, 2, 1, 2, 1, 2, 3]])
+    assert torch.equal(got, want)
+    assert torch.equal(multimodal_axes([(2, 2, 2, 1.0)]), multimodal_axes([(2, 2, 2)]))
+
+
 def test_multimodal_axes_bad_blocks():
-    with pytest.raises(ValueError, match=r"\(t, h, w\) tuple"):
+    with pytest.raises(ValueError, match=r"\(t, h, w\) or \(t, h, w, interval\) tuple"):
         multimodal_axes([2, (1, 2)])
+    for bad in (0, -1.0, float("nan"), float("inf"), "2", True):
+        with pytest.raises(ValueError, match="vision block's interval must be a finite number > 0"):
+            multimodal_axes([(2, 1, 1, bad)])
     with pytest.raises(ValueError, match="vision block's h must be >= 1"):
         multimodal_axes([(1, 0, 2)])
     with pytest.raises(ValueError, match="at least one"):

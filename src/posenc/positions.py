@@ -23,6 +23,7 @@ given, e.g. :func:`multimodal_axes`' for text and images).
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -326,28 +327,47 @@ class SequenceInfo:
         return SequenceInfo.from_checked(pos, seg, valid, axes)
 
 
-def multimodal_axes(blocks: list[int | tuple[int, int, int]], device: torch.device | str | None = None) -> Tensor:
-    """M-RoPE's (time, height, width) positions (3, T) of one sequence of text and images.
+def multimodal_axes(blocks: list[int | tuple[int, int, int] | tuple[int, int, int, float]],
+                    device: torch.device | str | None = None) -> Tensor:
+    """M-RoPE's (time, height, width) positions (3, T) of one sequence of text, images and videos.
 
     ``blocks``, in order: an int n is n text tokens, each at the next position on all three
     axes; a tuple (t, h, w) is a vision grid of t x h x w tokens (after the vision encoder's
     merge), in (time, row, column) raster order, at ``start + (i, y, x)``; the text after it
     starts at ``start + max(h, w)`` (Wang et al. 2024, "Qwen2-VL", §2.1; transformers'
-    ``Qwen2VLModel.get_rope_index`` with a time step of 1). Every axis of the result is >= 0::
+    ``Qwen2VLModel.get_rope_index``). Every axis of the result is >= 0::
 
         multimodal_axes([2, (1, 2, 3), 1])
         # t: 0 1 2 2 2 2 2 2 5   h: 0 1 2 2 2 3 3 3 5   w: 0 1 2 3 4 2 3 4 5
+
+    A video's frames may be spaced in time: a tuple (t, h, w, interval) puts frame i at time
+    ``start + floor(i * interval)`` (Bai et al. 2025, "Qwen2.5-VL Technical Report", its M-RoPE
+    "aligned to absolute time", with
+    ``interval = tokens_per_second * second_per_grid_t``, as ``Qwen2_5_VLModel.get_rope_index``
+    takes it from the vision config and the processor). The product is taken in float32, as
+    transformers takes it, so the truncation agrees with its ids to the token; the text after
+    the video still starts at ``start + max(h, w)``, as there::
+
+        multimodal_axes([(3, 1, 1, 12.5)])  # t: 0 12 25   h: 0 0 0   w: 0 0 0
     """
     parts, start = [], 0
     for block in blocks:
         if isinstance(block, tuple):
-            if len(block) != 3:
-                raise ValueError(f"a vision block must be a (t, h, w) tuple, got {block!r}")
+            if len(block) not in (3, 4):
+                raise ValueError(f"a vision block must be a (t, h, w) or (t, h, w, interval) tuple, got {block!r}")
             for name, n in zip("thw", block):
                 check_int(f"a vision block's {name}", n, minimum=1)
-            t, h, w = block
-            grid = torch.meshgrid(*(torch.arange(n, device=device) for n in block), indexing="ij")
-            parts.append(torch.stack([g.reshape(-1) for g in grid]) + start)  # (3, t*h*w)
+            t, h, w = block[:3]
+            grid = torch.meshgrid(*(torch.arange(n, device=device) for n in (t, h, w)), indexing="ij")
+            ids = torch.stack([g.reshape(-1) for g in grid])  # (3, t*h*w)
+            if len(block) == 4:
+                interval = block[3]
+                if isinstance(interval, bool) or not isinstance(interval, numbers.Real) or not interval > 0 \
+                        or not math.isfinite(interval):
+                    raise ValueError(f"a vision block's interval must be a finite number > 0, got {interval!r}")
+                step = torch.tensor(float(interval), dtype=torch.float32, device=device)
+                ids[0] = (ids[0] * step).long()  # float32 then truncated, as transformers computes it
+            parts.append(ids + start)
             start += max(h, w)
         else:
             check_int("a text block", block, minimum=0)
