@@ -51,6 +51,25 @@ def test_the_pooled_ratio_by_hand(committed):
     assert len(moved) == 2
 
 
+def test_training_time_is_summed_over_the_shared_runs_and_printed_as_a_ratio(committed):
+    from posenc.bench.compare import format_comparison
+
+    fresh = copy.deepcopy(committed)
+    for r in fresh["runs"]:
+        r["train_seconds"] *= 4  # the same runs, four times slower
+    dropped = fresh["runs"].pop()  # a run only one file holds is not counted
+    c = compare_results(fresh, committed)
+    want_committed = sum(r["train_seconds"] for r in committed["runs"]) - next(
+        r["train_seconds"] for r in committed["runs"]
+        if (r["task"], r["encoding"], r["seed"]) == (dropped["task"], dropped["encoding"], dropped["seed"]))
+    assert c.train_seconds[1] == pytest.approx(want_committed, rel=1e-12)
+    assert c.train_seconds[0] == pytest.approx(4 * want_committed, rel=1e-12)
+    assert "(4.00x;" in format_comparison(c)
+    del fresh["runs"][0]["train_seconds"]  # an older file without times: no line, no error
+    c = compare_results(fresh, committed)
+    assert c.train_seconds is None and "training took" not in format_comparison(c)
+
+
 def test_one_cell_far_off_disagrees(committed):
     fresh = copy.deepcopy(committed)
     row = next(r for r in fresh["summary"] if r["task"] == "copy" and r["encoding"] == "alibi")

@@ -14,7 +14,11 @@ way two samples are:
   a cell moved by many standard errors lifts it above the limit. Pooling keeps the test stable
   with 3 seeds, where one cell's own spread is too noisy to judge it alone;
 * ``train_loss`` of every run is compared bitwise, which says whether the numerics were the
-  same at all.
+  same at all;
+* the training time of the runs in both files is summed on each side and printed as a ratio:
+  not a verdict (another machine, thread count or load moves it), but a code change that makes
+  training several times slower shows at once (a checksum read one byte per Python call once
+  made every quick run four times slower, unnoticed for days).
 
 ``python benchmarks/compare_bench.py FRESH COMMITTED`` prints it (``make demo`` runs it).
 """
@@ -64,6 +68,7 @@ class Comparison:
     runs: int  # runs present in both files
     runs_bitwise: int  # of them, with the same train_loss to the last bit
     ratio: float  # sum(d²) / sum(se²) over the cells with a value (0 when every d is 0)
+    train_seconds: tuple[float, float] | None = None  # summed over the runs in both files: (fresh, committed)
 
     @property
     def agrees(self) -> bool:
@@ -136,7 +141,19 @@ def compare_results(fresh: dict, committed: dict) -> Comparison:
     num = sum((c.fresh - c.committed) ** 2 for c in cells if c.z is not None)
     den = sum(c.se**2 for c in cells if c.z is not None)
     ratio = 0.0 if num == 0 else (math.inf if den == 0 else num / den)
-    return Comparison(cells, len(both), bitwise, ratio)
+    return Comparison(cells, len(both), bitwise, ratio, _train_seconds(fresh, committed, both))
+
+
+def _train_seconds(fresh: dict, committed: dict, both: set) -> tuple[float, float] | None:
+    """Training seconds summed over the runs both files hold, or None where a run lacks them."""
+    sides = []
+    for results in (fresh, committed):
+        times = {(r["task"], r["encoding"], r["seed"]): r.get("train_seconds") for r in results["runs"]}
+        values = [times[k] for k in both]
+        if not values or any(not isinstance(v, (int, float)) or not v > 0 for v in values):
+            return None
+        sides.append(float(sum(values)))
+    return sides[0], sides[1]
 
 
 def compare_files(fresh: str | Path, committed: str | Path) -> Comparison:
@@ -155,6 +172,10 @@ def format_comparison(c: Comparison, *, show: int = 8) -> str:
         f" ({len(c.cells) - len(valued)} n/a); pooled ratio sum(d²)/sum(se²) = {c.ratio:.2f}"
         f" (limit {RATIO_LIMIT:g}): {'agrees' if c.agrees else 'DISAGREES'}",
     ]
+    if c.train_seconds is not None:
+        here, there = c.train_seconds
+        lines.append(f"training took {here:.0f} s here against {there:.0f} s in the committed run "
+                     f"({here / there:.2f}x; another machine, thread count or load moves this)")
     furthest = sorted((x for x in valued if x.z != 0), key=lambda x: -abs(x.z))[:show]
     for x in furthest:
         unit = "log ppl" if x.metric == "ppl" else "acc"
