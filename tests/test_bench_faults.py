@@ -75,6 +75,9 @@ def test_checksum_is_sha256_of_the_little_endian_bytes_written_out_by_hand():
     h.update(b"e|torch.float32|(0, 3)|")
     h.update(b"w|torch.float32|(2, 2)|" + struct.pack("<4f", 1.5, 0.25, -2.0, 3.0))
     assert tensors_checksum({"w": w, "b": b, "e": e}) == h.hexdigest()
+    # a lazy conjugate or negative view is hashed by its values, not by the memory under it
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    assert tensors_checksum({"z": z.conj()}) == tensors_checksum({"z": z.conj().resolve_conj()}) != tensors_checksum({"z": z})
 
 
 def test_strict_json_writes_null_for_non_finite(tmp_path):

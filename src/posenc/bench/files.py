@@ -86,6 +86,9 @@ def _raw_bytes(t: Tensor) -> bytes:
     (bfloat16 has no numpy dtype; ``bytes(tensor.untyped_storage())`` reads one byte per Python
     call: 0.9 s for 100k floats, which made every checkpoint cost seconds.)
     """
+    if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg():
+        raise ValueError(f"expected a contiguous CPU tensor with its values in memory, got {t.device} "
+                         f"(contiguous={t.is_contiguous()}, conj={t.is_conj()}, neg={t.is_neg()})")
     n = t.numel() * t.element_size()
     return ctypes.string_at(t.data_ptr(), n) if n else b""
 
@@ -94,7 +97,7 @@ def tensors_checksum(tensors: dict[str, Tensor]) -> str:
     """sha256 over every tensor's name, dtype, shape and bytes, in name order."""
     h = hashlib.sha256()
     for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
+        t = tensors[name].detach().cpu().resolve_conj().resolve_neg().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(_raw_bytes(t))
     return h.hexdigest()
