@@ -17,8 +17,7 @@ way two samples are:
   same at all;
 * the training time of the runs in both files is summed on each side and printed as a ratio:
   not a verdict (another machine, thread count or load moves it), but a code change that makes
-  training several times slower shows at once (a checksum read one byte per Python call once
-  made every quick run four times slower, unnoticed for days).
+  training several times slower shows at once.
 
 ``python benchmarks/compare_bench.py FRESH COMMITTED`` prints it (``make demo`` runs it).
 """

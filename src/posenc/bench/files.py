@@ -83,8 +83,8 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = None) 
 def _raw_bytes(t: Tensor) -> bytes:
     """The bytes of a contiguous CPU tensor of any dtype, in one copy and without numpy.
 
-    (bfloat16 has no numpy dtype; ``bytes(tensor.untyped_storage())`` reads one byte per Python
-    call: 0.9 s for 100k floats, which made every checkpoint cost seconds.)
+    (bfloat16 has no numpy dtype, and ``bytes(tensor.untyped_storage())`` reads one byte per
+    Python call: about a second per 100k floats, paid at every checkpoint.)
     """
     if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg():
         raise ValueError(f"expected a contiguous CPU tensor with its values in memory, got {t.device} "
