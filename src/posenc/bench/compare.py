@@ -173,10 +173,14 @@ def format_comparison(c: Comparison, *, show: int = 8) -> str:
     ]
     if c.train_seconds is not None:
         here, there = c.train_seconds
-        lines.append(f"training took {here:.0f} s here against {there:.0f} s in the committed run "
+        lines.append(f"training took {_seconds(here)} here against {_seconds(there)} in the committed run "
                      f"({here / there:.2f}x; another machine, thread count or load moves this)")
     furthest = sorted((x for x in valued if x.z != 0), key=lambda x: -abs(x.z))[:show]
     for x in furthest:
         unit = "log ppl" if x.metric == "ppl" else "acc"
         lines.append(f"  {x.label:<28} {unit} {x.fresh:9.4f} vs {x.committed:9.4f}  z {x.z:+.2f}")
     return "\n".join(lines)
+
+
+def _seconds(v: float) -> str:
+    return f"{v:.0f} s" if v >= 10 else f"{v:.2f} s"  # a micro run trains in under a second
