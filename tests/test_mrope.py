@@ -130,6 +130,8 @@ def test_multimodal_axes_bad_blocks():
     for bad in (0, -1.0, float("nan"), float("inf"), "2", True):
         with pytest.raises(ValueError, match="vision block's interval must be a finite number > 0"):
             multimodal_axes([(2, 1, 1, bad)])
+    with pytest.raises(ValueError, match=r"last frame time \(t - 1\) \* interval must be below 2\*\*24, got \(3 - 1\) \* 10000000\.0"):
+        multimodal_axes([(3, 1, 1, 1e7)])
     with pytest.raises(ValueError, match="vision block's h must be >= 1"):
         multimodal_axes([(1, 0, 2)])
     with pytest.raises(ValueError, match="at least one"):

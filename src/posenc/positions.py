@@ -365,6 +365,9 @@ def multimodal_axes(blocks: list[int | tuple[int, int, int] | tuple[int, int, in
                 if isinstance(interval, bool) or not isinstance(interval, numbers.Real) or not interval > 0 \
                         or not math.isfinite(interval):
                     raise ValueError(f"a vision block's interval must be a finite number > 0, got {interval!r}")
+                if (t - 1) * interval >= 2**24:  # float32 holds every integer below 2**24 exactly
+                    raise ValueError(f"a vision block's last frame time (t - 1) * interval must be below 2**24, "
+                                     f"got ({t} - 1) * {interval!r}")
                 step = torch.tensor(float(interval), dtype=torch.float32, device=device)
                 ids[0] = (ids[0] * step).long()  # float32 then truncated, as transformers computes it
             parts.append(ids + start)

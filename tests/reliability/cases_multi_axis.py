@@ -35,6 +35,8 @@ CASES = [
          run=lambda: multimodal_axes([2, (1, 2)])),
     Case(A, "a video's time interval of 0", r"a vision block's interval must be a finite number > 0, got 0",
          run=lambda: multimodal_axes([(2, 1, 1, 0)])),
+    Case(A, "a video's frames spaced past float32's exact integers", r"a vision block's last frame time \(t - 1\) \* interval must be below 2\*\*24, got \(3 - 1\) \* 10000000\.0",
+         run=lambda: multimodal_axes([(3, 1, 1, 1e7)])),
     Case(A, "a KV cache of tokens with axes continued by tokens without", r"the cached tokens carry 3 position axes but the new ones 1",
          run=_continue_cache_without_axes),
     Case(A, "mrope_section that does not sum to the pairs", r"mrope_section must sum to the rotated pairs rotary_dim / 2 = 64, got \[16, 24, 25\]",

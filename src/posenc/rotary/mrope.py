@@ -7,8 +7,9 @@ P = r/2 rotated pairs.
 
 Each token has three position ids, (time, height, width): text tokens the same id on all
 three, an image's patches ``start + (i, y, x)``, a video's frames spaced in time by an
-interval in Qwen2.5-VL (:func:`posenc.positions.multimodal_axes` builds them). The P pairs of RoPE's frequencies theta_j = base^(-2j/r) are split among the
-axes by ``mrope_section`` (s_t, s_h, s_w), s_t + s_h + s_w = P; pair j turns by
+interval in Qwen2.5-VL (:func:`posenc.positions.multimodal_axes` builds them). The P pairs
+of RoPE's frequencies theta_j = base^(-2j/r) are split among the axes by ``mrope_section``
+(s_t, s_h, s_w), s_t + s_h + s_w = P; pair j turns by
 ``pos[axis(j)] * theta_j``:
 
 * chunked (Qwen2-VL, Qwen2.5-VL): pairs [0, s_t) take time, the next s_h height, the last
