@@ -187,15 +187,15 @@ RESULTS: dict[str, Result] = {
         copy=((f"out/bench_smollm2_{corpus}/results.json", f"benchmarks/results/bench_model_smollm2_{corpus}.json"),),
         threads=1, machine=_SHARED_EPYC + ", 1 thread",
     ) for corpus in ("code", "prose")},
-    # the same past L on the prose corpus at 4L alone (one window of 4096 tokens)
-    "bench_model_smollm2_prose_4L": Result(
-        "bench_model_smollm2_prose_4L.json",
+    # the same past L on each corpus at 4L alone (one window of 4096 tokens)
+    **{f"bench_model_smollm2_{corpus}_4L": Result(
+        f"bench_model_smollm2_{corpus}_4L.json",
         ("bench", "--model", "smollm2-135m", "--trained-length", "1024", "--tasks", "lm", "--lm-eval-factors", "4",
-         "--lm-eval-tokens", "4096", "--corpus", "prose", "--threads", "1", "--out", "out/bench_smollm2_prose_4L",
+         "--lm-eval-tokens", "4096", "--corpus", corpus, "--threads", "1", "--out", f"out/bench_smollm2_{corpus}_4L",
          "--overwrite", "--no-progress"),
-        copy=(("out/bench_smollm2_prose_4L/results.json", "benchmarks/results/bench_model_smollm2_prose_4L.json"),),
+        copy=((f"out/bench_smollm2_{corpus}_4L/results.json", f"benchmarks/results/bench_model_smollm2_{corpus}_4L.json"),),
         threads=1, machine=_SHARED_EPYC + ", 1 thread",
-    ),
+    ) for corpus in ("prose", "code")},
     # the code file's passkey at 1.5L, run apart (the main run's quick preset has 0.5L, L and 2L)
     "bench_model_smollm2_passkey_1.5L": Result(
         "bench_model_smollm2_passkey_1.5L.json",
@@ -203,15 +203,6 @@ RESULTS: dict[str, Result] = {
          "1.5", "--threads", "1", "--out", "out/bench_smollm2_passkey_1.5L", "--overwrite", "--no-progress"),
         copy=(("out/bench_smollm2_passkey_1.5L/results.json",
                "benchmarks/results/bench_model_smollm2_passkey_1.5L.json"),),
-        threads=1, machine=_SHARED_EPYC + ", 1 thread",
-    ),
-    # the same past L on the code corpus at 4L alone (one window of 4096 tokens)
-    "bench_model_smollm2_code_4L": Result(
-        "bench_model_smollm2_code_4L.json",
-        ("bench", "--model", "smollm2-135m", "--trained-length", "1024", "--tasks", "lm", "--lm-eval-factors", "4",
-         "--lm-eval-tokens", "4096", "--corpus", "code", "--threads", "1", "--out", "out/bench_smollm2_code_4L",
-         "--overwrite", "--no-progress"),
-        copy=(("out/bench_smollm2_code_4L/results.json", "benchmarks/results/bench_model_smollm2_code_4L.json"),),
         threads=1, machine=_SHARED_EPYC + ", 1 thread",
     ),
 }
