@@ -101,7 +101,7 @@ def test_video_time_steps_equal_qwen2_5_vl_get_rope_index(tokens_per_second, sec
     blocks = [2, videos[0], 1, image, videos[1], 3]
     types = [t for b, kind in zip(blocks, (0, 2, 0, 1, 2, 0)) for t in [kind] * (b if isinstance(b, int) else math.prod(b))]
     types = torch.tensor([types])
-    hf, _ = hf25.Qwen2_5_VLModel.get_rope_index(
+    hf, delta = hf25.Qwen2_5_VLModel.get_rope_index(
         model, torch.zeros_like(types), types,
         image_grid_thw=torch.tensor([(image[0], image[1] * merge, image[2] * merge)]),
         video_grid_thw=torch.tensor([(t, h * merge, w * merge) for t, h, w in videos]),
@@ -111,6 +111,24 @@ def test_video_time_steps_equal_qwen2_5_vl_get_rope_index(tokens_per_second, sec
     ours = multimodal_axes([2, (*videos[0], interval[0]), 1, image, (*videos[1], interval[1]), 3])
     assert torch.equal(hf[:, 0], ours)
     assert not torch.equal(ours, multimodal_axes(blocks))  # the spacing is exercised: not the time step of 1
+    # decoding continues at cache_position + rope_deltas: after the prompt's largest id on any axis
+    T = ours.shape[1]
+    nxt = SequenceInfo(torch.arange(T)[None], axes=ours[:, None]).next(2)
+    assert torch.equal(nxt.axes, (torch.arange(T, T + 2) + delta[0]).expand(3, 1, 2))
+
+
+def test_next_after_a_video_that_ends_the_text_continues_past_its_last_frame():
+    # frames at 0, 12, 25, then one text token at max(h, w) = 1: the next token follows the
+    # largest id (25), as transformers' rope_deltas put it, not the last token's (1)
+    axes = multimodal_axes([(3, 1, 1, 12.5), 1])  # t: 0 12 25 1
+    seq = SequenceInfo(torch.arange(4)[None], axes=axes[:, None])
+    assert seq.next(2).axes[:, 0].tolist() == [[26, 27]] * 3
+    # packed: only the last document counts; left padding: pads do not count
+    packed = SequenceInfo(torch.tensor([[0, 1, 2, 0, 1]]), segment_ids=torch.tensor([[0, 0, 0, 1, 1]]),
+                          axes=torch.tensor([[0, 40, 41, 0, 1]]).expand(3, 1, 5))
+    assert packed.next(1).axes[:, 0].tolist() == [[2]] * 3
+    padded = SequenceInfo.from_padding_mask(torch.tensor([[0, 1, 1]])).with_axes(torch.tensor([[[9, 0, 1]]]).expand(3, 1, 3))
+    assert padded.next(1).axes[:, 0].tolist() == [[2]] * 3
 
 
 def test_multimodal_axes_video_interval_by_hand():

@@ -311,8 +311,9 @@ class SequenceInfo:
 
         Positions continue from the last position of each row; the new tokens are valid and
         belong to the last document of their row. Axes, when given, continue as text: every
-        axis from the largest axis position of the row's last token (Qwen2-VL's text after an
-        image, whose last patch holds the image's largest position).
+        axis from the largest axis position of the row's valid tokens in its last document
+        (transformers' ``rope_deltas``: the largest id of the prompt + 1; after a video whose
+        frames are spaced in time, that is its last frame's time, not the text after it).
         """
         check_int("length", length, minimum=0)
         last = self.positions[:, -1:]
@@ -322,7 +323,13 @@ class SequenceInfo:
         valid = None if self.valid is None else torch.ones_like(pos, dtype=torch.bool)
         axes = None
         if self.axes is not None:
-            text = self.axes[:, :, -1:].amax(0) + step.to(self.axes.dtype)  # (B, length)
+            keep = torch.ones_like(self.positions, dtype=torch.bool)  # (B, T): the tokens that count
+            if self.valid is not None:
+                keep = keep & self.valid
+            if self.segment_ids is not None:
+                keep = keep & (self.segment_ids == self.segment_ids[:, -1:])
+            top = self.axes.masked_fill(~keep, -1).amax(dim=(0, 2))  # (B,): -1 for a row of pads only
+            text = top[:, None] + step.to(self.axes.dtype)  # (B, length)
             axes = text.expand(self.axes.shape[0], -1, -1)  # (A, B, length)
         return SequenceInfo.from_checked(pos, seg, valid, axes)
 
