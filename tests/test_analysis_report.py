@@ -56,7 +56,7 @@ def page(tmp_path_factory):
 
 
 def _nulls(obj):
-    """NaN -> null, as posenc.bench.files.write_json writes strict JSON."""
+    """NaN -> null, as posenc.files.write_json writes strict JSON."""
     if isinstance(obj, float) and obj != obj:
         return None
     if isinstance(obj, dict):

@@ -147,7 +147,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from posenc.cli_bench import SIZE_FLAGS, _OWN_FLAGS, _overrides  # noqa: E402
+from posenc.cli.bench import SIZE_FLAGS, _OWN_FLAGS, _overrides  # noqa: E402
 from posenc.bench.build import build_model  # noqa: E402
 from posenc.bench.settings import BenchSettings  # noqa: E402
 from posenc.cli import build_parser  # noqa: E402

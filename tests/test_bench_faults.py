@@ -22,7 +22,7 @@ from posenc.bench import runner
 from posenc.bench.runs import settings_hash
 from posenc.bench.settings import run_settings, settings_for
 from posenc.bench.data import TaskBatches
-from posenc.bench.files import OutDirLock, finite_or_none, load_tensors, save_tensors, tensors_checksum, write_json
+from posenc.files import OutDirLock, finite_or_none, load_tensors, save_tensors, tensors_checksum, write_json
 from posenc.bench.tasks import VOCAB_SIZE, get_task
 from posenc.bench.train import TrainConfig, train
 from posenc.cli import main

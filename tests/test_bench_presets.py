@@ -244,7 +244,7 @@ def test_orderings_verdicts_from_hand_made_results(tmp_path):
     of plain RoPE (repairs), YaRN 1.2x in one seed and 0.8x in the others (mixed); copy beyond L:
     NoPE 0.5, T5 0.4, the rest 0 in every seed, so NoPE's and T5's MRR lead by a constant."""
     from posenc.bench.summary import collect
-    from posenc.bench.files import write_json
+    from posenc.files import write_json
 
     tables = _tables(tmp_path)
     ratio = {"sinusoidal": 3.0, "learned": 2.0, "alibi": 1.0, "rope": 2.0}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc import cli_args
+from posenc.cli import args as cli_args
 from posenc.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -371,7 +371,7 @@ def test_the_cli_corpus_choices_are_the_registry(tmp_path):
     import argparse
 
     from posenc.bench.data import CORPORA
-    from posenc.cli_bench import add_parser
+    from posenc.cli.bench import add_parser
 
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())

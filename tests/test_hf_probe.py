@@ -316,7 +316,7 @@ def test_two_probes_into_one_out_are_refused(ckpt, model, tmp_path):
 
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from posenc.bench.files import OutDirLock\n"
+        [sys.executable, "-c", "import sys, time; from posenc.files import OutDirLock\n"
          f"with OutDirLock({str(out)!r}):\n    print('locked', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:

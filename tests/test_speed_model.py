@@ -67,7 +67,7 @@ def test_json_file_is_replaced_whole_by_concurrent_writers(tmp_path):
     import os
     import threading
 
-    from posenc.cli_args import emit_json
+    from posenc.cli.args import emit_json
 
     path = tmp_path / "out" / "model.json"
     payloads = [{"writer": "short"}, {"writer": "long", "pad": "x" * 50_000}]

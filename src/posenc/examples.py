@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from .cli_args import positive_int
+from .cli.args import positive_int
 from .model import Transformer
 from .model_config import ModelConfig
 from .registry import get_info, list_encodings

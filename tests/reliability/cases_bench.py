@@ -30,7 +30,7 @@ def _in_tmp(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def _saved(tensors: dict | None = None) -> Path:
-    from posenc.bench.files import save_tensors
+    from posenc.files import save_tensors
 
     p = Path("ckpt.safetensors")
     save_tensors(p, tensors or {"w": torch.arange(8, dtype=torch.float32)}, {})
@@ -42,7 +42,7 @@ def _data_start(p: Path) -> int:
 
 
 def _load(p: Path) -> object:
-    from posenc.bench.files import load_tensors
+    from posenc.files import load_tensors
 
     return load_tensors(p)
 
@@ -132,7 +132,7 @@ def _refuse(literal: str) -> None:
 
 
 def _nan_loss_json() -> str:
-    from posenc.bench.files import write_json
+    from posenc.files import write_json
 
     write_json("result.json", {"train_loss": math.nan, "ppl": [2.5, math.inf]})
     text = Path("result.json").read_text()
@@ -158,7 +158,7 @@ def _final_loss_resumed() -> str:
 
 
 def _lock_held() -> str:
-    from posenc.bench.files import OutDirLock
+    from posenc.files import OutDirLock
 
     with OutDirLock("out"):
         try:

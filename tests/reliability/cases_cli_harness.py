@@ -67,7 +67,7 @@ def _json_stdout_and_path():
     import tempfile
     from pathlib import Path
 
-    from posenc.cli_args import emit_json
+    from posenc.cli.args import emit_json
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -79,7 +79,7 @@ def _json_stdout_and_path():
 
 
 def _json_nan():
-    from posenc.cli_args import emit_json
+    from posenc.cli.args import emit_json
 
     emit_json("-", {"x": float("nan")})
 

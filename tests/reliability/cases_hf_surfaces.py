@@ -133,7 +133,7 @@ def _bad_bin() -> Path:
 
 
 def _second_probe() -> str:
-    from posenc.bench.files import OutDirLock
+    from posenc.files import OutDirLock
 
     from posenc.hf.probe import ProbeSettings, probe
 

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..cli_args import plain
+from ..cli.args import plain
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from .probes import (

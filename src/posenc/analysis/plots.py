@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from ..cli_args import first_sentence, output_dir
+from ..cli.args import first_sentence, output_dir
 from .canvas import DPI, FIGSIZE, PlotResult, coincident_groups, library_function, prepare_out_dir
 from .canvas import figure as _figure
 from .canvas import save as _save

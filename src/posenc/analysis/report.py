@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import existing_dir, int_at_least, output_dir
+from ..cli.args import existing_dir, int_at_least, output_dir
 from ..rotary.scaling import SCALINGS
 from .checks import CHECKS, claims
 from .probes import Probe

@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from ..cli_args import add_json_option, emit_json, int_at_least, positive_int
+from ..cli.args import add_json_option, emit_json, int_at_least, positive_int
 from ..encoding import PositionalEncoding
 from .checks import CHECKS, ERROR, HAS, LACKS, LEGEND, NA, CheckResult, claims, format_table, results_to_json
 from .claims import expected_for, verdict
@@ -93,7 +93,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ValueError(f"--d-model ({args.d_model}) must be divisible by --heads ({args.heads})")
     probe = Probe(d_model=args.d_model, num_heads=args.heads, train_len=args.train_len)
     results = run_checks(args.names, probe)
-    from ..bench.files import finite_or_none  # strict JSON: a non-finite measurement is null
+    from ..files import finite_or_none  # strict JSON: a non-finite measurement is null
 
     if not emit_json(args.json, finite_or_none(results_to_json(results))):
         print(format_table(results))

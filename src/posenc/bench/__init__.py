@@ -16,7 +16,7 @@ Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.sett
 :mod:`.compare` (a fresh table against a committed one), :mod:`.report`
 (table, CSV, plots, ``load_results``/``figures`` for the HTML report), :mod:`.files`
 (strict JSON, checksummed safetensors, the output-folder lock). Its command line is
-:mod:`posenc.cli_bench` (above both this package and :mod:`posenc.hf`, whose ``bench --model`` it
+:mod:`posenc.cli.bench` (above both this package and :mod:`posenc.hf`, whose ``bench --model`` it
 dispatches to).
 """
 

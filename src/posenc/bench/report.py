@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .files import write_json
+from ..files import write_json
 from .stats import mean_std
 from .summary import mean_reciprocal_rank, per_length, ranking
 

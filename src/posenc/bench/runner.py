@@ -19,7 +19,7 @@ import torch.distributed as dist
 from .build import build_batches, build_model, train_config
 from .data import ByteCorpus, load_corpus
 from .evaluate import evaluate_run
-from .files import OutDirLock, write_json
+from ..files import OutDirLock, write_json
 from .runs import check_out_dir, check_runs, run_dir
 from .settings import BenchSettings
 from .train import distributed_info, init_distributed, save_weights, train

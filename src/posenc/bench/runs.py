@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..variants import parse_variant
-from .files import write_json
+from ..files import write_json
 from .settings import BenchSettings, run_settings
 from .train import verify_weights
 

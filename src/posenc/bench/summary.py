@@ -170,7 +170,7 @@ _NUMBER_LISTS = ("in_seeds", "beyond_seeds")
 
 
 def _nan_for_null(obj: Any) -> Any:
-    """Undo :func:`~posenc.bench.files.finite_or_none` for the numeric fields: null -> NaN,
+    """Undo :func:`~posenc.files.finite_or_none` for the numeric fields: null -> NaN,
     so the summaries and plots compute as they did before the file was written."""
     if isinstance(obj, dict):
         return {k: (math.nan if v is None and (k in _NUMBERS)

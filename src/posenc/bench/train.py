@@ -9,7 +9,7 @@
   renamed, so a kill never leaves half a file) holds the weights, AdamW's moments and step
   counts, the step, the last loss, and the torch RNG states. Resuming from it reaches bitwise
   the same final weights as a run that was never interrupted. Checkpoints and weights carry
-  a sha256 of their tensors and are verified on load (:mod:`posenc.bench.files`): a corrupt,
+  a sha256 of their tensors and are verified on load (:mod:`posenc.files`): a corrupt,
   truncated, empty or non-finite file is refused, never trained from. Ctrl-C or SIGTERM stop the run at the
   next step boundary, save, and raise :class:`Interrupted`; a second Ctrl-C aborts at once.
 * **Data parallel.** Under ``torchrun --nproc_per_node N`` each rank builds the same global
@@ -43,7 +43,7 @@ from torch import Tensor, nn
 
 from ..config import check_int, check_nonnegative, check_positive, check_range
 from .data import IGNORE, Batch
-from .files import load_tensors, save_tensors
+from ..files import load_tensors, save_tensors
 
 __all__ = [
     "TrainConfig",

@@ -524,7 +524,7 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
     """
     from ..progress import bar as progress_bar
 
-    from ..bench.files import OutDirLock, write_json
+    from ..files import OutDirLock, write_json
     from ..bench.report import write_outputs
     from ..bench.summary import collect, read_record
     from ..bench.runs import check_out_dir, check_run_dir
@@ -663,7 +663,7 @@ def format_model_table(results: dict[str, Any]) -> str:
 
 
 def run_from_args(args: Any) -> int:
-    """``posenc bench --model MODEL ...`` (called by :mod:`posenc.cli_bench`)."""
+    """``posenc bench --model MODEL ...`` (called by :mod:`posenc.cli.bench`)."""
     # the bench's size flags arrive as set_<field>; the evaluation ones apply here, the rest
     # (model size, training) do not: refused, so a flag is never silently ignored
     given = {k.removeprefix("set_"): v for k, v in vars(args).items() if k.startswith("set_") and v is not None}

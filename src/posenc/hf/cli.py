@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_args import int_at_least, nonnegative_int, output_dir, positive_float, positive_int
+from ..cli.args import int_at_least, nonnegative_int, output_dir, positive_float, positive_int
 
 
 def _cmd(args: argparse.Namespace) -> int:

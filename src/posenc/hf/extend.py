@@ -336,7 +336,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from ..cli_args import int_at_least, output_dir, positive_float, positive_int
+    from ..cli.args import int_at_least, output_dir, positive_float, positive_int
 
     p = subparsers.add_parser(
         "extend", help="measure training-free RoPE scalings of a checkpoint at length N and write the best as its config",

@@ -39,10 +39,10 @@ import torch.nn.functional as F
 
 from ..attention import Attention
 from ..backends import IMPLS
-from ..cli_args import add_json_option, default_device, emit_json, positive_int
+from ..cli.args import add_json_option, default_device, emit_json, positive_int
 from ..config import check_int
 from ..encoding import QKProjection
-from ..cli_args import device as device_arg
+from ..cli.args import device as device_arg
 from ..model import Transformer
 from ..model_config import ModelConfig
 from ..registry import get_info, list_encodings

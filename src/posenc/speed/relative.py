@@ -34,8 +34,8 @@ from torch import Tensor
 
 from ..attention import Attention
 from ..backends.sdpa import causal_sdpa_with_bias
-from ..cli_args import add_json_option, default_device, emit_json, even_positive_int, int_at_least, positive_int
-from ..cli_args import device as device_arg
+from ..cli.args import add_json_option, default_device, emit_json, even_positive_int, int_at_least, positive_int
+from ..cli.args import device as device_arg
 from ..encoding import QKProjection
 from ..registry import build, list_encodings
 from .timing import describe_machine, peak_memory, time_fn

@@ -41,8 +41,8 @@ from typing import Callable
 
 import torch
 
-from ..cli_args import add_json_option, default_device, emit_json, even_positive_int, positive_int
-from ..cli_args import device as device_arg
+from ..cli.args import add_json_option, default_device, emit_json, even_positive_int, positive_int
+from ..cli.args import device as device_arg
 from .timing import describe_machine, time_fn
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

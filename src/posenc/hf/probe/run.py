@@ -177,7 +177,7 @@ class ProbeResult:
 def _locked_out(out: str | Path):
     """``out`` created and held by bench's ``--out`` lock for the block: a second probe (or
     bench) writing there is refused instead of mixing its files with this one's."""
-    from ...bench.files import OutDirLock
+    from ...files import OutDirLock
 
     path = Path(out)
     if path.exists() and not path.is_dir():
@@ -207,7 +207,7 @@ def probe(
     ``model``: an already loaded transformers model of ``model_dir`` (tests); else it is
     loaded in ``settings.dtype`` after the memory check.
     """
-    from ...bench.files import write_json
+    from ...files import write_json
     from ...progress import bar as progress_bar
 
     s = ProbeSettings() if settings is None else settings

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._optional import require
+from ._optional import require
 
 __all__ = ["write_json", "finite_or_none", "tensors_checksum", "save_tensors", "load_tensors", "OutDirLock", "WriteFailed"]
 

@@ -19,7 +19,7 @@ subcommands are built, so the encodings (``@posenc.register``) and tasks
 
 Conventions shared by the subcommands: ``--json [PATH]`` writes the results as JSON to PATH
 (the table is still printed) or, without PATH, to stdout in place of the table
-(:func:`posenc.cli_args.add_json_option`); encodings are named by spec, ``NAME`` or
+(:func:`posenc.cli.args.add_json_option`); encodings are named by spec, ``NAME`` or
 ``NAME:KEY=VALUE,...`` (:mod:`posenc.variants`), where a subcommand takes encodings.
 """
 
@@ -34,8 +34,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
-from ._optional import MissingExtra
-from .cli_args import plain
+from .._optional import MissingExtra
+from .args import plain
 
 # name -> module that provides add_parser(subparsers). Order is the order of --help.
 SUBCOMMANDS: dict[str, str] = {
@@ -44,7 +44,7 @@ SUBCOMMANDS: dict[str, str] = {
     "speed": "posenc.speed",
     "check": "posenc.analysis.runner",
     "plot": "posenc.analysis.plots",
-    "bench": "posenc.cli_bench",
+    "bench": "posenc.cli.bench",
     "report": "posenc.analysis.report",
     "probe": "posenc.hf.cli",
     "extend": "posenc.hf.extend",
@@ -55,7 +55,7 @@ PLUGIN_GROUP = "posenc.plugins"
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from .registry import get_info, list_encodings
+    from ..registry import get_info, list_encodings
 
     if args.tasks:
         return _list_tasks()
@@ -70,7 +70,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from .registry import FAMILIES
+    from ..registry import FAMILIES
 
     p = subparsers.add_parser("list", help="list the registered encodings with their papers")
     p.add_argument("--family", choices=FAMILIES, default=None, help="only this family")
@@ -80,7 +80,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _list_tasks() -> int:
-    from .bench.tasks import get_task, task_names
+    from ..bench.tasks import get_task, task_names
 
     names = task_names()
     width = max(len(n) for n in names)
@@ -204,7 +204,7 @@ def load_plugins(argv: Sequence[str] | None = None) -> None:
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``posenc`` parser, after loading user code (:func:`load_plugins`) named in ``argv``
     (default ``sys.argv[1:]``), so that subcommands see what it registers."""
-    from . import __version__
+    from .. import __version__
 
     load_plugins(argv)
     parser = argparse.ArgumentParser(

@@ -22,12 +22,12 @@ import sys
 import typing
 from typing import Any
 
-from ._optional import require
-from .cli_args import (
+from .._optional import require
+from .args import (
     MAX_INT, device, existing_path, float_in, int_in, output_dir, positive_int, unit_float,
 )
-from .variants import SPEC_HELP
-from .bench.tasks import PASSKEY_DIGITS, task_names
+from ..variants import SPEC_HELP
+from ..bench.tasks import PASSKEY_DIGITS, task_names
 
 # Ranges of the numeric flags: far past any run that fits a machine, and refused beyond, so that
 # a typo (--lr 1e308, --steps 1e12) is one line at parse time; the batch sizes are checked
@@ -58,14 +58,14 @@ def _choice(names: Any) -> Any:
 
 def _scaling_names() -> list[str]:
     """The training-free RoPE scalings the bench evaluates (``posenc.bench.evaluate.SCALINGS``)."""
-    from .bench.evaluate import SCALINGS
+    from ..bench.evaluate import SCALINGS
 
     return list(SCALINGS)
 
 
 def _embedding_names() -> list[str]:
     """The token-embedding conventions (``posenc.bench.settings.EMBEDDINGS``)."""
-    from .bench.settings import EMBEDDINGS
+    from ..bench.settings import EMBEDDINGS
 
     return list(EMBEDDINGS)
 
@@ -113,9 +113,9 @@ _OWN_FLAGS = ("encodings", "tasks", "seeds", "data", "bf16")
 def _cmd(args: argparse.Namespace) -> int:
     import torch
 
-    from .bench.report import format_table
-    from .bench.runner import run_bench
-    from .bench.settings import settings_for
+    from ..bench.report import format_table
+    from ..bench.runner import run_bench
+    from ..bench.settings import settings_for
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -127,7 +127,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.corpus is not None and args.data is not None:
         raise ValueError("--corpus and --data both name the lm task's text: give one")
     if args.model is not None:  # a Hugging Face checkpoint, evaluated without training
-        from .hf.bench_model import run_from_args
+        from ..hf.bench_model import run_from_args
 
         return run_from_args(args)
     settings = settings_for(
@@ -139,7 +139,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.data is not None and "lm" not in settings.tasks:
         print("posenc bench: --data is only used by the 'lm' task, which is not selected", file=sys.stderr)
     if "lm" in settings.tasks and args.data is not None:
-        from .bench.data import load_corpus
+        from ..bench.data import load_corpus
 
         load_corpus(args.data, max_bytes=1)  # fail on a missing or empty path before any training
     # Ctrl-C: train() saves its checkpoint and raises Interrupted (a KeyboardInterrupt) saying
@@ -155,7 +155,7 @@ def _cmd(args: argparse.Namespace) -> int:
 def preset_names() -> list[str]:
     """The presets under their own names (an entry holding another's settings object under a
     second name is left out)."""
-    from .bench.settings import PRESETS
+    from ..bench.settings import PRESETS
 
     seen: set[int] = set()
     names = []
@@ -168,7 +168,7 @@ def preset_names() -> list[str]:
 
 def describe_preset(name: str) -> str:
     """What a preset runs, read from its settings: ``quick: 6 encodings x 3 tasks x 3 seeds, ...``."""
-    from .bench.settings import ALL, PRESETS, BenchSettings
+    from ..bench.settings import ALL, PRESETS, BenchSettings
 
     p = PRESETS[name]
     defaults = {f.name: f.default for f in dataclasses.fields(BenchSettings)}
@@ -228,15 +228,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _metavar(type_: Any) -> str:
-    """N for the int parsers of cli_args (positive_int, int_in_1_1024, ...), X otherwise."""
+    """N for the int parsers of posenc.cli.args (positive_int, int_in_1_1024, ...), X otherwise."""
     return "N" if "int" in type_.__name__ else "X"
 
 
 def _generic_flags(group: argparse._ArgumentGroup, parser: argparse.ArgumentParser) -> None:
     """A ``--field-name`` flag for every BenchSettings field without one in SIZE_FLAGS, typed
     from its annotation (a setting added to BenchSettings is settable at once)."""
-    from .variants import parse_typed
-    from .bench.settings import BenchSettings
+    from ..variants import parse_typed
+    from ..bench.settings import BenchSettings
 
     hints = typing.get_type_hints(BenchSettings)
     for f in dataclasses.fields(BenchSettings):
@@ -272,7 +272,7 @@ def check_models(settings: Any, device: str | None = None) -> None:
     """Build every encoding's model once, before any training, so that a setting no model
     accepts (--heads not dividing --d-model, rope:rotary_dim above the head size, a position
     table longer than its limit) is an error now rather than after hours of other runs."""
-    from .bench.build import build_model
+    from ..bench.build import build_model
 
     if settings.d_model % settings.n_head:
         raise ValueError(f"--d-model ({settings.d_model}) must be divisible by --heads ({settings.n_head})")
@@ -289,7 +289,7 @@ def check_models(settings: Any, device: str | None = None) -> None:
 
 def train_tokens(settings: Any, task: str) -> int:
     """The longest training sequence of ``task``: L bytes (lm), or a size-L example's prompt and target."""
-    from .bench.tasks import PasskeyTask, get_task
+    from ..bench.tasks import PasskeyTask, get_task
 
     if task == "lm":
         return settings.lm_length
