@@ -1,26 +1,16 @@
-"""Attention backends: eager (the readable reference), sdpa and flex, and the plan that picks
-the path of each call.
+"""Attention backends: the shared types of every path, and the plan that picks the path of a call.
 
 Every path computes ``softmax(q·kᵀ·scale + logit terms + mask)·v (+ value terms)`` from the
 same inputs: q (B, H, Tq, D), k and v (B, H, Tk, D) (grouped-query heads already repeated),
 the per-forward mask description (:class:`~posenc.masks.AttentionMask`) and the layer's terms
-(:class:`LayerTerms`, built from :mod:`posenc.terms`). :func:`plan` (in :mod:`.planner`) is the
-one place that decides which leaf runs a call, from ``impl`` and the inputs, with the reason;
-:func:`run` is the plan then the leaf:
+(:class:`LayerTerms`, built from :mod:`posenc.terms`).
 
-* ``eager`` — logits, terms, mask and softmax spelled out in float32 or wider; value terms
-  from the probabilities. The reference every other path is tested against.
-* ``sdpa`` — ``F.scaled_dot_product_attention``: plain causal -> ``is_causal``; a bias alone
-  -> the CPU flash kernel with the bias, or the bias with the mask folded in (built once per
-  forward, shared by layers); table, dense and value terms -> the blockwise
-  :func:`posenc.backends.fused.fused_attention` (no (T, T) probabilities kept for backward).
-* ``flex`` — ``torch.nn.attention.flex_attention`` with a ``score_mod`` composed from the
-  terms and the mask's ``BlockMask``: no (Tq, Tk) tensor. It cannot take value terms (it does
-  not return the probabilities) and has no backward on CPU in this torch.
-* ``auto`` — ``flex`` on CUDA when there are logit terms (and no value terms), else ``sdpa``.
-  CPU never picks flex: it has no CPU backward (:data:`posenc.torch_facts.FLEX_HAS_CPU_BACKWARD`;
-  a training step would fail), and compiling it costs about a minute per new shape on a small
-  CPU (:data:`~posenc.torch_facts.FLEX_CPU_COMPILE_SECONDS`).
+``impl`` is what a user asks for (:data:`IMPLS`: ``eager``, ``sdpa``, ``flex``, ``auto``); the
+leaf that runs is decided in one place, :func:`~posenc.backends.planner.plan`, whose docstring
+holds the list of leaves with the measurement that keeps each one (the list lives there only).
+:func:`run` is the plan followed by its leaf. The leaves are straight-line functions in
+:mod:`.eager` (the reference every other path is tested against), :mod:`.sdpa`,
+:mod:`.cpu_flash`, :mod:`.fused` and :mod:`.flex`.
 """
 
 from __future__ import annotations
