@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Sequence
 
 from .._optional import MissingExtra
-from .args import plain
+from ..text import plain
 
 # name -> module that provides add_parser(subparsers). Order is the order of --help.
 SUBCOMMANDS: dict[str, str] = {

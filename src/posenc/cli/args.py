@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import uuid
 from pathlib import Path
@@ -49,8 +48,6 @@ __all__ = [
     "json_output",
     "add_json_option",
     "emit_json",
-    "plain",
-    "first_sentence",
 ]
 
 
@@ -335,32 +332,4 @@ def emit_json(target: Path | str | None, data: Any) -> bool:
     return False
 
 
-# reStructuredText in docstrings, shown as plain text in --help: ``code`` and `code`, roles such
-# as :func:`name` (their target's last dotted part when written ~x.y), and "Examples::".
-_ROLE = re.compile(r":[a-z]+:`~?([^`]*)`")
-_LITERAL = re.compile(r"``([^`]*)``|`([^`]*)`")
-
-
-def plain(text: str | None) -> str | None:
-    """``text`` with reStructuredText markup removed (see above); None stays None."""
-    if text is None:
-        return None
-    text = _ROLE.sub(lambda m: m.group(1), text)
-    text = _LITERAL.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
-    return re.sub(r"(?<=\S)::$", ":", text, flags=re.M)
-
-
-def first_sentence(doc: str | None) -> str:
-    """The first sentence of a docstring as plain text: its first paragraph up to the first
-    '.', ':' or ';' that ends a word outside parentheses (so "(Men et al.)" stays whole)."""
-    para = " ".join((plain(doc) or "").strip().split("\n\n")[0].split())
-    depth = 0
-    for i, ch in enumerate(para):
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if ch in ".:;" and depth <= 0 and (i + 1 == len(para) or para[i + 1] == " "):
-            # an abbreviation's dot ("et al. 2023", "e.g. x") is followed by a lower-case word or a digit
-            rest = para[i + 2:i + 3]
-            if ch == "." and rest and (rest.islower() or rest.isdigit()):
-                continue
-            return para[:i]
-    return para
+from ..text import first_sentence, plain  # noqa: E402  (until analysis/ imports posenc.text)
