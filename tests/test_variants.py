@@ -114,12 +114,12 @@ def test_bad_specs_name_the_key_and_the_value(spec, error, message):
         assert repr(spec) in str(e.value)  # the whole spec is quoted, so the user sees which one
 
 
-def test_renamed_clip_key_is_named_on_every_route():
-    """An old clip name (max_distance) gets the rename message from build, an encoding dict in
-    ModelConfig and a CLI variant spec, not an 'unknown key' error."""
-    with pytest.raises(TypeError, match="renamed to 'clip'"):
+def test_a_key_of_another_encoding_is_unknown_on_every_route():
+    """T5's max_distance given to a clipped encoding is an unknown key listing the valid ones
+    (clip among them) from build, an encoding dict in ModelConfig and a CLI variant spec."""
+    with pytest.raises(TypeError, match="unknown config key 'max_distance' for encoding 'relative_key'; valid keys: clip"):
         build("relative_key", d_model=32, num_heads=4, max_distance=4)
-    with pytest.raises(TypeError, match="renamed to 'clip'"):
+    with pytest.raises(TypeError, match="unknown key 'max_distance' for encoding 'transformer_xl'.*base, clip"):
         ModelConfig(encoding={"name": "transformer_xl", "max_distance": 4})
-    with pytest.raises(ValueError, match="renamed to 'clip': write relative_key:clip=4"):
+    with pytest.raises(ValueError, match="unknown key 'max_distance' for encoding 'relative_key'; valid keys: clip"):
         parse_variant("relative_key:max_distance=4")

@@ -114,9 +114,6 @@ class EncodingSpec:
         name, shared = d.pop("name"), d.pop("shared", True)
         info = get_info(name)
         config = _config_items(d.pop("config", None), "config")
-        for k in d:
-            if (err := info.renamed_key_error(k, d[k])) is not None:
-                raise err
         unknown = [k for k in d if k not in info.config_keys]
         if unknown:
             raise TypeError(

@@ -38,15 +38,6 @@ class EncodingInfo:
         own = getattr(self.config_cls, "config_keys", None)
         return tuple(own()) if callable(own) else tuple(field_types(self.config_cls))
 
-    def renamed_key_error(self, key: str, value: Any) -> TypeError | None:
-        """The error for a config key the encoding renamed (its config's ``RENAMED`` table:
-        old field name -> new), or None. Every route that takes config keys asks this first."""
-        renamed = getattr(self.config_cls, "RENAMED", {})
-        if key not in renamed:
-            return None
-        return TypeError(f"config key {key!r} of encoding {self.name!r} was renamed to {renamed[key]!r}: "
-                         f"pass {renamed[key]}={value!r}")
-
     def make_config(self, config: Mapping[str, Any]) -> EncodingConfig:
         """The encoding's typed config from a mapping of parameters.
 
@@ -61,9 +52,6 @@ class EncodingInfo:
         for k in config:
             if not isinstance(k, str):
                 raise TypeError(f"config keys of encoding {self.name!r} must be str, got {type(k).__name__} {k!r}")
-        for k in config:
-            if (err := self.renamed_key_error(k, config[k])) is not None:
-                raise err
         unknown = [k for k in config if k not in keys]
         if unknown:
             valid = ", ".join(keys) if keys else "none (it takes no parameters)"

@@ -214,10 +214,6 @@ def parse_variant(spec: str) -> EncodingVariant:
         if not eq or not key:
             raise ValueError(f"encoding spec {spec!r}: each item after ':' must be KEY=VALUE, got {item!r}; "
                              f"valid keys for {name!r}: {valid}")
-        new = getattr(info.config_cls, "RENAMED", {}).get(key)
-        if new is not None:
-            raise ValueError(f"encoding spec {spec!r}: key {key!r} of encoding {name!r} was renamed to {new!r}: "
-                             f"write {name}:{new}={text.strip()}")
         if key not in key_types:
             raise ValueError(f"encoding spec {spec!r}: unknown key {key!r} for encoding {name!r}; valid keys: {valid}")
         if key in given:

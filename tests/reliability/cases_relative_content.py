@@ -171,15 +171,15 @@ CASES = [
          run=lambda: _b("shaw", use_key=False, use_value=False)),
     Case(A, "deberta c2p=False, p2c=False", r"^at least one of c2p, p2c must be True, got both False$",
          run=lambda: _b("deberta", c2p=False, p2c=False)),
-    # the clip's old name
-    Case(A, "relative_key max_distance=4 (the clip's old name)",
-         r"^config key 'max_distance' of encoding 'relative_key' was renamed to 'clip': pass clip=4$",
+    # T5's bucketing bound is not a key of the clipped encodings: an unknown key, the valid ones listed
+    Case(A, "relative_key max_distance=4 (T5's key; the clip is clip)",
+         r"^unknown config key 'max_distance' for encoding 'relative_key'; valid keys: clip, init_std$",
          run=lambda: _b("relative_key", max_distance=4), error=TypeError),
     Case(A, "relative_key_query max_distance=4 in ModelConfig(encoding_config=)",
-         r"^encoding_config: config key 'max_distance' of encoding 'relative_key_query' was renamed to 'clip'",
+         r"^encoding_config: unknown config key 'max_distance' for encoding 'relative_key_query'; valid keys: clip, init_std$",
          run=lambda: ModelConfig(encoding="relative_key_query", encoding_config={"max_distance": 4}), error=TypeError),
-    Case(A, "transformer_xl max_distance=64 (the clamp's old name)",
-         r"^config key 'max_distance' of encoding 'transformer_xl' was renamed to 'clip': pass clip=64$",
+    Case(A, "transformer_xl max_distance=64 (T5's key; the clamp is clip)",
+         r"^unknown config key 'max_distance' for encoding 'transformer_xl'; valid keys: base, clip, init_std$",
          run=lambda: _b("transformer_xl", max_distance=64), error=TypeError),
     # forwards the way users run them: defined results, each equal to its reference
     Case(A, "forward under torch.inference_mode()", r"under inference_mode equal eager's",

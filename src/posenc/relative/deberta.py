@@ -38,7 +38,7 @@ rows the step's distances reach), read by bucket delta(i, j) (a :class:`LookupBu
 log buckets are computed once, at construction, for the distances where they are not yet
 saturated, not for every pair). No (T, T) tensor. Both are given by their factors
 (:meth:`~posenc.terms.TableTerm.product`), so in a decoding step p2c gathers one row of
-Q^r per cached key instead of computing k·Q^rᵀ for all R rows (issue 11), and only for the
+Q^r per cached key instead of computing k·Q^rᵀ for all R rows, and only for the
 keys within the log buckets' saturation distance: the older keys all read the last row, one
 matrix-vector product (:class:`~posenc.terms.SaturatingBucket`).
 

@@ -20,15 +20,12 @@ by bucket d + k by the attention backend (fused kernel, FlexAttention ``score_mo
 dense reference). No (T, T) tensor. Both are given by their factors
 (:meth:`~posenc.terms.TableTerm.product`): in a decoding step the key side gathers one row
 per cached key within the clip instead of multiplying every key by all 2k + 1 rows, and keys
-beyond it read the clip's row together (issue 11). The clip was called ``max_distance`` before; that name
-is now an error naming ``clip`` (T5's ``max_distance`` is a bucketing bound, not a clip).
+beyond it read the clip's row together.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 from torch import Tensor, nn
 
@@ -56,7 +53,6 @@ class RelativeKeyConfig(EncodingConfig):
 
     clip: int = 128  # k: distances clipped to [-k, k]; table of 2k + 1 rows
     init_std: float = 0.02
-    RENAMED: ClassVar[dict[str, str]] = {"max_distance": "clip"}  # old names, refused with the new one
 
     def validate(self) -> None:
         check_int("clip", self.clip, minimum=1, maximum=(MAX_TABLE_ROWS - 1) // 2)

@@ -26,14 +26,11 @@ O(T²) like the logits themselves (twice their size), and the prepared W_R R_d c
   row range cannot depend on position values): sin(a - b) and cos(a - b) expanded, so the
   term is a (Tq, C) x (C, Tk) product, returned as one :class:`~posenc.terms.DenseTerm`
   (B, H, Tq, Tk).
-
-The clip was called ``max_distance`` before; that name is now an error naming ``clip``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -56,7 +53,6 @@ class TransformerXLConfig(EncodingConfig):
     base: float = 10000.0
     clip: int | None = None  # Transformer-XL's clamp_len: |d| beyond it uses R_(+-clip)
     init_std: float = 0.02  # of u and v
-    RENAMED: ClassVar[dict[str, str]] = {"max_distance": "clip"}  # old names, refused with the new one
 
     def validate(self) -> None:
         check_range("base", self.base, 1.0, None)
