@@ -54,8 +54,6 @@ class ComplexOrderConfig(EncodingConfig):
 
     def validate(self) -> None:
         check_range("base", self.base, 1.0, None)
-        if not isinstance(self.word_dependent, bool):
-            raise TypeError(f"word_dependent must be a bool, got {type(self.word_dependent).__name__}")
 
 
 @register(

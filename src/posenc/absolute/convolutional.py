@@ -51,8 +51,6 @@ class ConvolutionalConfig(EncodingConfig):
 
     def validate(self) -> None:
         check_int("kernel_size", self.kernel_size, minimum=1, maximum=MAX_KERNEL_SIZE)
-        if not isinstance(self.causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(self.causal).__name__} {self.causal!r}")
         if not self.causal and self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd when causal=False (a centred kernel), got {self.kernel_size}")
 

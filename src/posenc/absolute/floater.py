@@ -103,8 +103,6 @@ class FloaterConfig(EncodingConfig):
         check_range("delta", self.delta, 0.0, MAX_DELTA, low_inclusive=False)
         check_int("steps_per_position", self.steps_per_position, minimum=1, maximum=64)
         check_width("hidden", self.hidden)
-        if not isinstance(self.learn_p0, bool):
-            raise TypeError(f"learn_p0 must be a bool, got {type(self.learn_p0).__name__} {self.learn_p0!r}")
         check_int("max_position", self.max_position, minimum=1, maximum=MAX_RK4_STEPS // self.steps_per_position)
 
 

@@ -67,10 +67,6 @@ def alibi_bias(q_pos: Tensor, k_pos: Tensor, slopes: Tensor, symmetric: bool = T
 class AlibiConfig(EncodingConfig):
     symmetric: bool = True  # -m|i-j| (right for causal and bidirectional); False: -m(i-j)
 
-    def validate(self) -> None:
-        if not isinstance(self.symmetric, bool):
-            raise TypeError(f"symmetric must be a bool, got {type(self.symmetric).__name__} {self.symmetric!r}")
-
 
 @register(
     "alibi",
