@@ -462,9 +462,9 @@ def test_help_is_plain_text_and_names_real_choices(capsys):
     assert ", ".join(SCALINGS) in flat and ", ".join(EMBEDDINGS) in flat
     assert "BenchSettings." not in flat
     # plot: one line per kind, each a whole sentence of its docstring (no parenthesis left open)
-    from posenc.analysis.plots import PLOTS
+    from posenc.analysis.figures import FIGURES
 
     plot = next(p for p in parsers if p.prog == "posenc plot").description.splitlines()
-    kinds = [ln.strip() for ln in plot if ln.strip().split(":")[0] in PLOTS]
-    assert len(kinds) == len(PLOTS)
+    kinds = [ln.strip() for ln in plot if ln.strip().split(":")[0] in FIGURES]
+    assert len(kinds) == len(FIGURES)
     assert all(k.count("(") == k.count(")") for k in kinds), [k for k in kinds if k.count("(") != k.count(")")]

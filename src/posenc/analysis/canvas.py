@@ -8,17 +8,16 @@ numbers, not pixels.
 
 from __future__ import annotations
 
-import importlib
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["DPI", "FIGSIZE", "PlotResult", "coincident_groups", "figure", "library_function", "prepare_out_dir", "save"]
+__all__ = ["DPI", "FIGSIZE", "PlotResult", "coincident_groups", "figure", "prepare_out_dir", "save"]
 
 FIGSIZE = (10.0, 5.0)  # inches; with DPI every PNG is 1000 x 500 pixels
 DPI = 100
@@ -47,18 +46,6 @@ def prepare_out_dir(out: str | os.PathLike) -> Path:
     except OSError as e:
         raise ValueError(f"--out {str(path)!r} is not writable: {e.strerror or e}") from None
     return path
-
-
-def library_function(name: str, modules: tuple[str, ...]) -> Callable:
-    """``name`` from the first of ``modules`` that has it; a clear error when none does yet."""
-    for mod in modules:
-        try:
-            fn = getattr(importlib.import_module(mod), name, None)
-        except ImportError:
-            fn = None
-        if fn is not None:
-            return fn
-    raise ValueError(f"this plot needs {name} from {' or '.join(modules)}, which this build of posenc lacks")
 
 
 def figure(ncols: int = 1):
