@@ -7,7 +7,7 @@ probe (:mod:`posenc.analysis.probes`: per-token codes, and logits through the at
 path). A check that does not apply to the hooks an encoding overrides answers ``n/a`` with
 the reason. :data:`CHECKS` is the table (key -> column title, function), in column order;
 :func:`format_table` prints results as the command does. Running them:
-:mod:`posenc.analysis.runner`.
+:mod:`posenc.analysis.runner`; the command: :mod:`posenc.cli.check`.
 
 Notation: B batch, T length, H heads, D head dim, C model width.
 """
@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..cli.args import plain
+from ..text import plain
 from ..encoding import Dims, PositionalEncoding
 from ..positions import SequenceInfo
 from .probes import (
