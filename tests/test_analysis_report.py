@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from posenc.analysis import report as R
+from posenc.analysis.figures import FIGURES, select_figures
+from posenc.analysis.report_bench import bench_section, load_bench, load_model_bench
 from posenc.analysis.probes import Probe
 from posenc.cli import main
 
@@ -120,7 +122,7 @@ def test_page_loads_in_headless_browser(page, tmp_path):
 
 def test_bench_dir_without_results_is_a_note(tmp_path):
     (tmp_path / "empty").mkdir()
-    html_part = R._bench_section(tmp_path / "empty")
+    html_part = bench_section(load_bench(tmp_path / "empty"))
     assert "No results.json" in html_part
 
 
@@ -136,21 +138,19 @@ def test_bad_inputs(tmp_path, capsys):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "results.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
-        R.load_bench(tmp_path / "bad")
+        load_bench(tmp_path / "bad")
 
 
 # ---- a real model first ------------------------------------------------------------------------
 def test_select_figures_by_what_they_concern():
     """A figure is kept when what it explains is in hand; "every encoding" figures whenever any is."""
-    from posenc.analysis.plots import PLOTS
-
-    kinds = list(PLOTS)
-    assert R.select_figures(kinds, set()) == []
-    assert R.select_figures(kinds, {"cope"}) == ["cope-positions", "randomized-positions"]
-    rope = R.select_figures(kinds, {"rope"})
+    kinds = list(FIGURES)
+    assert select_figures(kinds, set()) == []
+    assert select_figures(kinds, {"cope"}) == ["cope-positions", "randomized-positions"]
+    rope = select_figures(kinds, {"rope"})
     assert {"rope-decay", "rope-score", "rope-bands", "rope-scaling"} <= set(rope)
     assert not any(k.startswith(("sinusoidal", "t5", "alibi", "deberta")) for k in rope)
-    assert "rope-dropped-frequencies" in R.select_figures(kinds, {"hope"})
+    assert "rope-dropped-frequencies" in select_figures(kinds, {"hope"})
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_model_bench_folder_errors(tmp_path):
     with pytest.raises(ValueError, match="not a posenc probe result"):
         load_probe(tmp_path)
     with pytest.raises(FileNotFoundError, match="--model-bench .* holds no results.json"):
-        R.load_model_bench(tmp_path)
+        load_model_bench(tmp_path)
 
 
 def test_benchmark_log_axes_have_enough_labelled_ticks():
@@ -230,9 +230,10 @@ def test_benchmark_log_axes_have_enough_labelled_ticks():
     every evaluated length labelled, on the committed quick run."""
     from pathlib import Path
 
-    from posenc.bench import figures, load_results
+    from posenc.bench import figures
+    from posenc.results import read_results
 
-    results = load_results(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_quick.json")
+    results = read_results(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_quick.json")
     fig = figures(results)["task_lm"]
     fig.canvas.draw()
     ax = fig.axes[0]
