@@ -1,6 +1,6 @@
 """The scaling registry: properties from each paper, purity, set_scaling, and loud errors.
 
-Properties (derived by hand from the formulas in posenc/rotary/scaling.py's docstring):
+Properties (derived by hand from the formulas in the entries' docstrings in posenc/rotary/scaling/):
 * linear: RoPE with theta/s at position m equals plain RoPE at position m/s;
 * NTK: theta_0 unchanged, theta_(d/2-1) divided by s exactly;
 * dynamic NTK: equal to default up to the trained length; beyond it equal to static NTK

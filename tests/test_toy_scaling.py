@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import torch
 
 from posenc.config import check_range
-from posenc.rotary.scaling import HFSpec, Scaling, ScalingConfig, register_scaling
+from posenc.rotary.scaling import register_scaling
+from posenc.rotary.scaling.schema import HFSpec, Scaling, ScalingConfig
 
 
 @dataclass
@@ -137,7 +138,7 @@ def test_the_probe_figure_and_table_say_its_label(toy, tmp_path):
 
 def test_the_rope_scaling_plot_draws_it(toy, tmp_path):
     pytest.importorskip("matplotlib")
-    from posenc.analysis.plots import make_plot
+    from posenc.analysis.figures import make_plot
 
     d = make_plot("rope-scaling", tmp_path, dim=32, factor=4.0).data
     assert NAME not in d["skipped"] and d["label"][NAME] == LABEL

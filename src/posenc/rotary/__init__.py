@@ -1,7 +1,8 @@
 """The rotary family: RoPE and xPos (the ``rotate`` hook). Importing it registers both.
 
-* :mod:`.scaling` — ``SCALINGS``, one :class:`Scaling` entry per frequency scaling (typed
-  config, pure function, label, transformers spelling, its rule at factor x the trained length);
+* :mod:`.scaling` — the registry ``SCALINGS``, one :class:`Scaling` entry per frequency scaling
+  (:mod:`.scaling.schema`: typed config, pure function, label, transformers spelling, its rule
+  at factor x the trained length), the built-in entries one module each in the package;
   ``ROPE_SCALINGS`` / ``SCALING_CONFIGS`` are views;
 * :mod:`.functional` — kernels, cos/sin tables, layout conversion;
 * :mod:`.rope` — :class:`RotaryEmbedding` (``rope``); :mod:`.xpos` — :class:`XPos` (``xpos``);
@@ -10,7 +11,6 @@
 
 from . import rope, xpos  # noqa: F401  (registers the encodings)
 from . import pope  # noqa: F401
-from . import hope  # noqa: F401  (registers the hope scaling)
 from . import mrope  # noqa: F401  (M-RoPE: time / height / width axes)
 from . import axial  # noqa: F401  (2-D RoPE: rope_axial, rope_mixed)
 from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary, apply_rotary_qk, convert_qk_layout
@@ -20,23 +20,19 @@ from .scaling import (
     ROPE_SCALINGS,
     SCALING_CONFIGS,
     SCALINGS,
-    HFSpec,
-    Scaling,
-    ScalingConfig,
     list_scalings,
     register_scaling,
     unregister_scaling,
-    DefaultScaling,
-    DynamicNTKScaling,
-    LinearScaling,
-    Llama3Scaling,
-    LongRopeScaling,
-    NTKScaling,
-    YarnScaling,
     base_inv_freq,
     make_scaling_config,
     rope_frequencies,
 )
+from .scaling.llama3 import Llama3Scaling
+from .scaling.longrope import LongRopeScaling
+from .scaling.ntk import DynamicNTKScaling, NTKScaling
+from .scaling.plain import DefaultScaling, LinearScaling
+from .scaling.schema import HFSpec, Scaling, ScalingConfig
+from .scaling.yarn import YarnScaling
 from .xpos import XPos, XPosConfig, xpos_scale
 
 __all__ = [

@@ -79,7 +79,8 @@ from ..config import check_even, check_int, check_positive, check_range, check_v
 from ..encoding import Dims
 from .mrope import MROPE_MODEL_TYPES, mrope_from_hf
 from .rope import RotaryConfig, RotaryEmbedding
-from .scaling import SCALINGS, Scaling
+from .scaling import SCALINGS
+from .scaling.schema import Scaling
 
 __all__ = ["from_hf", "to_hf", "layer_ropes", "HF_READINGS", "HFReading", "hf_rope_keys"]
 

@@ -11,7 +11,7 @@ makes the others position-independent:
     theta'_i = 0         otherwise                (the pair is not rotated: NoPE channels),
 
 theta_i = base^(-2i/d) as RoPE's. It is a choice of frequencies for training from scratch, so
-it is one :class:`~posenc.rotary.scaling.Scaling` entry, registered here: ``posenc.build(
+it is one :class:`~posenc.rotary.scaling.schema.Scaling` entry: ``posenc.build(
 "rope", scaling="hope", original_max_position_embeddings=L)``, and every RoPE option (layout,
 partial rotary, kernels, ``from_hf`` of a config that names it) applies. Like p-RoPE
 (``proportional``) it zeroes the lowest frequencies; HoPE sets the cut from L, p-RoPE from a
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..config import check_int
-from .scaling import Scaling, ScalingConfig, register_scaling
+from ...config import check_int
+from .schema import Scaling, ScalingConfig
 
-__all__ = ["HopeScaling", "hope_inv_freq"]
+__all__ = ["HOPE", "HopeScaling", "hope_inv_freq"]
 
 
 @dataclass
@@ -56,10 +56,10 @@ def hope_inv_freq(inv_freq: Tensor, cfg: HopeScaling, *, base: float, seq_len: i
     return torch.where(wavelength <= cfg.original_max_position_embeddings, inv_freq, 0.0), 1.0
 
 
-register_scaling(Scaling(
+HOPE = Scaling(
     "hope", HopeScaling, hope_inv_freq,
     "theta_i kept where its wavelength 2 pi / theta_i <= L, 0 (not rotated) elsewhere",
     "Chen et al. 2025, HoPE: A Novel Positional Encoding Without Long-Term Decay", label="HoPE",
     # Figures draw it as trained at L (it is not a training-free extension: no `extension`).
     illustration=lambda factor, original, rotary_dim: {"original_max_position_embeddings": original},
-))
+)
