@@ -8,7 +8,7 @@ The regression check: re-run and compare the ratios with benchmarks/results/mode
 import argparse
 import sys
 
-from posenc.speed import model
+from posenc.cli import speed_model as model
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=model.__doc__.splitlines()[0])

@@ -1,6 +1,6 @@
 """Relative attention terms vs a materialized (T, T, D) table; biased SDPA vs plain SDPA.
 
-Same as ``posenc speed relative``; see :mod:`posenc.speed.relative`. Example::
+Same as ``posenc speed relative``; see :mod:`posenc.cli.speed_relative`. Example::
 
     PYTHONPATH=src python benchmarks/relative.py --lengths 512 1024 2048 4096 --json relative.json
 """
@@ -8,7 +8,7 @@ Same as ``posenc speed relative``; see :mod:`posenc.speed.relative`. Example::
 import argparse
 import sys
 
-from posenc.speed import relative
+from posenc.cli import speed_relative as relative
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

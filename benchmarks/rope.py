@@ -6,7 +6,7 @@
 import argparse
 import sys
 
-from posenc.speed import rope
+from posenc.cli import speed_rope as rope
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=rope.__doc__.splitlines()[0])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["plain", "first_sentence"]
+__all__ = ["plain", "first_sentence", "one_line"]
 
 # ``code`` and `code`, roles such as :func:`name` (shown as their target, without a leading ~),
 # and a paragraph ending in "::".
@@ -39,3 +39,11 @@ def first_sentence(doc: str | None) -> str:
                 continue
             return para[:i]
     return para
+
+
+def one_line(e: BaseException) -> str:
+    """The exception's message on one line (an OSError without one: its strerror and file)."""
+    msg = str(e)
+    if isinstance(e, OSError) and e.strerror:
+        msg = f"{e.strerror}: {e.filename!r}" if e.filename else e.strerror
+    return " ".join(msg.split()) or type(e).__name__

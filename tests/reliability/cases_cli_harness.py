@@ -105,7 +105,7 @@ def _import_raising():
     import tempfile
     from pathlib import Path
 
-    from posenc.cli import import_user_module
+    from posenc.cli.plugins import import_user_module
 
     # A fixed folder, not a random temp name: the message (with the path) goes into the
     # generated docs/reliability.md, which must come out the same on every run.

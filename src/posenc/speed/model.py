@@ -13,23 +13,14 @@ content-independent biases (``logit_bias``) <= 1.15 in time and 1.10 in peak mem
 content-dependent terms (``terms``) <= 1.6 with one logit term per layer (Shaw, relative_key)
 and <= 2 with two (relative_key_query, Transformer-XL, DeBERTa), decoding included.
 
-``--impl`` picks the attention backend of every model (posenc.backends: eager, sdpa, flex,
-auto); the results record it. ``flex`` cannot train on CPU (flex_attention has no CPU
-backward: :data:`posenc.torch_facts.FLEX_HAS_CPU_BACKWARD`), so on CPU it is refused for the
-training columns.
-
-Example::
-
-    posenc speed model --lengths 1024 2048 --batch 8 --layers 6 --width 512 --heads 8
-    posenc speed model --encodings none rope alibi --lengths 256 --json out/model_speed.json
-    posenc speed model --encodings none alibi t5 --lengths 512 --layers 2 --impl sdpa
+``impl`` picks the attention backend of every model (posenc.backends: eager, sdpa, flex,
+auto); the results record it. Where flex_attention cannot train (on CPU unless
+:data:`posenc.torch_facts.FLEX_HAS_CPU_BACKWARD`), ``flex`` is refused for the training columns.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import statistics
 import time
 from typing import Any
@@ -39,22 +30,20 @@ import torch.nn.functional as F
 
 from ..attention import Attention
 from ..backends import IMPLS
-from ..cli.args import add_json_option, default_device, emit_json, positive_int
 from ..config import check_int
 from ..encoding import QKProjection
-from ..cli.args import device as device_arg
 from ..model import Transformer
 from ..model_config import ModelConfig
-from ..registry import get_info, list_encodings
+from ..registry import get_info
 from ..terms import ValueTerm
 from ..torch_facts import FLEX_HAS_CPU_BACKWARD
 from .timing import describe_machine, peak_memory
 
-__all__ = ["goal_for", "run_model_speed", "add_arguments", "run"]
+__all__ = ["GOALS", "goal_for", "run_model_speed", "row_ratios", "format_table"]
 
 
-# Goals of issue 11, ratios to NoPE: (time, for the training step and every decoding context;
-# peak training memory, or None where none is set).
+# Goals, ratios to NoPE: (time, for the training step and every decoding context; peak training
+# memory, or None where none is set).
 GOALS: dict[str, tuple[float, float | None]] = {
     "rotary/absolute": (1.05, None),
     "position bias": (1.15, 1.10),
@@ -296,39 +285,3 @@ def format_table(res: dict[str, Any]) -> str:
     base += [", ".join(f"decode ctx={C} {decode['none'][C]:.1f} tok/s" for C in contexts)]
     return "\n".join(lines + [""] + base + [f"machine: {res['machine']}"])
 
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--encodings", nargs="*", default=None, help="encodings to time (default: all registered)")
-    p.add_argument("--lengths", nargs="+", type=positive_int, default=[1024, 2048], help="training sequence lengths")
-    p.add_argument("--batch", type=positive_int, default=8, help="training batch size")
-    p.add_argument("--layers", type=positive_int, default=6, help="number of layers")
-    p.add_argument("--width", type=positive_int, default=512, help="model width (divisible by --heads)")
-    p.add_argument("--heads", type=positive_int, default=8, help="attention heads")
-    p.add_argument("--rounds", type=positive_int, default=3, help="timed training rounds after one warm-up (the median ratio to NoPE counts)")
-    p.add_argument("--decode-contexts", nargs="*", type=positive_int, default=[1024, 4096],
-                   help="KV-cache contexts to decode at")
-    p.add_argument("--decode-tokens", type=positive_int, default=16, help="decoding steps per round: rounds x this many timed steps per model, in turn with NoPE")
-    p.add_argument("--device", type=device_arg, default=default_device(), help="cpu, cuda or cuda:N (default: cuda if available)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
-                   help="model dtype (default: float32 on CPU, bfloat16 on GPU)")
-    p.add_argument("--impl", choices=IMPLS, default="sdpa",
-                   help="attention backend of every model: eager, sdpa, flex or auto (default: sdpa)")
-    add_json_option(p)
-
-
-def run(args: argparse.Namespace) -> int:
-    names = args.encodings or list_encodings()
-    for n in names:
-        get_info(n)  # unknown names fail listing the valid ones
-    if args.width % args.heads:  # the parser checked each alone; this is the pair
-        raise ValueError(f"--width ({args.width}) must be divisible by --heads ({args.heads})")
-    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
-    res = run_model_speed(
-        names, args.lengths, batch=args.batch, layers=args.layers, width=args.width, heads=args.heads,
-        rounds=args.rounds, decode_contexts=args.decode_contexts, decode_tokens=args.decode_tokens,
-        device=args.device, dtype=dtype, impl=args.impl,
-    )
-    table = format_table(res)  # before the JSON round trip turns the int keys into strings
-    if not emit_json(args.json, json.loads(json.dumps(res, default=str))):  # dtypes as their names
-        print(table)
-    return 0

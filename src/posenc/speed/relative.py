@@ -12,19 +12,10 @@ Side by side in one run, per length T (batch 1, 8 heads, head dim 64, float32 by
 
 Goals: at T=2048 the score term needs >= 10x less peak memory and runs >= 3x faster than the
 einsum, and costs <= 1.5x plain q·k^T; attention with a bias costs <= 1.3x causal SDPA per layer.
-
-Example::
-
-    posenc speed relative --lengths 512 1024 2048 4096 --json out/relative_speed.json
-    posenc speed relative --lengths 256 --repeat 3          # a quick look
-    posenc speed relative --lengths 256 --json > rel.json    # JSON only, on stdout
-
-Progress lines go to stderr, so stdout holds only the table (or the JSON).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any, Callable
 
@@ -34,15 +25,13 @@ from torch import Tensor
 
 from ..attention import Attention
 from ..backends.sdpa import causal_sdpa_with_bias
-from ..cli.args import add_json_option, default_device, emit_json, even_positive_int, int_at_least, positive_int
-from ..cli.args import device as device_arg
 from ..encoding import QKProjection
 from ..registry import build, list_encodings
 from .timing import describe_machine, peak_memory, time_fn
 
-__all__ = ["einsum_relative_key_query", "run_relative_speed", "add_arguments", "run"]
+__all__ = ["DTYPES", "einsum_relative_key_query", "run_relative_speed", "format_table"]
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def einsum_relative_key_query(q: Tensor, k: Tensor, table: Tensor) -> Tensor:
@@ -75,7 +64,8 @@ def run_relative_speed(
     einsum_max_length: int | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Measure every row of the comparison at each length; returns a JSON-able dict."""
+    """Measure every row of the comparison at each length; returns a JSON-able dict. ``progress``:
+    a line per row on stderr as it is measured (stdout keeps only what the caller prints)."""
     d_model = heads * head_dim
     score_names = [n for n in list_encodings() if build(n, d_model=d_model, num_heads=heads).has_terms]
     bias_names = [n for n in list_encodings() if build(n, d_model=d_model, num_heads=heads).has_bias]
@@ -153,26 +143,3 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append("   a bias is built once per forward and shared by the layers, attention with it is paid per layer)")
     return "\n".join(lines)
 
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lengths", type=int_at_least(2), nargs="+", default=[512, 1024, 2048, 4096],
-                   help="sequence lengths T (>= 2)")
-    p.add_argument("--batch", type=positive_int, default=1, help="batch size B")
-    p.add_argument("--heads", type=positive_int, default=8, help="heads H")
-    p.add_argument("--head-dim", type=even_positive_int, default=64, help="head dim D (even: rotary pairs)")
-    p.add_argument("--dtype", choices=list(_DTYPES), default="float32", help="tensor dtype")
-    p.add_argument("--device", type=device_arg, default=default_device(), help="cpu, cuda or cuda:N")
-    p.add_argument("--repeat", type=positive_int, default=5, help="timed repetitions per row (median reported)")
-    p.add_argument("--einsum-max-length", type=positive_int, default=None,
-                   help="skip the (T, T, D) einsum above this T (it needs T*T*D*4 bytes)")
-    add_json_option(p)
-
-
-def run(args: argparse.Namespace) -> int:
-    report = run_relative_speed(
-        args.lengths, batch=args.batch, heads=args.heads, head_dim=args.head_dim, dtype=_DTYPES[args.dtype],
-        device=args.device, repeat=args.repeat, einsum_max_length=args.einsum_max_length,
-    )
-    if not emit_json(args.json, report):
-        print(format_table(report))
-    return 0

@@ -1,13 +1,5 @@
 """RoPE: posenc against transformers, Liger-Kernel, flash-attn and a plain copy of q and k.
 
-Example::
-
-    posenc speed rope                         # CPU: T = 512, 2048, 8192; float32 and bfloat16
-    posenc speed rope --lengths 512 --dtypes float32 --repeat 3
-    posenc speed rope --json > rope.json
-    posenc speed rope --device cuda           # T = 1k..32k, B*T = 64k tokens, H = 32, D = 128,
-                                              # forward and forward+backward (issue 12)
-
 Each row times rotating q and k (B, H, T, D) once, all rows of one (dtype, mode, T) block in
 one run, and reports the median milliseconds, the effective bandwidth (bytes of q and k read
 and written, twice that for forward+backward) and the ratio to the copy: ``q.clone(),
@@ -17,7 +9,7 @@ posenc is timed through ``RotaryEmbedding.rotate`` including the table lookup at
 ids. ``posenc`` is the default kernel ("auto": the Triton kernel on CUDA, compiled on CPU
 when torch.compile works); compilation happens in the warm-up, not in the timing.
 
-Rows (each only where it can run; ``--impls`` picks some):
+Rows (each only where it can run; :func:`measure`'s ``impls`` picks some):
 
 * ``copy``; ``hf``: transformers' Llama ``apply_rotary_pos_emb``; ``hf-compiled``: the same
   through ``torch.compile`` (CUDA); ``ret``: rotary-embedding-torch (CPU);
@@ -33,17 +25,15 @@ On CUDA the time is measured with CUDA events over a few back-to-back calls.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from ..cli.args import add_json_option, default_device, emit_json, even_positive_int, positive_int
-from ..cli.args import device as device_arg
-from .timing import describe_machine, time_fn
+from .timing import time_fn
+
+__all__ = ["DTYPES", "MODES", "IMPLS", "CUDA_TOKENS", "resolve", "batch_for", "measure", "time_cuda"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MODES = ("fwd", "fwd+bwd")
@@ -55,43 +45,27 @@ IMPLS = (
 # Defaults per device type: (lengths, batch or None = TOKENS // T, heads, head_dim, modes)
 CPU_DEFAULTS = dict(lengths=[512, 2048, 8192], batch=4, heads=8, head_dim=64, modes=["fwd"])
 CUDA_DEFAULTS = dict(lengths=[1024, 4096, 16384, 32768], batch=None, heads=32, head_dim=128, modes=list(MODES))
-#: on CUDA, B = CUDA_TOKENS // T unless --batch is given: q alone is 512 MiB in bfloat16 at
+#: on CUDA, B = CUDA_TOKENS // T unless a batch is given: q alone is 512 MiB in bfloat16 at
 #: H = 32, D = 128, far above any L2, so the copy reaches the DRAM bandwidth.
 CUDA_TOKENS = 1 << 16
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", type=device_arg, default=default_device(),
-                   help="cpu or cuda[:N] (default: cuda when available); the defaults below depend on it")
-    p.add_argument("--lengths", type=positive_int, nargs="+", default=None,
-                   help="sequence lengths T (default: 512 2048 8192 on CPU, 1024 4096 16384 32768 on CUDA)")
-    p.add_argument("--batch", type=positive_int, default=None,
-                   help=f"batch size B (default: 4 on CPU, {CUDA_TOKENS} // T on CUDA)")
-    p.add_argument("--heads", type=positive_int, default=None, help="heads H (default: 8 on CPU, 32 on CUDA)")
-    p.add_argument("--head-dim", type=even_positive_int, default=None,
-                   help="head dim D, even (default: 64 on CPU, 128 on CUDA)")
-    p.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["float32", "bfloat16"], help="dtypes to time")
-    p.add_argument("--modes", nargs="+", choices=MODES, default=None,
-                   help="fwd, fwd+bwd (default: fwd on CPU, both on CUDA)")
-    p.add_argument("--impls", nargs="+", choices=IMPLS, default=None,
-                   help="implementations to time (default: all available; the copy is always timed)")
-    p.add_argument("--repeat", type=positive_int, default=5, help="timed repetitions (median reported)")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
-    add_json_option(p)
+def resolve(device: str, **given: Any) -> dict[str, Any]:
+    """The settings to time on ``device``: lengths, batch, heads, head_dim and modes, each from
+    ``given`` unless it is None there, else the device type's default (:data:`CPU_DEFAULTS`,
+    :data:`CUDA_DEFAULTS`). A batch of None means :func:`batch_for` each length."""
+    base = CUDA_DEFAULTS if torch.device(device).type == "cuda" else CPU_DEFAULTS
+    unknown = set(given) - set(base)
+    if unknown:
+        raise TypeError(f"resolve: unknown settings {sorted(unknown)}; known: {', '.join(base)}")
+    out = {name: list(value) if isinstance(value, list) else value for name, value in base.items()}
+    out.update({name: value for name, value in given.items() if value is not None})
+    return out
 
 
-def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the device-dependent defaults (lengths, batch, heads, head_dim, modes) in ``args``."""
-    base = CUDA_DEFAULTS if torch.device(args.device).type == "cuda" else CPU_DEFAULTS
-    for name, value in base.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, list(value) if isinstance(value, list) else value)
-    return args
-
-
-def batch_for(args: argparse.Namespace, T: int) -> int:
-    """B for length T: ``--batch``, or CUDA_TOKENS // T (at least 1) when it was left to the default."""
-    return args.batch if args.batch is not None else max(1, CUDA_TOKENS // T)
+def batch_for(batch: int | None, T: int) -> int:
+    """B for length T: ``batch``, or CUDA_TOKENS // T (at least 1) when it is None."""
+    return batch if batch is not None else max(1, CUDA_TOKENS // T)
 
 
 def _cuda_peers(q, k, pos, dtype) -> dict[str, Callable]:
@@ -224,28 +198,39 @@ def time_cuda(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 5, inn
     return statistics.median(times)
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
-    """One record per (dtype, mode, T, impl): median ms, GB/s and the ratio to the copy in the same block."""
-    resolve(args)
-    cuda = torch.device(args.device).type == "cuda"
-    timer = (lambda f: time_cuda(f, repeat=args.repeat)) if cuda else (lambda f: time_fn(f, warmup=2, repeat=args.repeat))
-    rows, missing = [], set(args.impls or ())
-    for dname in args.dtypes:
+def measure(
+    device: str,
+    *,
+    lengths: list[int],
+    batch: int | None,
+    heads: int,
+    head_dim: int,
+    modes: list[str],
+    dtypes: list[str] = ("float32", "bfloat16"),
+    impls: list[str] | None = None,
+    repeat: int = 5,
+) -> list[dict]:
+    """One record per (dtype, mode, T, impl): median ms, GB/s and the ratio to the copy in the same
+    block. ``impls``: the rows to time (default every one available here; the copy always);
+    a row asked for that cannot run here is left out (see :func:`resolve` for the defaults)."""
+    cuda = torch.device(device).type == "cuda"
+    timer = (lambda f: time_cuda(f, repeat=repeat)) if cuda else (lambda f: time_fn(f, warmup=2, repeat=repeat))
+    rows = []
+    for dname in dtypes:
         dtype = DTYPES[dname]
-        for mode in args.modes:
+        for mode in modes:
             grad = mode == "fwd+bwd"
-            for T in args.lengths:
-                B = batch_for(args, T)
+            for T in lengths:
+                B = batch_for(batch, T)
                 with torch.inference_mode(not grad):
-                    fns = _candidates(B, args.heads, T, args.head_dim, dtype, args.device, grad)
-                    names = [n for n in fns if args.impls is None or n in args.impls or n == "copy"]
-                    missing -= set(names)
+                    fns = _candidates(B, heads, T, head_dim, dtype, device, grad)
+                    names = [n for n in fns if impls is None or n in impls or n == "copy"]
                     if grad:
                         fns = {n: _with_backward(fns[n], lambda out: tuple(torch.randn_like(o) for o in out))
                                for n in names}
                     times = {n: timer(fns[n]) for n in names}
                     times["copy"] = min(times["copy"], timer(fns["copy"]))  # bracket the block
-                moved = 2 * 2 * B * args.heads * T * args.head_dim * dtype.itemsize * (2 if grad else 1)
+                moved = 2 * 2 * B * heads * T * head_dim * dtype.itemsize * (2 if grad else 1)
                 rows += [
                     dict(dtype=dname, mode=mode, T=T, B=B, impl=n, ms=1e3 * times[n],
                          gbps=moved / times[n] / 1e9, x_copy=times[n] / times["copy"])
@@ -254,22 +239,4 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 if cuda:
                     del fns
                     torch.cuda.empty_cache()
-    if missing:
-        print(f"posenc speed rope: not available on {args.device} here: {', '.join(sorted(missing))}", file=sys.stderr)
     return rows
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    rows = measure(args)
-    shape = dict(B=args.batch if args.batch is not None else f"{CUDA_TOKENS} // T", H=args.heads, D=args.head_dim)
-    if emit_json(args.json, {"target": "rope", "device": args.device, "machine": describe_machine(), **shape, "rows": rows}):
-        return 0
-    print(f"# RoPE speed: rotate q and k (B={shape['B']}, H={args.heads}, T, D={args.head_dim}) on {args.device}; "
-          f"median of {args.repeat}; {describe_machine()}")
-    print(f"{'dtype':<9} {'mode':<8} {'T':>6}  {'impl':<26} {'ms':>9} {'GB/s':>8} {'x copy':>7}")
-    for r in rows:
-        print(f"{r['dtype']:<9} {r['mode']:<8} {r['T']:>6}  {r['impl']:<26} {r['ms']:>9.3f} {r['gbps']:>8.1f} "
-              f"{r['x_copy']:>7.2f}")
-    return 0
