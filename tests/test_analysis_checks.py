@@ -200,15 +200,34 @@ def test_small_log_bias_is_unbounded():
     assert run(make(MiniRoPE, 32, 2), only=["bounded"])["bounded"].status == "yes"
 
 
-def test_every_encoding_of_posenc_has_literature_claims():
-    """Every encoding posenc registers has an entry; entries name registered encodings and
-    known checks. (One registered from outside the package defaults to "no claim".)"""
-    from posenc.analysis.claims import EXPECTED
-
+def test_every_encoding_of_posenc_declares_literature_claims():
+    """Every encoding posenc registers declares its claims at registration, on known checks (an
+    encoding registered from outside the package may declare none: "no claim")."""
     own = [n for n in posenc.list_encodings() if posenc.get_info(n).cls.__module__.startswith("posenc.")]
     assert len(own) >= 19
-    assert set(EXPECTED) == set(own)
-    assert {k for claims in EXPECTED.values() for k in claims} <= set(C.CHECKS) - {"cost"}
+    for n in own:
+        claims = posenc.get_info(n).claims
+        assert claims, f"{n} declares no claims"
+        assert set(claims) <= set(C.CHECKS) - {"cost"}, n
+
+
+def test_a_claim_on_an_unknown_check_is_refused():
+    from posenc.analysis.claims import expected_for
+    from posenc.registry import register, unregister
+
+    @register("claims_typo", family="relative", summary="a double", paper="none", claims={"relativ": (True, "x")})
+    class Typo(MiniRoPE):
+        pass
+
+    try:
+        with pytest.raises(ValueError, match="encoding 'claims_typo' claims 'relativ', not checks of posenc check"):
+            expected_for("claims_typo", "relative")
+    finally:
+        unregister("claims_typo")
+    with pytest.raises(ValueError, match="claim 'bounded' of encoding 'x': expected must be True, False or 'untrained'"):
+        register("x", family="relative", summary="", paper="", claims={"bounded": ("yes", "a paper")})
+    with pytest.raises(ValueError, match="claim 'bounded' of encoding 'x' needs its source"):
+        register("x", family="relative", summary="", paper="", claims={"bounded": (True, "")})
 
 
 def test_verdicts_compare_measurement_with_claim():
@@ -225,7 +244,8 @@ def test_verdicts_compare_measurement_with_claim():
 
 
 def test_verdict_function():
-    from posenc.analysis.claims import UNTRAINED, verdict
+    from posenc.analysis.claims import verdict
+    from posenc.literature import UNTRAINED
 
     assert verdict("yes", True) == "agrees" and verdict("no", True) == "differs"
     assert verdict("no", False) == "agrees" and verdict("yes", False) == "differs"

@@ -6,8 +6,8 @@ registers it (one ``@register``), the fixture unregisters it (``posenc.registry.
 Nothing else is edited, and the registry-parametrized machinery picks it up:
 
 * in process: it is listed, built, run by a model through every backend's bias path, probed by
-  ``posenc check`` (logits through the attention path; no literature claims, the documented
-  default for an encoding registered outside posenc);
+  ``posenc check`` (logits through the attention path), whose verdicts read the one claim its
+  ``@register`` declares and "no claim" elsewhere;
 * every registry-parametrized test table runs on it: a pytest subprocess with the module
   imported as a plugin (``-p``, before collection) collects and passes a ``[toy_bias]`` case in
   the invariance, backend, check, family-bound and bias tables.
@@ -50,7 +50,8 @@ class ToyBiasConfig(EncodingConfig):
         check_range("scale", self.scale, 1e-3, 1e3)
 
 
-@register("toy_bias", family="relative", summary="a toy log-distance bias", paper="tests/test_toy_encoding.py")
+@register("toy_bias", family="relative", summary="a toy log-distance bias", paper="tests/test_toy_encoding.py",
+          claims={"relative": (True, "a function of |i - j| by construction")})
 class ToyBias(PositionalEncoding):
     Config = ToyBiasConfig
 
@@ -136,7 +137,7 @@ def test_a_model_runs_it_through_every_backend(toy, impl, monkeypatch):
     torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=1e-5)
 
 
-def test_check_probes_it_without_claims(toy):
+def test_check_probes_it_against_its_declared_claims(toy):
     from posenc.analysis.probes import Probe
     from posenc.analysis.runner import check_encoding, run_checks
 
@@ -144,7 +145,8 @@ def test_check_probes_it_without_claims(toy):
     results = run_checks([NAME], probe)[NAME]
     assert results["relative"].status == "yes" and results["absolute"].status == "no"
     assert results["linear_attention"].status == "no"  # a (Tq, Tk) bias
-    assert {r.verdict for k, r in results.items() if r.status in ("yes", "no")} == {"no claim"}
+    assert (results["relative"].verdict, results["relative"].source) == ("agrees", "a function of |i - j| by construction")
+    assert {r.verdict for k, r in results.items() if r.status in ("yes", "no") and k != "relative"} == {"no claim"}
     assert check_encoding(posenc.build(NAME, d_model=16, num_heads=2), probe, only=["relative"])["relative"].status == "yes"
 
 

@@ -1,4 +1,4 @@
-"""The registry: every encoding by name, with its config, summary and paper.
+"""The registry: every encoding by name, with its config, summary, paper and literature claims.
 
 Add an encoding with the :func:`register` class decorator in its family module; tests
 parametrize over :func:`list_encodings`, so a new entry is tested automatically.
@@ -7,11 +7,13 @@ parametrize over :func:`list_encodings`, so a new entry is tested automatically.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, TypeVar
 
 from .config import EncodingConfig, check_choice, check_int, field_types
 from .encoding import Dims, PositionalEncoding
+from .literature import Claims, check_claims
 
 __all__ = ["EncodingInfo", "register", "unregister", "build", "list_encodings", "get_info", "FAMILIES"]
 
@@ -25,6 +27,8 @@ class EncodingInfo:
     family: str
     summary: str
     paper: str
+    # check -> (expected, source): what the literature claims (see posenc.literature)
+    claims: Claims = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
     @property
     def config_cls(self) -> type:
@@ -67,15 +71,20 @@ _REGISTRY: dict[str, EncodingInfo] = {}
 E = TypeVar("E", bound=type[PositionalEncoding])
 
 
-def register(name: str, *, family: str, summary: str, paper: str) -> Callable[[E], E]:
-    """Class decorator: ``@register("alibi", family="relative", summary=..., paper=...)``."""
+def register(name: str, *, family: str, summary: str, paper: str, claims: Claims | None = None) -> Callable[[E], E]:
+    """Class decorator: ``@register("alibi", family="relative", summary=..., paper=..., claims=...)``.
+
+    ``claims`` says what the literature claims per check of ``posenc check`` (see
+    :mod:`posenc.literature`); without it every measured cell reads "no claim".
+    """
     check_choice("family", family, FAMILIES)
+    claims = check_claims(name, {} if claims is None else claims)
 
     def deco(cls: E) -> E:
         if name in _REGISTRY:
             raise ValueError(f"encoding {name!r} is already registered")
         cls.name, cls.family, cls.summary, cls.paper = name, family, summary, paper
-        _REGISTRY[name] = EncodingInfo(name, cls, family, summary, paper)
+        _REGISTRY[name] = EncodingInfo(name, cls, family, summary, paper, claims)
         return cls
 
     return deco

@@ -37,11 +37,14 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_even, check_range
 from ..encoding import Dims, PositionalEncoding
+from ..literature import EMBEDDINGS_ONLY
 from ..positions import SequenceInfo
 from ..registry import register
 from ..limits import Float32Params
 
 __all__ = ["ComplexOrderConfig", "ComplexOrderEmbedding"]
+
+_WANG = "Wang et al. 2020: position-free offset transformation, boundedness"
 
 
 @dataclass
@@ -61,6 +64,13 @@ class ComplexOrderConfig(EncodingConfig):
     family="absolute",
     summary="embedding pairs as complex r*exp(i(omega*pos + theta)): learned frequencies and phases",
     paper="Wang et al. 2020, Encoding word order in complex embeddings (ICLR)",
+    claims={
+        "absolute": (True, "Wang et al. 2020: r e^{i(w p + theta)} per position"),
+        "linear_map": (True, _WANG),
+        "bounded": (True, _WANG),
+        "extrapolation": (True, "defined at every position"),
+        "linear_attention": (True, EMBEDDINGS_ONLY),
+    },
 )
 class ComplexOrderEmbedding(Float32Params, PositionalEncoding):
     """Rotate each (real, imaginary) pair of x by omega * pos + theta (see the module docstring)."""

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_int
 from ..encoding import Dims, PositionalEncoding
+from ..literature import EMBEDDINGS_ONLY
 from ..positions import SequenceInfo
 from ..registry import register
 from .stream import document_starts, valid_mask
@@ -60,6 +61,11 @@ class ConvolutionalConfig(EncodingConfig):
     family="absolute",
     summary="x + depthwise 1-D conv with zero padding at document starts (CPVT's PEG)",
     paper="Chu et al. 2021, Conditional Positional Encodings for Vision Transformers; Islam et al. 2020",
+    claims={
+        "absolute": (False, "Islam et al. 2020: zero padding leaks position only near the boundary"),
+        "extrapolation": (True, "a convolution runs at any length"),
+        "linear_attention": (True, EMBEDDINGS_ONLY),
+    },
 )
 class ConvolutionalEncoding(PositionalEncoding):
     """x + DWConv(x), zero padded per document (see the module docstring)."""

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
+from ..literature import EMBEDDINGS_ONLY, LEARNED, UNTRAINED
 from ..positions import SequenceInfo
 from ..registry import register
 from ..limits import Float32Params, check_width
@@ -111,6 +112,15 @@ class FloaterConfig(EncodingConfig):
     family="absolute",
     summary="position codes p(i*delta) from a learned neural ODE dp/dt = h(p, t), RK4-integrated",
     paper="Liu et al. 2020, Learning to Encode Position for Transformer with Continuous Dynamical Model (FLOATER)",
+    claims={
+        "absolute": (UNTRAINED, LEARNED),
+        "relative": (UNTRAINED, LEARNED),
+        "bounded": (UNTRAINED, LEARNED),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "Liu et al. 2020: the ODE is defined at any position (posenc caps it at "
+                                "max_position, 8192 by default, to bound the integration)"),
+        "linear_attention": (True, EMBEDDINGS_ONLY),
+    },
 )
 class FloaterEncoding(Float32Params, PositionalEncoding):
     """x + p(pos * delta), p solving dp/dt = MLP([p, t]) from p(0) = p0."""

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_choice, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
+from ..literature import EMBEDDINGS_ONLY, LEARNED, TABLE_END, UNTRAINED
 from ..positions import SequenceInfo
 from ..registry import register
 from ..limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
@@ -61,6 +62,14 @@ class LearnedConfig(EncodingConfig):
     family="absolute",
     summary="trainable table of position vectors added to token embeddings (BERT/GPT)",
     paper="Devlin et al. 2019 (BERT); Radford et al. 2019 (GPT-2)",
+    claims={
+        "absolute": (True, "Devlin et al. 2019 / Radford et al. 2019: one vector per position"),
+        "relative": (UNTRAINED, LEARNED),
+        "linear_map": (UNTRAINED, LEARNED),
+        "decay": (UNTRAINED, "Wang & Chen 2020 find decay only after training"),
+        "extrapolation": (False, TABLE_END),
+        "linear_attention": (True, EMBEDDINGS_ONLY),
+    },
 )
 class LearnedPositionalEmbedding(PositionalEncoding):
     """x + P[pos] with P a (max_len, C) trainable table."""

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..literature import EMBEDDINGS_ONLY, LEARNED, TABLE_END, UNTRAINED
 from ..positions import SequenceInfo
 from ..registry import register
 from .learned import LearnedConfig, LearnedPositionalEmbedding, check_positions_in_table
@@ -38,6 +39,14 @@ class MultiplicativeConfig(LearnedConfig):
     family="absolute",
     summary="token embeddings scaled channel-wise by a learned per-position gain table (x * P[pos])",
     paper="Wang et al. 2020, Encoding word order in complex embeddings (element-wise product fusion)",
+    claims={
+        "absolute": (True, "one learned vector per position"),
+        "relative": (UNTRAINED, LEARNED),
+        "linear_map": (UNTRAINED, LEARNED),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (False, TABLE_END),
+        "linear_attention": (True, EMBEDDINGS_ONLY),
+    },
 )
 class MultiplicativeEmbedding(LearnedPositionalEmbedding):
     """x * P[pos] with P a (max_len, C) trainable table around 1."""

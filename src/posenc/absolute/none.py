@@ -23,6 +23,11 @@ class NoPEConfig(EncodingConfig):
     family="none",
     summary="no positional encoding (NoPE); causal masking alone carries order",
     paper="Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization in Transformers",
+    claims={
+        "absolute": (False, "Kazemnejad et al. 2023: NoPE has no explicit position"),
+        "extrapolation": (True, "no position table to run out of"),
+        "linear_attention": (True, "nothing positional in the logits"),
+    },
 )
 class NoPE(PositionalEncoding):
     """Overrides no hook: attention sees content only."""

@@ -65,6 +65,11 @@ class NoPETemperatureConfig(EncodingConfig):
     family="none",
     summary="NoPE with Llama 4's attention temperature tuning: queries scaled by 1 + a·log1p(floor((p+1)/s))",
     paper="Meta 2025, The Llama 4 herd (iRoPE); Nakanishi 2025, Scalable-Softmax Is Superior for Attention",
+    claims={
+        "absolute": (False, "Meta 2025 (Llama 4): NoPE; the query factor is 1 below floor_scale (8192 positions)"),
+        "extrapolation": (True, "no position table; the factor grows as log(p / floor_scale) for long contexts"),
+        "linear_attention": (True, "a per-query factor: it factors through the query's features"),
+    },
 )
 class NoPETemperature(PositionalEncoding):
     """No positional term in q·k; the ``rotate`` hook scales queries by their position's factor.

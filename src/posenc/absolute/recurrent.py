@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig
 from ..encoding import Dims, PositionalEncoding
+from ..literature import EMBEDDINGS_ONLY, LEARNED, UNTRAINED
 from ..positions import SequenceInfo
 from ..registry import register
 from ..limits import check_width
@@ -78,6 +79,13 @@ def gru_scan(gru: nn.GRU, x: Tensor, h0: Tensor, reset: Tensor, valid: Tensor) -
     family="absolute",
     summary="a GRU over the embeddings before the first layer, x + W h (RNN-Transformer)",
     paper="Neishi & Yoshinaga 2019, On the Relation between Position Information and Sentence Length in NMT",
+    claims={
+        "absolute": (UNTRAINED, LEARNED),
+        "relative": (UNTRAINED, LEARNED),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "a recurrence runs at any length"),
+        "linear_attention": (True, EMBEDDINGS_ONLY),
+    },
 )
 class RecurrentEncoding(PositionalEncoding):
     """x + proj(GRU(x)): order from a recurrence that restarts at each document."""

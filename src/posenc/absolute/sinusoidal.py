@@ -24,11 +24,14 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_choice, check_even, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
+from ..literature import EMBEDDINGS_ONLY
 from ..positions import SequenceInfo
 from ..registry import register
 from ..limits import MAX_WIDTH
 
 __all__ = ["SinusoidalConfig", "SinusoidalEncoding", "sinusoidal_table"]
+
+_VASWANI = "Vaswani et al. 2017, §3.5"
 
 LAYOUTS = ("interleaved", "half")  # the rotary family's spellings (posenc.rotary.LAYOUTS)
 FUSIONS = ("add", "mul", "concat")
@@ -87,6 +90,15 @@ class SinusoidalConfig(EncodingConfig):
     family="absolute",
     summary="fixed sin/cos waves of geometric wavelengths added to embeddings (any base, 2 layouts)",
     paper="Vaswani et al. 2017, Attention Is All You Need",
+    claims={
+        "absolute": (True, "Vaswani et al. 2017: a unique code per position"),
+        "relative": (True, "PE(i)·PE(j) = sum cos((i - j) w): " + _VASWANI),
+        "linear_map": (True, _VASWANI),
+        "bounded": (True, "sin, cos in [-1, 1]"),
+        "decay": (True, "Yan et al. 2019 (TENER): PE(i)·PE(j) decreases with |i - j|"),
+        "extrapolation": (True, "defined at every position"),
+        "linear_attention": (True, EMBEDDINGS_ONLY),
+    },
 )
 class SinusoidalEncoding(PositionalEncoding):
     Config = SinusoidalConfig

@@ -25,11 +25,14 @@ from torch import Tensor
 from ..config import EncodingConfig, check_int
 from ..encoding import Dims, PositionalEncoding
 from ..limits import Float32Params
+from ..literature import NOT_A_FEATURE_MAP, NO_ABSOLUTE
 from ..positions import relative_positions
 from ..registry import register
 from ..terms import BiasTerm
 
 __all__ = ["AlibiConfig", "ALiBi", "alibi_slopes", "alibi_bias"]
+
+_PRESS = "Press et al. 2022 (ALiBi)"
 
 
 def alibi_slopes(num_heads: int) -> list[float]:
@@ -73,6 +76,14 @@ class AlibiConfig(EncodingConfig):
     family="relative",
     summary="fixed per-head linear distance penalty -m_h |i - j| on the logits, geometric slopes",
     paper="Press et al. 2022, Train Short, Test Long: Attention with Linear Biases Enables Input Length Extrapolation",
+    claims={
+        "absolute": (False, NO_ABSOLUTE),
+        "relative": (True, _PRESS + ": -m |i - j|"),
+        "bounded": (False, _PRESS + ": the penalty grows linearly by design"),
+        "decay": (True, _PRESS + ": linear penalty without end"),
+        "extrapolation": (True, _PRESS),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class ALiBi(Float32Params, PositionalEncoding):
     """Logit bias ``-m_h * |i - j|`` (or ``-m_h * (i - j)``), slopes from :func:`alibi_slopes`.

@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding, QKProjection
 from ..limits import MAX_INIT_STD, check_table_size
+from ..literature import LEARNED, NOT_A_FEATURE_MAP, UNTRAINED
 from ..registry import register
 from ..terms import DenseTerm
 
@@ -86,6 +87,14 @@ class CopeConfig(EncodingConfig):
     family="relative",
     summary="contextual positions: sums of sigmoid(q·k) gates, interpolated embeddings on the logits",
     paper="Golovneva et al. 2024, Contextual Position Encoding: Learning to Count What's Important",
+    claims={
+        "absolute": (False, "Golovneva et al. 2024: a count of gated keys between j and i, no absolute position"),
+        "relative": (UNTRAINED, "Golovneva et al. 2024: the count depends on learned gates and embeddings"),
+        "bounded": (True, "positions clamped to max_pos - 1 of a finite table (Golovneva et al. 2024)"),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "the clamp makes every count valid"),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class ContextualPosition(PositionalEncoding):
     """CoPE as a content-dependent ``terms`` hook returning one :class:`~posenc.terms.DenseTerm`.

@@ -64,6 +64,7 @@ from torch import Tensor, nn
 from ..limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding, QKProjection
+from ..literature import LEARNED, NOT_A_FEATURE_MAP, NO_ABSOLUTE, RELATIVE_BY_CONSTRUCTION, UNTRAINED
 from ..registry import register
 from ..terms import TableTerm
 from .distance import LookupBucket, saturation_bounds
@@ -142,6 +143,14 @@ class DebertaConfig(EncodingConfig):
     family="relative",
     summary="disentangled attention: content-to-position and position-to-content terms, log buckets",
     paper="He et al. 2021, DeBERTa: Decoding-enhanced BERT with Disentangled Attention",
+    claims={
+        "absolute": (False, NO_ABSOLUTE + " (DeBERTa adds absolute positions in its decoder, not here)"),
+        "relative": (True, "He et al. 2021: " + RELATIVE_BY_CONSTRUCTION),
+        "bounded": (True, "log buckets up to max_relative_positions (He et al. 2021)"),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "bucketing makes every distance valid"),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class DebertaRelative(PositionalEncoding):
     Config = DebertaConfig

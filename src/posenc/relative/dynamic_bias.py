@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_int
 from ..encoding import Dims, PositionalEncoding
+from ..literature import LEARNED, NOT_A_FEATURE_MAP, NO_ABSOLUTE, UNTRAINED
 from ..registry import register
 from ..terms import BiasTerm
 from ._bias import bias_dtype
@@ -65,6 +66,14 @@ class DynamicBiasConfig(EncodingConfig):
     family="relative",
     summary="an MLP of the distance i - j (or its signed log), one bias per head",
     paper="Wang et al. 2021, CrossFormer (dynamic position bias); x-transformers dynamic_pos_bias",
+    claims={
+        "absolute": (False, NO_ABSOLUTE),
+        "relative": (True, "Wang et al. 2021 (CrossFormer): an MLP of i - j"),
+        "bounded": (UNTRAINED, LEARNED),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "continuous in the distance: defined at every distance (Wang et al. 2021)"),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class DynamicPositionBias(PositionalEncoding):
     """Logit bias ``MLP(i - j)_h`` as a Toeplitz :class:`~posenc.terms.BiasTerm`.

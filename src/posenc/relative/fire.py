@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from ..limits import MAX_DISTANCE, Float32Params
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
+from ..literature import LEARNED, NOT_A_FEATURE_MAP, UNTRAINED
 from ..positions import contiguous_offset, shared_rows
 from ..registry import register
 from ..terms import BiasTerm
@@ -181,6 +182,14 @@ class FireConfig(EncodingConfig):
     family="relative",
     summary="per-head MLP of the log-normalised distance psi(i-j)/psi(max(L,i)) on the logits",
     paper="Li et al. 2023, Functional Interpolation for Relative Positions Improves Long Context Transformers",
+    claims={
+        "absolute": (False, "Li et al. 2023: f(psi(i - j) / psi(max(i, L))): i enters only beyond L"),
+        "relative": (True, "Li et al. 2023: relative within the threshold L"),
+        "bounded": (True, "an MLP of a normalised distance in [0, 1] (Li et al. 2023)"),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "Li et al. 2023: progressive interpolation"),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class Fire(Float32Params, PositionalEncoding):
     """Logit bias ``MLP(psi(|i-j|) / psi(max(L, i)))`` with one output per head."""

@@ -96,6 +96,16 @@ class FoxConfig(EncodingConfig):
     family="relative",
     summary="forgetting transformer: data-dependent ALiBi, sums of log sigmoid forget gates of the layer input",
     paper="Lin et al. 2025, Forgetting Transformer: Softmax Attention with a Forget Gate",
+    claims={
+        "absolute": (False, "Lin et al. 2025: no position ids; the logit gains the log forget gates between j and i"),
+        "relative": (True, "Lin et al. 2025: sum_{l=j+1}^{i} log f_l; for identical tokens a function of i - j"),
+        "bounded": (False, "Lin et al. 2025: the bias is non-positive and data dependent, and every gate below 1 "
+                           "between j and i adds to it (ALiBi's linear penalty for a constant gate)"),
+        "decay": (True, "Lin et al. 2025: log f_l < 0, so keys further back are forgotten more"),
+        "extrapolation": (True, "Lin et al. 2025: no position ids, defined at every length"),
+        "linear_attention": (False, "Lin et al. 2025: a forget gate on softmax logits; its linear-attention "
+                                    "counterpart is a gated recurrence (GLA, Mamba-2), not a feature map"),
+    },
 )
 class ForgettingGate(PositionalEncoding):
     """FoX as a content-dependent ``terms`` hook returning one :class:`~posenc.terms.PrefixSumTerm`.

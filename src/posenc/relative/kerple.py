@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_choice, check_range
 from ..encoding import Dims, PositionalEncoding
+from ..literature import NOT_A_FEATURE_MAP, NO_ABSOLUTE
 from ..positions import relative_positions
 from ..limits import MAX_INIT_STD
 from ..registry import register
@@ -88,6 +89,14 @@ class KerpleConfig(EncodingConfig):
     family="relative",
     summary="learned per-head CPD kernel of |i - j| on the logits: -r1 log(1 + r2 d) or -r1 d^r2",
     paper="Chi et al. 2022, KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation",
+    claims={
+        "absolute": (False, NO_ABSOLUTE),
+        "relative": (True, "Chi et al. 2022: a kernel of i - j"),
+        "bounded": (False, "Chi et al. 2022: -r1 log(1 + r2 |i - j|) grows without end"),
+        "decay": (True, "Chi et al. 2022: conditionally positive definite kernels decay"),
+        "extrapolation": (True, "Chi et al. 2022"),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class Kerple(PositionalEncoding):
     """Logit bias ``-r1 log(1 + r2 |i-j|)`` (``log``) or ``-r1 |i-j|^r2`` (``power``), per head."""

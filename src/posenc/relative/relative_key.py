@@ -26,12 +26,14 @@ beyond it read the clip's row together.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
 from ..limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding, QKProjection
+from ..literature import LEARNED, NOT_A_FEATURE_MAP, NO_ABSOLUTE, RELATIVE_BY_CONSTRUCTION, UNTRAINED
 from ..registry import register
 from ..terms import TableTerm
 from .distance import DistanceBucket
@@ -82,11 +84,23 @@ class _RelativeKeyBase(PositionalEncoding):
         return out
 
 
+# The same claims for both variants: Huang et al. 2020 define both.
+_HUANG_CLAIMS = {
+    "absolute": (False, NO_ABSOLUTE),
+    "relative": (True, "Huang et al. 2020: " + RELATIVE_BY_CONSTRUCTION),
+    "bounded": (True, "distances clipped (Huang et al. 2020)"),
+    "decay": (UNTRAINED, LEARNED),
+    "extrapolation": (True, "clipping makes every distance valid"),
+    "linear_attention": (False, NOT_A_FEATURE_MAP),
+}
+
+
 @register(
     "relative_key",
     family="relative",
     summary="q·a(i-j): a learned clipped distance table shared by heads, added to the logits (BERT)",
     paper="Huang et al. 2020, Improve Transformer Models with Better Relative Position Embeddings",
+    claims=_HUANG_CLAIMS,
 )
 class RelativeKey(_RelativeKeyBase):
     """``logit_ij += q_i·a_clip(i-j) / sqrt(D)`` (HF BERT ``relative_key``)."""
@@ -97,6 +111,7 @@ class RelativeKey(_RelativeKeyBase):
     family="relative",
     summary="q·a(i-j) + k·a(i-j): one clipped distance table seen by queries and keys (BERT)",
     paper="Huang et al. 2020, Improve Transformer Models with Better Relative Position Embeddings (method 4)",
+    claims=_HUANG_CLAIMS,
 )
 class RelativeKeyQuery(_RelativeKeyBase):
     """``logit_ij += (q_i + k_j)·a_clip(i-j) / sqrt(D)`` (HF BERT ``relative_key_query``)."""

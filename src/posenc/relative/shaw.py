@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from ..limits import MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding, QKProjection
+from ..literature import LEARNED, NOT_A_FEATURE_MAP, NO_ABSOLUTE, RELATIVE_BY_CONSTRUCTION, UNTRAINED
 from ..registry import register
 from ..terms import TableTerm, ValueTerm
 from .distance import DistanceBucket
@@ -70,6 +71,14 @@ class ShawConfig(EncodingConfig):
     family="relative",
     summary="learned clipped relative vectors added to keys (a^K) and values (a^V)",
     paper="Shaw et al. 2018, Self-Attention with Relative Position Representations",
+    claims={
+        "absolute": (False, NO_ABSOLUTE),
+        "relative": (True, "Shaw et al. 2018: " + RELATIVE_BY_CONSTRUCTION),
+        "bounded": (True, "distances clipped to [-k, k] (Shaw et al. 2018)"),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "clipping makes every distance valid (Shaw et al. 2018)"),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class ShawRelative(PositionalEncoding):
     Config = ShawConfig

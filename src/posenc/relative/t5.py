@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
 from ..limits import MAX_DISTANCE, MAX_INIT_STD, MAX_TABLE_ROWS, check_table_size
+from ..literature import LEARNED, NOT_A_FEATURE_MAP, NO_ABSOLUTE, RELATIVE_BY_CONSTRUCTION, UNTRAINED
 from ..registry import register
 from ..terms import BiasTerm
 from ._bias import bias_dtype
@@ -110,6 +111,14 @@ class T5Config(EncodingConfig):
     family="relative",
     summary="learned per-head scalar per log-spaced bucket of k - q, added to the logits (T5)",
     paper="Raffel et al. 2020, Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer",
+    claims={
+        "absolute": (False, NO_ABSOLUTE),
+        "relative": (True, "Raffel et al. 2020: " + RELATIVE_BY_CONSTRUCTION),
+        "bounded": (True, "one learned scalar per bucket (Raffel et al. 2020)"),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "distances beyond max_distance share the last bucket"),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class T5RelativeBias(PositionalEncoding):
     """Logit bias ``table[t5_relative_position_bucket(k_pos - q_pos), h]``, table (num_buckets, H).

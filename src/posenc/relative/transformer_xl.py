@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from ..limits import MAX_DISTANCE, MAX_INIT_STD
 from ..config import EncodingConfig, check_even, check_int, check_range
 from ..encoding import Dims, PositionalEncoding, QKProjection
+from ..literature import LEARNED, NOT_A_FEATURE_MAP, NO_ABSOLUTE, RELATIVE_BY_CONSTRUCTION, UNTRAINED
 from ..registry import register
 from ..terms import DenseTerm, TableTerm
 from .distance import DistanceBucket
@@ -66,6 +67,14 @@ class TransformerXLConfig(EncodingConfig):
     family="relative",
     summary="(q+u)·k + (q+v)·W_R R(i-j): sinusoidal relative keys with global biases, segment memory",
     paper="Dai et al. 2019, Transformer-XL: Attentive Language Models Beyond a Fixed-Length Context",
+    claims={
+        "absolute": (False, NO_ABSOLUTE),
+        "relative": (True, "Dai et al. 2019: " + RELATIVE_BY_CONSTRUCTION),
+        "bounded": (True, "sinusoids of i - j (Dai et al. 2019)"),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, "Dai et al. 2019: generalizes to longer attention at evaluation"),
+        "linear_attention": (False, NOT_A_FEATURE_MAP),
+    },
 )
 class TransformerXLRelative(PositionalEncoding):
     Config = TransformerXLConfig

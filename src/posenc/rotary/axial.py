@@ -42,11 +42,17 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_choice, check_int, check_positive
 from ..encoding import Dims, PositionalEncoding
 from ..limits import Float32Params
+from ..literature import LEARNED, NORMS_PRESERVED, ROPE_FEATURES, UNTRAINED
 from ..positions import SequenceInfo
 from ..registry import register
 from .functional import LAYOUTS, QKTables, rotate_qk
 
 __all__ = ["AxialConfig", "AxialRope", "MixedConfig", "MixedRope", "grid_coordinates", "axial_frequencies"]
+
+# What Heo et al. 2024 claim, and why the probe's 1-D positions cannot show a 2-D relative encoding.
+_HEO = "Heo et al. 2024 (RoPE for ViT)"
+_RASTER = ": q·k depends on (Δy, Δx); the probe's 1-D positions are raster patches, and i - j does not fix (Δy, Δx)"
+_RASTER_SHIFT = "raster positions: p -> p + k moves (y, x) by a step that depends on p's column"
 
 #: The widest raster grid a (B, T) position is folded onto.
 MAX_GRID_WIDTH = 1 << 20
@@ -171,6 +177,14 @@ class _Rope2D(PositionalEncoding):
     family="rotary",
     summary="2-D axial RoPE for image patches: rows and columns on separate halves of the pairs",
     paper="Heo et al. 2024, Rotary Position Embedding for Vision Transformer (RoPE-Axial)",
+    claims={
+        "absolute": (True, _HEO + ": a rotation per patch (y, x)"),
+        "relative": (False, _HEO + _RASTER),
+        "linear_map": (False, _RASTER_SHIFT),
+        "bounded": (True, NORMS_PRESERVED),
+        "extrapolation": (True, _HEO + ": defined at every patch, extrapolates to larger images"),
+        "linear_attention": (True, ROPE_FEATURES),
+    },
 )
 class AxialRope(_Rope2D):
     """RoPE-Axial; see the module docstring.
@@ -213,6 +227,15 @@ class MixedConfig(AxialConfig):
     family="rotary",
     summary="2-D RoPE with learned per-head frequencies mixing rows and columns (RoPE-Mixed)",
     paper="Heo et al. 2024, Rotary Position Embedding for Vision Transformer (RoPE-Mixed)",
+    claims={
+        "absolute": (True, _HEO + ": a rotation per patch (y, x) by learned frequencies"),
+        "relative": (False, _HEO + _RASTER),
+        "linear_map": (False, _RASTER_SHIFT),
+        "bounded": (True, NORMS_PRESERVED),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, _HEO + ": defined at every patch, extrapolates to larger images"),
+        "linear_attention": (True, ROPE_FEATURES),
+    },
 )
 class MixedRope(Float32Params, _Rope2D):
     """RoPE-Mixed; see the module docstring. ``freqs`` (2, H, D/2) float32 is a parameter

@@ -36,11 +36,14 @@ from torch import Tensor
 
 from ..config import check_int
 from ..encoding import Dims
+from ..literature import NORMS_PRESERVED, ROPE_FEATURES, SU
 from ..positions import SequenceInfo
 from ..registry import register
 from .rope import RotaryConfig, RotaryEmbedding
 
 __all__ = ["MROPE_MODEL_TYPES", "MRopeConfig", "MRopeEmbedding", "default_mrope_section", "mrope_pair_axes", "mrope_from_hf"]
+
+_QWEN2VL = "Wang et al. 2024 (Qwen2-VL, M-RoPE)"
 
 AXES = ("time", "height", "width")
 #: transformers' model types whose text model uses M-RoPE (``posenc.rotary.from_hf`` reads them here).
@@ -116,6 +119,15 @@ class MRopeConfig(RotaryConfig):
     family="rotary",
     summary="multimodal RoPE: time/height/width position axes on sections of the pairs (chunked or interleaved)",
     paper="Wang et al. 2024, Qwen2-VL (M-RoPE); Bai et al. 2025, Qwen3-VL (interleaved)",
+    claims={
+        "absolute": (True, _QWEN2VL + ": RoPE's rotation per position on text"),
+        "relative": (True, _QWEN2VL + ": equal axes on text give RoPE, eq. 16 of " + SU),
+        "linear_map": (True, SU + ": R_{p+k} = R_k R_p, per axis"),
+        "bounded": (True, NORMS_PRESERVED),
+        "decay": (True, "RoPE on text: " + SU + ", §3.4.3"),
+        "extrapolation": (True, _QWEN2VL + ": defined at every position"),
+        "linear_attention": (True, ROPE_FEATURES),
+    },
 )
 class MRopeEmbedding(RotaryEmbedding):
     """M-RoPE as a ``rotate`` hook; see the module docstring. Positions are (3, B, T) axes

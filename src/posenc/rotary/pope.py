@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_choice, check_positive
 from ..encoding import Dims, PositionalEncoding
 from ..limits import Float32Params
+from ..literature import ROPE_FEATURES
 from ..registry import register
 
 __all__ = ["PopeConfig", "PolarEmbedding", "polar_embed"]
@@ -79,6 +80,14 @@ class PopeConfig(EncodingConfig):
     family="rotary",
     summary="polar embedding: softplus magnitudes, phases m*theta_c per channel (q, k twice as wide)",
     paper="Gopalakrishnan et al. 2025, Decoupling the 'What' and 'Where' With Polar Coordinate Positional Embeddings",
+    claims={
+        "absolute": (True, "Gopalakrishnan et al. 2025: a phase m theta_c per position"),
+        "relative": (True, "Gopalakrishnan et al. 2025: the logit is a function of m - n"),
+        "linear_map": (True, "a rotation per channel by k theta_c, as RoPE's"),
+        "bounded": (True, "phases rotate, magnitudes come from content only"),
+        "extrapolation": (True, "Gopalakrishnan et al. 2025: defined at every position"),
+        "linear_attention": (True, ROPE_FEATURES),
+    },
 )
 class PolarEmbedding(Float32Params, PositionalEncoding):
     """PoPE as a ``rotate`` hook that widens q and k from D to 2D channels.

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ..config import EncodingConfig, check_choice, check_even, check_positive, field_types
 from ..encoding import Dims, PositionalEncoding
+from ..literature import SU
 from ..registry import register
 from .functional import KERNELS, LAYOUTS, QKTables, angles_cos_sin, rotate_qk
 from .scaling import SCALINGS, ScalingConfig, all_scaling_params, base_inv_freq, make_scaling_config
@@ -168,6 +169,15 @@ class RotaryConfig(EncodingConfig):
     summary="rotary position embedding: q, k pairs rotated by m*theta (2 layouts, partial, every SCALINGS entry)",
     paper="Su et al. 2021, RoFormer: Enhanced Transformer with Rotary Position Embedding",
 )
+    claims={
+        "absolute": (True, SU + ": encodes absolute position with a rotation"),
+        "relative": (True, SU + ", eq. 16"),
+        "linear_map": (True, SU + ": R_{p+k} = R_k R_p"),
+        "bounded": (True, SU + ": rotations preserve norms"),
+        "decay": (True, SU + ", §3.4.3"),
+        "extrapolation": (True, "defined at every position (quality beyond L is the bench's question)"),
+        "linear_attention": (True, SU + ", §3.3"),
+    },
 class RotaryEmbedding(PositionalEncoding):
     """RoPE as a ``rotate`` hook. See the module docstring; build with ``posenc.build("rope", ...)``,
     or from a Hugging Face config with :func:`posenc.rotary.from_hf`; :meth:`to_hf` writes it back.

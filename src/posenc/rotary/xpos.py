@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from ..config import check_positive
+from ..literature import ROPE_FEATURES
 from ..registry import register
 from .functional import QKTables, rotate_qk
 from .rope import RotaryConfig, RotaryEmbedding
@@ -96,6 +97,15 @@ def xpos_max_position(scale_base: float, gamma: float = 0.4, dtype: torch.dtype 
     family="rotary",
     summary="RoPE with an exponential decay zeta^((m-n)/scale_base) on each pair's score",
     paper="Sun et al. 2022, A Length-Extrapolatable Transformer",
+    claims={
+        "absolute": (True, "Sun et al. 2023: a scaled rotation per position"),
+        "relative": (True, "Sun et al. 2023: zeta^(i - j) R_{i-j}"),
+        "linear_map": (True, "Sun et al. 2023: zeta^k R_k"),
+        "bounded": (False, "Sun et al. 2023: keys scale by zeta^(-n) by design"),
+        "decay": (True, "Sun et al. 2023: the scale adds decay to RoPE's"),
+        "extrapolation": (True, "Sun et al. 2023"),
+        "linear_attention": (True, ROPE_FEATURES),
+    },
 )
 class XPos(RotaryEmbedding):
     """xPos as a ``rotate`` hook: q scaled by zeta^(m/scale_base), k by zeta^(-n/scale_base)."""
