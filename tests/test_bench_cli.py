@@ -7,7 +7,8 @@ import json
 import pytest
 
 from posenc import list_encodings
-from posenc.bench import figures, load_results
+from posenc.bench import figures
+from posenc.results import read_results
 from posenc.bench.data import load_corpus
 from posenc.bench.summary import mean_reciprocal_rank
 from posenc.bench.settings import PRESETS, settings_for
@@ -21,7 +22,7 @@ def test_micro_smoke_resume_and_overwrite(tmp_path, capsys):
     assert main(["bench", *FAST, "--tasks", "copy", "passkey", "lm", "--out", str(out)]) == 0
     table = capsys.readouterr().out
     assert "none" in table and "learned" in table and "MRR" in table
-    results = load_results(out)
+    results = read_results(out)
     runs = {(r["task"], r["encoding"]) for r in results["runs"]}
     assert runs == {(t, e) for t in ("copy", "passkey", "lm") for e in ("none", "learned")}
     lm = next(r for r in results["runs"] if r["task"] == "lm")
@@ -36,14 +37,14 @@ def test_micro_smoke_resume_and_overwrite(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     # --resume skips finished runs and adds the new ones
     assert main(["bench", *FAST, "--tasks", "copy", "--seeds", "2", "--out", str(out), "--resume"]) == 0
-    again = load_results(out)
+    again = read_results(out)
     first = next(r for r in results["runs"] if r["task"] == "copy" and r["encoding"] == "none")
     assert first in again["runs"] and len(again["runs"]) == 4
     # other settings cannot resume into the same directory
     assert main(["bench", *FAST, "--steps", "5", "--out", str(out), "--resume"]) == 2
     assert "settings differ" in capsys.readouterr().err
     assert main(["bench", *FAST, "--tasks", "copy", "--out", str(out), "--overwrite"]) == 0
-    assert len(load_results(out)["runs"]) == 2
+    assert len(read_results(out)["runs"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -125,7 +126,7 @@ def test_two_seeds_with_rope_scalings_end_to_end(tmp_path, capsys):
     assert main(["bench", *FAST, "--encodings", "none", "rope", "--tasks", "reverse", "--seeds", "2",
                  "--out", str(out)]) == 0
     assert "MRR" in capsys.readouterr().out
-    runs = load_results(out)["runs"]
+    runs = read_results(out)["runs"]
     assert len(runs) == 4
     rows = summarise(runs)
     assert any(r["variant"] != "base" for r in rows), "no RoPE-scaling variant was evaluated"
@@ -198,7 +199,7 @@ def test_variants_sizes_and_resume_end_to_end(tmp_path, capsys):
     stored = json.loads((out / "bench.json").read_text())
     assert stored["encodings"] == ["rope", "rope@base=500000.0"]  # rope:base=10000 is rope: run once
     assert stored["d_model"] == 16 and stored["synthetic_length"] == 3
-    runs = load_results(out)["runs"]
+    runs = read_results(out)["runs"]
     assert sorted(r["encoding"] for r in runs) == ["rope", "rope@base=500000.0"]
     assert [p["length"] for p in runs[0]["points"] if p["variant"] == "base"] == [1, 2, 3, 4, 5, 6]  # 1..2L
     done = out / "runs" / "reverse" / "rope@base=500000.0" / "seed0" / "result.json"
@@ -212,7 +213,7 @@ def test_variants_sizes_and_resume_end_to_end(tmp_path, capsys):
     argv[argv.index("rope:base=5e5")] = "rope:base=500000"
     assert main([*argv, "--resume"]) == 0
     assert done.stat().st_mtime_ns == before
-    assert len(load_results(out)["runs"]) == 2
+    assert len(read_results(out)["runs"]) == 2
 
 
 @pytest.mark.parametrize(

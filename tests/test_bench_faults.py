@@ -19,7 +19,7 @@ import torch
 
 from posenc import ModelConfig, Transformer
 from posenc.bench import runner
-from posenc.bench.runs import settings_hash
+from posenc.results import settings_hash
 from posenc.bench.settings import run_settings, settings_for
 from posenc.bench.data import TaskBatches
 from posenc.files import OutDirLock, finite_or_none, load_tensors, save_tensors, tensors_checksum, write_json
@@ -267,18 +267,18 @@ def test_results_with_non_finite_values_are_strict_and_read_back(tmp_path, capsy
     out = tmp_path / "b"
     assert run_cli([*FAST, "--out", str(out)], capsys)[0] == 0
     # copy evaluates lengths 1..2L: in/beyond both exist; lm at factors (1, 2); make one NaN
-    from posenc.bench import load_results
+    from posenc.results import read_results
     from posenc.bench.report import write_outputs
     from posenc.bench.summary import collect
 
-    results = load_results(out)
+    results = read_results(out)
     run = results["runs"][0]
     run["points"][0]["value"] = math.nan
     run["train_loss"] = math.inf
     write_outputs(collect(results["settings"], results["runs"]), out)
     raw = strict_json(out / "results.json")
     assert raw["runs"][0]["points"][0]["value"] is None and raw["runs"][0]["train_loss"] is None
-    back = load_results(out)
+    back = read_results(out)
     assert math.isnan(back["runs"][0]["points"][0]["value"]) and math.isnan(back["runs"][0]["train_loss"])
 
 

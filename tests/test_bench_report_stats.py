@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from posenc.bench.report import format_table
-from posenc.bench.summary import collect, load_results, mean_reciprocal_rank, ranking, summarise
+from posenc.results import read_results
+from posenc.bench.summary import collect, mean_reciprocal_rank, ranking, summarise
 from posenc.bench.stats import bootstrap_indices, bootstrap_mrr, mean_std, reciprocal_ranks
 from posenc.cli import main
 
@@ -158,7 +159,7 @@ def test_three_seeds_end_to_end(tmp_path, capsys):
                  "--seeds", "3", "--no-progress", "--threads", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "nan" not in printed.lower() and "Settings: 3 seeds" in printed and "MRR [95 % CI]" in printed
-    res = load_results(out)
+    res = read_results(out)
     assert len(res["runs"]) == 2 * 2 * 3
     rank = res["ranking"]
     assert rank["method"]["cells"] == 6 and rank["method"]["resamples"] == 10_000

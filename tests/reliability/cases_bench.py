@@ -100,7 +100,7 @@ def _settings(**over):
 
 
 def _other_settings() -> object:
-    from posenc.bench.runs import check_run_dir
+    from posenc.results import check_run_dir
 
     run = Path("run")
     run.mkdir()
@@ -109,7 +109,7 @@ def _other_settings() -> object:
 
 
 def _unrecorded_run() -> object:
-    from posenc.bench.runs import check_run_dir
+    from posenc.results import check_run_dir
 
     run = Path("run")
     run.mkdir()
@@ -118,7 +118,7 @@ def _unrecorded_run() -> object:
 
 
 def _bad_bench_json() -> object:
-    from posenc.bench.runs import check_out_dir
+    from posenc.results import check_out_dir
     from posenc.bench.settings import settings_for
 
     out = Path("out")

@@ -14,15 +14,15 @@ Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.sett
 (BenchSettings, presets), :mod:`.build` (one run's model, batches, optimisation), :mod:`.train`
 (harness), :mod:`.evaluate`, :mod:`.runs` (the output folder), :mod:`.runner` (orchestration),
 :mod:`.compare` (a fresh table against a committed one), :mod:`.report`
-(table, CSV, plots, ``load_results``/``figures`` for the HTML report), :mod:`.files`
-(strict JSON, checksummed safetensors, the output-folder lock). Its command line is
+(table, plots, ``figures`` for the HTML report). The results files and the output folder's
+layout are :mod:`posenc.results`'; strict JSON, checksummed safetensors and the folder lock
+are :mod:`posenc.files`'. Its command line is
 :mod:`posenc.cli.bench` (above both this package and :mod:`posenc.hf`, whose ``bench --model`` it
 dispatches to).
 """
 
 from .report import figures, format_table
-from .summary import load_results
 from .runner import run_bench
 from .settings import PRESETS, BenchSettings, settings_for
 
-__all__ = ["figures", "format_table", "load_results", "PRESETS", "BenchSettings", "run_bench", "settings_for"]
+__all__ = ["figures", "format_table", "PRESETS", "BenchSettings", "run_bench", "settings_for"]

@@ -24,15 +24,14 @@ way two samples are:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..results import ResultsFile, read_results
 from .stats import mean_std
 
-__all__ = ["RATIO_LIMIT", "CellDiff", "Comparison", "compare_files", "compare_results", "format_comparison",
-           "read_results"]
+__all__ = ["RATIO_LIMIT", "CellDiff", "Comparison", "compare_files", "compare_results", "format_comparison"]
 
 # The pooled ratio above which two tables disagree. Drawn alike, sum(d²) / sum(se²) is near 1
 # with a spread of about sqrt(2 / cells) (about 0.2 for the quick table's 60 cells, more with
@@ -84,24 +83,8 @@ def _same_loss(a: float | None, b: float | None) -> bool:
     return a == b or (a is None or math.isnan(a)) and (b is None or math.isnan(b))
 
 
-def read_results(path: str | Path) -> dict:
-    """A ``results.json`` (or the benchmark's output folder holding one), as stored."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    if not p.is_file():
-        raise FileNotFoundError(f"no benchmark results at {str(p)!r}")
-    try:
-        results = json.loads(p.read_text())
-    except ValueError as e:
-        raise ValueError(f"{p} is not valid JSON: {e}") from None
-    if not isinstance(results, dict) or not {"settings", "summary", "runs"} <= set(results):
-        raise ValueError(f"{p} is not posenc bench results (it needs settings, summary and runs)")
-    return results
-
-
-def compare_results(fresh: dict, committed: dict) -> Comparison:
-    """Compare two results dicts (:func:`read_results`) cell by cell.
+def compare_results(fresh: ResultsFile, committed: ResultsFile) -> Comparison:
+    """Compare two results files (:func:`posenc.results.read_results`) cell by cell.
 
     Raises ValueError when they cannot be compared: other settings, or other (task, encoding,
     variant) rows or seeds.
@@ -143,7 +126,7 @@ def compare_results(fresh: dict, committed: dict) -> Comparison:
     return Comparison(cells, len(both), bitwise, ratio, _train_seconds(fresh, committed, both))
 
 
-def _train_seconds(fresh: dict, committed: dict, both: set) -> tuple[float, float] | None:
+def _train_seconds(fresh: ResultsFile, committed: ResultsFile, both: set) -> tuple[float, float] | None:
     """Training seconds summed over the runs both files hold, or None where a run lacks them."""
     sides = []
     for results in (fresh, committed):

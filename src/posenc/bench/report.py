@@ -9,14 +9,13 @@ For the HTML report (``posenc report``) the entry points are :func:`table_cells`
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..files import write_json
+from ..results import ResultsFile, RunLayout, write_results
 from .stats import mean_std
 from .summary import mean_reciprocal_rank, per_length, ranking
 
@@ -185,19 +184,10 @@ def figure_captions(results: dict) -> dict[str, str]:
     return caps
 
 
-def write_outputs(results: dict, out: Path) -> list[Path]:
-    """results.json, results.csv (one row per point) and plots/*.png; returns the paths."""
-    out = Path(out)
-    write_json(out / "results.json", results, indent=1)  # strict: NaN (no run beyond L) -> null
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["task", "encoding", "variant", "seed", "train_length", "length", "depth", "metric", "value"])
-        for r in results["runs"]:
-            for p in r["points"]:
-                w.writerow([r["task"], r["encoding"], p["variant"], r["seed"], r["train_length"], p["length"],
-                            "" if p["depth"] is None else p["depth"], r["metric"], p["value"]])
-    paths = [out / "results.json", out / "results.csv"]
-    plots = out / "plots"
+def write_outputs(results: ResultsFile, out: Path) -> list[Path]:
+    """results.json and results.csv (:func:`posenc.results.write_results`) and plots/*.png; returns the paths."""
+    paths = write_results(out, results)
+    plots = RunLayout(Path(out)).plots
     plots.mkdir(exist_ok=True)
     from .._optional import require
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ..files import OutDirLock, write_json
+from ..results import RunFolder, RunLayout, RunRecord, ResultsFile, check_out_dir, read_run, run_record, write_run
 from .build import build_batches, build_model, train_config
 from .data import ByteCorpus, load_corpus
 from .evaluate import evaluate_run
-from ..files import OutDirLock, write_json
-from .runs import check_out_dir, check_runs, run_dir
+from .runs import check_runs, run_folder
 from .settings import BenchSettings
 from .train import distributed_info, init_distributed, save_weights, train
 
@@ -28,37 +29,32 @@ __all__ = ["run_bench", "run_one"]
 
 
 def run_one(
-    s: BenchSettings, task: str, encoding: str, seed: int, folder: Path, corpus: ByteCorpus | None,
+    s: BenchSettings, task: str, encoding: str, seed: int, run: RunFolder, corpus: ByteCorpus | None,
     device: torch.device, progress: bool,
-) -> dict | None:
+) -> RunRecord | None:
     """Train and evaluate one model; returns its record (rank 0) or None (other ranks).
 
     A finished run (``result.json``) is returned as recorded
     (:func:`~posenc.bench.runs.check_runs` verified its ``model.safetensors`` first).
     """
-    done = folder / "result.json"
-    final = folder / "model.safetensors"
-    if done.exists():
-        from .summary import read_record
-
-        return read_record(done)
+    if run.result.exists():
+        return read_run(run.result)
     rank, world = distributed_info()
     model = build_model(s, encoding, task, seed).to(device)
-    ckpt = folder / "checkpoint.safetensors"
-    result = train(model, build_batches(s, task, seed, corpus), train_config(s, seed), checkpoint=ckpt,
+    result = train(model, build_batches(s, task, seed, corpus), train_config(s, seed), checkpoint=run.checkpoint,
                    progress=progress, desc=f"{task}/{encoding}/seed{seed}")
     record = None
     if rank == 0:
-        save_weights(model, final)
+        save_weights(model, run.model)
         points = evaluate_run(model, s, task, corpus)
-        record = dict(
+        record = run_record(
             task=task, encoding=encoding, seed=seed, train_length=s.train_length(task),
             metric="ppl" if task == "lm" else "accuracy",
             train_loss=result.last_loss, train_seconds=result.seconds,
             parameters=model.num_parameters(), points=points,
         )
-        write_json(done, record)  # NaN/inf -> null: strict JSON
-        ckpt.unlink(missing_ok=True)  # only now: the result is safe, and this checkpoint verified
+        write_run(run.result, record)  # NaN/inf -> null: strict JSON
+        run.checkpoint.unlink(missing_ok=True)  # only now: the result is safe, and this checkpoint verified
     if world > 1:
         dist.barrier()
     return record
@@ -67,7 +63,7 @@ def run_one(
 def run_bench(
     s: BenchSettings, out: str | Path, *, resume: bool = False, overwrite: bool = False,
     progress: bool = True, device: str | None = None,
-) -> dict | None:
+) -> ResultsFile | None:
     """Run every (task, encoding, seed) of ``s`` into ``out``; returns the collected results
     (on rank 0; None on other ranks) after writing results.json, results.csv and plots.
 
@@ -106,13 +102,13 @@ def run_bench(
     return results
 
 
-def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progress: bool) -> dict | None:
+def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progress: bool) -> ResultsFile | None:
     from .report import write_outputs
     from .summary import collect
 
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "bench.json", s.to_json(), indent=2)
+        write_json(RunLayout(out).settings, s.to_json(), indent=2)
     corpus = load_corpus(s.data, max_bytes=s.lm_train_bytes) if "lm" in s.tasks else None
     if corpus is not None and rank == 0:
         print(f"posenc bench: corpus {corpus.describe()}", file=sys.stderr)
@@ -120,9 +116,9 @@ def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progr
     for task in s.tasks:
         for encoding in s.encodings:
             for seed in range(s.seeds):
-                folder = run_dir(out, task, encoding, seed)
-                folder.mkdir(parents=True, exist_ok=True)
-                records.append(run_one(s, task, encoding, seed, folder, corpus, dev, progress))
+                run = run_folder(out, task, encoding, seed)
+                run.path.mkdir(parents=True, exist_ok=True)
+                records.append(run_one(s, task, encoding, seed, run, corpus, dev, progress))
     if rank != 0:
         return None
     results = collect(s, records)

@@ -1,5 +1,6 @@
 """Benchmark results as data: per-run scores, the summary over seeds, the ranking, and
-results.json read back. :mod:`posenc.bench.report` renders them (tables, figures, files).
+results.json's content (:mod:`posenc.results` reads and writes the file).
+:mod:`posenc.bench.report` renders them (tables, figures, files).
 
 Summary per (task, encoding, variant), mean ± std over seeds of a per-seed number:
 
@@ -16,19 +17,15 @@ from a paired bootstrap over the cells (:mod:`posenc.bench.stats`).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
+from ..results import RESULTS_FORMAT, Cell, ResultsFile, RunRecord
 from .stats import DEFAULT_BOOTSTRAP_SEED, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, bootstrap_mrr, mean_std, reciprocal_ranks
 
-__all__ = ["RESULTS_FORMAT", "collect", "load_results", "mean_reciprocal_rank", "per_length", "ranking", "read_record",
-           "run_scores", "summarise"]
-
-RESULTS_FORMAT = "posenc-bench-results-1"
+__all__ = ["collect", "mean_reciprocal_rank", "per_length", "ranking", "run_scores", "summarise"]
 
 
 def per_length(points: list[dict], variant: str) -> dict[int, float]:
@@ -40,7 +37,7 @@ def per_length(points: list[dict], variant: str) -> dict[int, float]:
     return {n: statistics.fmean(v) for n, v in sorted(by.items())}
 
 
-def run_scores(record: dict) -> dict[str, tuple[float, float]]:
+def run_scores(record: RunRecord) -> dict[str, tuple[float, float]]:
     """variant -> (inside, beyond) of one run: the per-seed numbers the summary averages."""
     L = record["train_length"]
     scores = {}
@@ -58,7 +55,7 @@ def run_scores(record: dict) -> dict[str, tuple[float, float]]:
     return scores
 
 
-def summarise(records: list[dict]) -> list[dict]:
+def summarise(records: list[RunRecord]) -> list[Cell]:
     """One row per (task, encoding, variant): in/beyond mean and std over seeds, and the
     per-seed values (``seed_ids``, ``in_seeds``, ``beyond_seeds``, in seed order) that the
     ranking pairs by seed."""
@@ -139,8 +136,8 @@ def ranking(summary: list[dict], *, resamples: int = DEFAULT_RESAMPLES, confiden
                 incomplete=sorted(set(rr) - set(complete)))
 
 
-def collect(settings: Any, records: list[dict]) -> dict:
-    """The content of results.json."""
+def collect(settings: Any, records: list[RunRecord]) -> ResultsFile:
+    """The content of results.json (``settings``: an object with ``to_json()``, or a dict)."""
     summary = summarise(records)
     return dict(
         format=RESULTS_FORMAT,
@@ -150,37 +147,3 @@ def collect(settings: Any, records: list[dict]) -> dict:
         mrr=mean_reciprocal_rank(summary),
         ranking=ranking(summary),
     )
-
-
-def load_results(path: str | Path) -> dict:
-    """Read ``results.json`` (a file or the benchmark's output directory)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    if not p.exists():
-        raise FileNotFoundError(f"no benchmark results at {str(p)!r}; run `posenc bench --out DIR` first")
-    results = json.loads(p.read_text())
-    if results.get("format") != RESULTS_FORMAT:
-        raise ValueError(f"{p} is not posenc bench results (format {results.get('format')!r})")
-    return _nan_for_null(results)
-
-
-_NUMBERS = ("value", "train_loss", "in_mean", "in_std", "beyond_mean", "beyond_std")
-_NUMBER_LISTS = ("in_seeds", "beyond_seeds")
-
-
-def _nan_for_null(obj: Any) -> Any:
-    """Undo :func:`~posenc.files.finite_or_none` for the numeric fields: null -> NaN,
-    so the summaries and plots compute as they did before the file was written."""
-    if isinstance(obj, dict):
-        return {k: (math.nan if v is None and (k in _NUMBERS)
-                    else [math.nan if x is None else x for x in v] if k in _NUMBER_LISTS and isinstance(v, list)
-                    else _nan_for_null(v)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_nan_for_null(v) for v in obj]
-    return obj
-
-
-def read_record(path: str | Path) -> dict:
-    """One run's ``result.json``, with null metrics back as NaN."""
-    return _nan_for_null(json.loads(Path(path).read_text()))
