@@ -29,7 +29,7 @@ as in the mask), never position ids. Between two tokens that see each other ther
 other document and no padding when documents are contiguous in the stream (packing with
 ``SequenceInfo.from_cu_seqlens``) and padding sits at the ends of a row, so the cumulative
 sum need not restart per document: c_i - c_j only ever sums gates of the query's own
-document (tests/test_new_fox.py: packed == separate).
+document (tests/test_fox.py: packed == separate).
 
 Layers and the KV cache. The gates are this module's parameters: the paper gives every layer
 its own, which is ``ModelConfig(..., share_encoding=False)`` (a shared spec ties the gate
