@@ -25,7 +25,7 @@ PASSKEY_FILES = ("bench_model_smollm2_code.json", "bench_model_smollm2_passkey_1
 
 def cells(files: tuple[str, ...], task: str, results: Path = RESULTS) -> tuple[dict[str, dict[int, float]], int, dict]:
     """{row name: {length: value}} of ``task`` over the files that exist (passkey: % over depths), L, settings."""
-    from posenc.hf.bench_model import variant_label
+    from posenc.hf.scalings import variant_label
 
     rows: dict[str, dict[int, list[float]]] = {}
     L, settings = None, None

@@ -169,7 +169,8 @@ def _status_bytes(field: str) -> int:
 
 def _memory_child(n: int) -> None:
     """Run in a fresh process: print JSON with the peak RSS before and after one nll over n tokens."""
-    from posenc.hf.bench_model import HFCausalLM, _peak_bytes
+    from posenc.hf.cost import peak_bytes
+    from posenc.hf.evaluation import HFCausalLM
 
     folder, model, _ = _model()
     ids = _prompt(folder, n)
@@ -188,7 +189,7 @@ def _memory_child(n: int) -> None:
     cfg = json.loads((folder / "config.json").read_text())
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     print(json.dumps(dict(tokens=n, peak_rss_before=before, peak_rss_after=after, growth=after - before,
-                          seconds=round(seconds, 1), estimate_peak=_peak_bytes(cfg, n, 1, weights, 4),
+                          seconds=round(seconds, 1), estimate_peak=peak_bytes(cfg, n, 1, weights, 4),
                           weights=weights)))
 
 

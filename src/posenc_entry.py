@@ -1,8 +1,7 @@
 """The ``posenc`` console script: ``posenc.cli.main`` with Ctrl-C handled from the first instant.
 
-It lives outside the ``posenc`` package on purpose: importing anything from the package runs
-``posenc/__init__.py``, which imports torch (a second or more). A Ctrl-C then would print a
-KeyboardInterrupt traceback, leave numpy half-imported so that torch fails later with
+Importing the CLI imports torch and every subcommand (a second or more). A Ctrl-C then would
+print a KeyboardInterrupt traceback, leave numpy half-imported so that torch fails later with
 ``module 'numpy' has no attribute 'multiply'``, or be swallowed by a broad ``except`` inside
 some import so that the command goes on as if nothing happened. So while the package is
 imported and the parser built (which imports every subcommand), SIGINT does not raise: its
@@ -10,6 +9,11 @@ handler prints ``posenc: interrupted`` and ends the process at once with code 13
 (128 + SIGINT, the shell's convention). After that Python's own handler is back, and
 ``posenc.cli.main`` turns the KeyboardInterrupt into the same line (``posenc bench`` first
 saves its checkpoint).
+
+``python -m posenc`` runs the same :func:`main` from ``posenc/__main__.py``. Python imports the
+``posenc`` package first, which is why ``posenc/__init__.py`` imports nothing (its names load on
+first use): the guard goes on a few milliseconds after startup either way, and the library
+knows nothing of this module.
 
 A SIGINT during the interpreter's own startup, before this module runs (about 20 ms on an
 idle machine, 0.2 s on a loaded one), is Python's: it kills the process quietly or prints
@@ -21,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["main", "guard_interrupts", "run_as_main"]
+__all__ = ["main", "guard_interrupts"]
 
 
 def _exit_interrupted(signum: int = 2, frame: object = None) -> None:  # noqa: ARG001
@@ -38,26 +42,12 @@ def _exit_interrupted(signum: int = 2, frame: object = None) -> None:  # noqa: A
 
 def guard_interrupts() -> None:
     """From now until :func:`main` runs the command, SIGINT prints ``posenc: interrupted`` and
-    ends the process with code 130. ``python -m posenc`` calls it first thing in
-    ``posenc/__init__.py``, which Python imports (with torch) before ``posenc/__main__.py``."""
+    ends the process with code 130."""
     # _signal, the C module under `signal`, is built in: importing `signal` itself would take
     # tens of milliseconds (enum, functools) with Python's raising handler still on
     import _signal
 
     _signal.signal(_signal.SIGINT, _exit_interrupted)
-
-
-def run_as_main(argv0: str, orig_argv: list[str]) -> bool:
-    """Whether this process is ``python [options] -m posenc ...`` (``argv0``: sys.argv[0], which is
-    ``-m`` while Python imports the package it is about to run)."""
-    if argv0 != "-m":
-        return False
-    for i, arg in enumerate(orig_argv):
-        if arg == "-m":
-            return orig_argv[i + 1:i + 2] == ["posenc"]
-        if arg.startswith("-m"):
-            return arg == "-mposenc"
-    return False
 
 
 def main() -> None:
@@ -72,7 +62,8 @@ def main() -> None:
 
         # torch warns on import where numpy is missing; posenc needs numpy only for its extras
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-        from posenc.cli import build_parser, main as cli_main, one_line
+        from posenc.cli import build_parser, main as cli_main
+        from posenc.text import one_line
 
         try:
             parser = build_parser(sys.argv[1:])  # also imports user code (--import, entry points)

@@ -18,9 +18,10 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from posenc.bench.data import example_rng  # noqa: E402
-from posenc.bench.summary import load_results  # noqa: E402
+from posenc.results import read_results  # noqa: E402
 from posenc.cli import main  # noqa: E402
-from posenc.hf.bench_model import HFCausalLM, TextPasskey  # noqa: E402
+from posenc.hf.evaluation import HFCausalLM  # noqa: E402
+from posenc.hf.tasks import TextPasskey  # noqa: E402
 from posenc.hf.checkpoint import ByteTokenizer  # noqa: E402
 
 L = 256  # trained length: a byte-level passkey prompt needs ~250 tokens
@@ -68,7 +69,7 @@ def _cell(results, task, variant, length, depth=None):
 
 def test_outputs_have_the_bench_format(run, ckpt):
     out, _ = run
-    results = load_results(out)
+    results = read_results(out)
     assert results["settings"]["trained_length"] == L
     # header; passkey: base at L and 2L, linear and the raised base at 2L, 2 depths each; lm: the same 4 cells
     assert (out / "results.csv").read_text().count("\n") == 1 + 4 * 2 + 4
@@ -89,7 +90,7 @@ def test_perplexity_cells_match_transformers_loss(run, ckpt, model):
     a model built with transformers' own linear rope dict (factor 2); the raised base at 2L: a
     model built with rope_theta 16 x 10000."""
     out, _ = run
-    results = load_results(out)
+    results = read_results(out)
     data = (ckpt / "corpus.txt").read_bytes()
     val = torch.tensor(list(data[36_000:]))
     for n in (L, 2 * L):
@@ -131,7 +132,7 @@ def test_passkey_prompts_and_greedy_decoding(model):
 
 def test_passkey_cell_recomputed(run, model):
     out, _ = run
-    results = load_results(out)
+    results = read_results(out)
     task = TextPasskey(ByteTokenizer(260))
     rng = example_rng("eval", "passkey", 1234, L, 1.0)
     examples = [task.sample(L, rng, depth=1.0) for _ in range(4)]  # micro: 4 examples
@@ -143,7 +144,7 @@ def test_passkey_cell_recomputed(run, model):
 
 def test_resume_recomputes_only_what_is_missing(run, ckpt, monkeypatch):
     out, argv = run
-    before = load_results(out)
+    before = read_results(out)
     lm_dir = out / "runs" / "lm" / ckpt.resolve().name / "seed0"
     (lm_dir / "result.json").unlink()
     (lm_dir / "variants" / "linear.json").unlink()
@@ -151,11 +152,11 @@ def test_resume_recomputes_only_what_is_missing(run, ckpt, monkeypatch):
 
     calls = []
     real = bm._evaluate_variant
-    monkeypatch.setattr(bm, "_evaluate_variant", lambda lm, s, task, variant, *a: calls.append((task, variant))
+    monkeypatch.setattr(bm, "_evaluate_variant", lambda lm, s, task, variant, *a: calls.append((task.name, variant))
                         or real(lm, s, task, variant, *a))
     assert main(argv + ["--resume"]) == 0
     assert calls == [("lm", "linear")]
-    after = load_results(out)
+    after = read_results(out)
     assert json.dumps(after["runs"]) == json.dumps(before["runs"])
 
 
@@ -221,10 +222,11 @@ def test_a_saved_tokenizer_is_used(tmp_path):
 def test_evaluation_flags_apply_with_model(ckpt, tmp_path, monkeypatch):
     """--passkey-examples / --lm-eval-factors / --scalings reach the settings (bench.json)."""
     import posenc.hf.bench_model as bm
+    import posenc.hf.bench_table as table
 
     seen = {}
     monkeypatch.setattr(bm, "run_model_bench", lambda s, *a, **k: seen.setdefault("s", s) and {"summary": []})
-    monkeypatch.setattr(bm, "format_model_table", lambda r: "")
+    monkeypatch.setattr(table, "format_model_table", lambda r: "")
     assert main(["bench", "--model", str(ckpt), "--preset", "micro", "--passkey-examples", "3", "--lm-eval-factors",
                  "1", "4", "--scalings", "yarn", "ntk", "--out", str(tmp_path / "o")]) == 0
     s = seen["s"]
@@ -235,11 +237,11 @@ def test_evaluation_flags_apply_with_model(ckpt, tmp_path, monkeypatch):
 def test_table_speaks_in_tokens_and_names_the_model(run, ckpt):
     """The printed table: token perplexity and passkey %, rows named by the model and the
     scalings' registry labels; one checkpoint, so no ranking."""
-    from posenc.hf.bench_model import format_model_table
+    from posenc.hf.bench_table import format_model_table
     from posenc.rotary.scaling import SCALINGS
 
     out, _ = run
-    text = format_model_table(load_results(out))
+    text = format_model_table(read_results(out))
     name = ckpt.resolve().name
     assert "token perplexity" in text and "passkey accuracy" in text and f"L = {L} tokens" in text
     assert f"+ {SCALINGS['linear'].label}" in text and any(line.startswith(name + " ") for line in text.splitlines())
@@ -252,7 +254,6 @@ def test_table_speaks_in_tokens_and_names_the_model(run, ckpt):
 def test_nll_keeps_no_full_logits_and_equals_the_full_forward(model, monkeypatch):
     """HFCausalLM.nll runs the head on chunks (never more than head_chunk positions at once) and
     gives the summed loss of the model's own full logits."""
-    from posenc.hf.bench_model import HFCausalLM
 
     torch.manual_seed(1)
     ids = torch.randint(0, 260, (2, 100))
@@ -268,7 +269,7 @@ def test_nll_keeps_no_full_logits_and_equals_the_full_forward(model, monkeypatch
 
 
 def test_estimate_grows_with_length(model):
-    from posenc.hf.bench_model import HFCausalLM, estimate_cost
+    from posenc.hf.cost import estimate_cost
 
     cfg = model.config.to_dict()
     weights = sum(p.numel() * 4 for p in model.parameters())
@@ -291,14 +292,14 @@ def test_gptj_is_evaluated_past_its_position_table(tmp_path):
     out = tmp_path / "out"
     assert main(["bench", "--model", str(d), "--preset", "micro", "--tasks", "lm", "--data", str(d / "corpus.txt"),
                  "--out", str(out), "--no-progress"]) == 0
-    results = load_results(out)
+    results = read_results(out)
     lengths = sorted({p["length"] for r in results["runs"] for p in r["points"] if p["variant"] == "base"})
     assert lengths[0] <= n_pos < lengths[-1], lengths
     model = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
-    from posenc.hf.bench_model import _token_stream
+    from posenc.hf.evaluation import token_stream
     from posenc.hf.checkpoint import load_tokenizer, open_checkpoint
 
-    stream = _token_stream(load_tokenizer(open_checkpoint(d)), str(d / "corpus.txt"), lengths[-1] + 1)
+    stream = token_stream(load_tokenizer(open_checkpoint(d)), str(d / "corpus.txt"), lengths[-1] + 1)
     windows = min(max(1, results["settings"]["lm_eval_tokens"] // n_pos), len(stream) // n_pos)
     with torch.no_grad():  # the unpatched model, window by window (each scores n_pos - 1 tokens)
         losses = [float(model(input_ids=w[None], labels=w[None]).loss) for w in stream[: windows * n_pos].view(windows, n_pos)]
@@ -381,7 +382,7 @@ def test_the_cli_corpus_choices_are_the_registry(tmp_path):
 
 
 def test_raised_base_zero_drops_the_row(ckpt, tmp_path):
-    from posenc.hf.bench_model import model_settings
+    from posenc.hf.bench_settings import model_settings
 
     s, _ = model_settings("micro", ckpt, raised_base=0)
     assert "raised_base" not in s.variants() and model_settings("micro", ckpt)[0].variants()[-1] == "raised_base"

@@ -119,7 +119,7 @@ def test_bench_model_perplexity_cells_are_exp_loss(smol, smol_dir, tmp_path, cor
     model patched, the raised-base cell with transformers' own rotary module built for
     rope_theta x 16. The window is the corpus's validation text tokenized by AutoTokenizer."""
     from posenc.bench.data import load_named_corpus
-    from posenc.hf.bench_model import model_settings, run_model_bench
+    from posenc.hf import model_settings, run_model_bench
 
     s, ckpt = model_settings("micro", NAME, tasks=["lm"], trained_length=64, corpus=corpus,
                              overrides=dict(lm_eval_factors=(1, 2), scalings=("yarn",), lm_eval_tokens=1))

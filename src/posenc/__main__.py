@@ -1,8 +1,7 @@
 """``python -m posenc`` (and ``torchrun -m posenc``): the same entry as the ``posenc`` script.
 
-Python imports the package (and torch) before this file runs; ``posenc/__init__.py`` puts the
-Ctrl-C guard on first when it is imported this way (:func:`posenc_entry.run_as_main`), so an
-interrupt during those imports is ``posenc: interrupted`` and exit 130, as for the script.
+Python imports the package before this file runs; ``posenc/__init__.py`` imports nothing, so
+the Ctrl-C guard of :func:`posenc_entry.main` is on before torch loads, as for the script.
 """
 
 from posenc_entry import main

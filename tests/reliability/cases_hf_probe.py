@@ -110,7 +110,7 @@ def _empty_text_folder() -> Path:
 
 def _bench_model_settings(**kw) -> Callable[[], object]:
     def run() -> object:
-        from posenc.hf.bench_model import model_settings
+        from posenc.hf.bench_settings import model_settings
 
         args = dict(kw)
         return model_settings(args.pop("preset", "micro"), _folder(header=_SMALL), **args)

@@ -112,7 +112,7 @@ def _gptj_probe_settings() -> object:
 
 def _bench_model(folder: Callable[[], Path]) -> Callable[[], object]:
     def run() -> object:
-        from posenc.hf.bench_model import model_settings, run_model_bench
+        from posenc.hf import model_settings, run_model_bench
 
         try:
             settings, _ = model_settings("micro", folder(), tasks=["lm"])

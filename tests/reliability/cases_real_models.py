@@ -125,7 +125,7 @@ def _wrong_sha() -> object:
 
 def _bench_settings(config: dict, **kw) -> Callable[[], object]:
     def run() -> object:
-        from posenc.hf.bench_model import model_settings
+        from posenc.hf.bench_settings import model_settings
 
         return model_settings("micro", _folder(config), **kw)
 
@@ -140,7 +140,7 @@ def _llama3_with_model() -> object:
 def _nan_weights() -> object:
     import torch
 
-    from posenc.hf.bench_model import check_finite_weights
+    from posenc.hf.evaluation import check_finite_weights
 
     m = torch.nn.Sequential(torch.nn.Linear(2, 2))
     with torch.no_grad():

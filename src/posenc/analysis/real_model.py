@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..hf.tasks import model_task
 from ..rotary.scaling import SCALINGS
 from .canvas import PlotResult, coincident_groups, figure, prepare_out_dir, save
 
@@ -80,17 +81,18 @@ def row_label(variant: str, settings: dict[str, Any]) -> str:
 
 
 def model_bench_cells(results: dict[str, Any]) -> dict[str, dict[str, dict[int, float]]]:
-    """{task: {row label: {length: value}}}: lm token perplexity, passkey accuracy in % (the
-    mean over depths), in the order the rows were evaluated."""
+    """{task: {row label: {length: value}}}: each task's value as it is shown (its
+    :class:`~posenc.hf.tasks.ModelTask`'s ``scale``: passkey accuracy in %, the mean over depths;
+    token perplexity as it is), in the order the rows were evaluated."""
     out: dict[str, dict[str, dict[int, float]]] = {}
     for run in results["runs"]:
         values: dict[tuple[str, int], list[float]] = {}
         for p in run["points"]:
             values.setdefault((p["variant"], p["length"]), []).append(p["value"])
         rows: dict[str, dict[int, float]] = {}
+        scale = model_task(run["task"]).scale
         for (variant, n), vals in values.items():
-            mean = sum(vals) / len(vals)
-            rows.setdefault(row_label(variant, results["settings"]), {})[n] = 100 * mean if run["task"] == "passkey" else mean
+            rows.setdefault(row_label(variant, results["settings"]), {})[n] = scale * sum(vals) / len(vals)
         out[run["task"]] = rows
     return out
 
@@ -105,9 +107,6 @@ def model_concerns(results: dict[str, Any] | None, probe: dict[str, Any] | None)
     return names
 
 
-_UNITS = {"lm": "token perplexity (lower is better)", "passkey": "passkey accuracy, % (mean over depths)"}
-
-
 def model_bench_summary(results: dict[str, Any]) -> list[str]:
     """Per task, the rows at the longest length evaluated, best first."""
     L = results["settings"]["trained_length"]
@@ -115,10 +114,10 @@ def model_bench_summary(results: dict[str, Any]) -> list[str]:
     for task, rows in model_bench_cells(results).items():
         n = max(x for r in rows.values() for x in r)
         at = {name: r[n] for name, r in rows.items() if n in r}
-        order = sorted(at, key=lambda k: at[k], reverse=task == "passkey")
-        fmt = (lambda v: f"{v:.0f} %") if task == "passkey" else (lambda v: f"{v:.2f}")  # noqa: E731
-        lines.append(f"{_UNITS.get(task, task)} at {n} tokens ({n / L:g} L, L stated as {L}): "
-                     + ", ".join(f"{k} {fmt(at[k])}" for k in order))
+        kind = model_task(task)
+        order = sorted(at, key=lambda k: at[k], reverse=kind.higher_is_better)
+        lines.append(f"{kind.unit} at {n} tokens ({n / L:g} L, L stated as {L}): "
+                     + ", ".join(f"{k} {kind.value_format.format(at[k])}" for k in order))
     return lines
 
 
@@ -128,7 +127,7 @@ def plot_model_bench(results: dict[str, Any], out_dir: Path) -> PlotResult:
     together (``data["lines"]``: per task, the rows of each line)."""
     cells = model_bench_cells(results)
     L = results["settings"]["trained_length"]
-    tasks = [t for t in ("lm", "passkey") if t in cells] + [t for t in cells if t not in ("lm", "passkey")]
+    tasks = sorted(cells, key=lambda t: model_task(t).higher_is_better)  # lower-is-better panels (perplexity) first
     plt, fig, axes = figure(len(tasks))
     lines: dict[str, list[list[str]]] = {}
     for ax, task in zip(axes, tasks):
@@ -152,9 +151,10 @@ def plot_model_bench(results: dict[str, Any], out_dir: Path) -> PlotResult:
         ax.axvline(L, color="k", ls="--", lw=1, label=f"L = {L} (stated)")
         ax.set_xticks(lengths, [f"{n}\n{n / L:g} L" for n in lengths], fontsize=8)
         ax.set_xlabel("tokens")
-        ax.set_ylabel(_UNITS.get(task, task))
-        if task == "passkey":
-            ax.set_ylim(-5, 105)
+        kind = model_task(task)
+        ax.set_ylabel(kind.unit)
+        if kind.value_range is not None:
+            ax.set_ylim(*kind.value_range)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=7)
         ax.set_title(task, fontsize=10)

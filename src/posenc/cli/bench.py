@@ -127,7 +127,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.corpus is not None and args.data is not None:
         raise ValueError("--corpus and --data both name the lm task's text: give one")
     if args.model is not None:  # a Hugging Face checkpoint, evaluated without training
-        from ..hf.bench_model import run_from_args
+        from .bench_model import run_from_args
 
         return run_from_args(args)
     settings = settings_for(

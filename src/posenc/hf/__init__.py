@@ -28,9 +28,10 @@ __all__ = [
     "unpatch_model",
 ]
 
-# posenc probe / posenc bench --model (issue 13): a checkpoint's q·k against distance, and its
-# passkey accuracy and perplexity past the trained length.
-from .bench_model import ModelBenchSettings, model_settings, run_model_bench  # noqa: E402
+# a checkpoint's q·k against distance (posenc probe), and its scores past the trained length on
+# each task of posenc.hf.tasks (posenc bench --model)
+from .bench_model import run_model_bench  # noqa: E402
+from .bench_settings import ModelBenchSettings, model_settings  # noqa: E402
 from .probe import ProbeSettings  # noqa: E402
 from .probe import probe as run_probe  # noqa: E402  (not `probe`: that name is the subpackage)
 

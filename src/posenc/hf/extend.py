@@ -35,7 +35,6 @@ procedure, not a measurement of extension (the model was trained well past that 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -92,7 +91,7 @@ def candidates(L: int, N: int, multipliers: tuple[float, ...]) -> list[Candidate
     """The grid: the model as it is, then each training-free scaling at factor ``m * N / L``
     (its ``extension`` rule's parameters); repeated parameter sets are evaluated once."""
     from ..rotary.scaling import SCALINGS, list_scalings
-    from .bench_model import scaling_params
+    from .scalings import scaling_params
 
     out = [Candidate("none", None, {})]
     seen = set()
@@ -249,18 +248,20 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
 
     from ..bench.data import example_rng
     from ..progress import bar as progress_bar
-    from .bench_model import (HFCausalLM, TextPasskey, _model_trained_length, _token_stream, check_finite_weights,
-                              check_has_rope, estimate_cost, token_perplexity)
     from .checkpoint import load_model, load_tokenizer, open_checkpoint
+    from .cost import estimate_cost
+    from .evaluation import (HFCausalLM, check_finite_weights, check_has_rope, stated_trained_length, token_perplexity,
+                             token_stream)
     from .models import resolve_model
     from .patch import patch_model, unpatch_model
+    from .tasks import TextPasskey
 
     if out is not None and Path(out).exists() and any(Path(out).iterdir()):
         raise ValueError(f"--out {str(out)!r} exists and is not empty; give a new folder")
     ckpt = open_checkpoint(resolve_model(model, install=install))
     check_has_rope(ckpt.config, f"MODEL {str(model)!r}")
     check_writable(ckpt.config, f"MODEL {str(model)!r}")
-    L = _model_trained_length(ckpt, settings.trained_length)
+    L = stated_trained_length(ckpt, settings.trained_length)
     N = settings.to
     if N <= L:
         raise ValueError(f"--to must exceed the trained length L = {L} (a length the model already serves), got {N}")
@@ -271,14 +272,14 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
     passkey = TextPasskey(tok)
     if N < passkey.min_length:
         raise ValueError(f"--to {N} is shorter than a passkey prompt ({passkey.min_length} tokens)")
-    stream = _token_stream(tok, settings.data, settings.windows * N + 1)
+    stream = token_stream(tok, settings.data, settings.windows * N + 1)
     grid = candidates(L, N, settings.factors)
     samples = settings.passkey_examples * len(_DEPTHS)
     seconds, peak, _ = estimate_cost(lm, ckpt.config, [(N, 1, N)] * (settings.windows * len(grid))
                                      + [(N, 1, 1)] * (samples * len(grid)))
     print(f"posenc extend: {len(grid)} candidates at N = {N} (L = {L}): estimated {seconds / 60:.1f} min, "
           f"peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
-    examples = {d: [passkey.sample(N, example_rng("extend", "passkey", settings.eval_seed, N, d), depth=d)
+    examples = {d: [passkey.sample(N, example_rng("extend", passkey.name, settings.eval_seed, N, d), depth=d)
                     for _ in range(settings.passkey_examples)] for d in _DEPTHS}
     written = []  # each candidate's config entries, before any forward: what to_hf cannot spell fails now
     for c in grid:
@@ -318,42 +319,3 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
         write_extended(ckpt.path, Path(out), extended_config(ckpt.config, rows[win]["hf"], N), evidence)
         print(f"wrote {out}/config.json ({rows[win]['label']}), the weights and extend.json")
     return evidence
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    import torch
-
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    settings = ExtendSettings(to=args.to, trained_length=args.trained_length, factors=tuple(args.factors),
-                              windows=args.windows, passkey_examples=args.passkey_examples,
-                              data=None if args.data is None else str(args.data))
-    extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress)
-    return 0
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from ..cli.args import int_at_least, output_dir, positive_float, positive_int
-
-    p = subparsers.add_parser(
-        "extend", help="measure training-free RoPE scalings of a checkpoint at length N and write the best as its config",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("model", metavar="MODEL", help="a save_pretrained folder, a .gguf file, or smollm2-135m / gemma3-270m")
-    p.add_argument("--to", type=int_at_least(2), required=True, metavar="N", help="the target length in tokens (> L)")
-    p.add_argument("--out", type=output_dir, default=None, metavar="DIR",
-                   help="write the winner here as a transformers checkpoint (default: only print the table)")
-    p.add_argument("--trained-length", type=int_at_least(2), default=None, metavar="L",
-                   help="a shorter L than the checkpoint's own, for a quick run (a demonstration, not a measurement)")
-    p.add_argument("--factors", type=positive_float, nargs="+", default=[1.0, 2.0], metavar="M",
-                   help="factor multipliers: each scaling at M * N / L (default 1 2)")
-    p.add_argument("--windows", type=positive_int, default=1, help="perplexity windows of N tokens (default 1)")
-    p.add_argument("--passkey-examples", type=positive_int, default=1, help="passkey examples per depth (default 1)")
-    p.add_argument("--data", default=None, metavar="PATH", help="corpus (default: the Python standard library's sources)")
-    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
-    p.add_argument("--no-install", action="store_true", help="refuse to install a named model's package")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=_cmd)

@@ -1,0 +1,134 @@
+"""A transformers causal LM evaluated on real text: what ``bench --model`` and ``extend`` share.
+
+* :class:`HFCausalLM`: the model behind the interface the evaluation calls, ``nll(ids)`` and
+  greedy ``generate(prompts, n)``, neither keeping full logits. A real vocabulary makes them
+  the largest tensor of a forward (SmolLM2: 49152 floats per position, 3.2 GB for one window
+  of 16384 tokens), so ``nll`` runs the decoder to its final hidden states and the LM head on
+  :data:`HEAD_CHUNK` positions at a time, and a prefill keeps the last position's logits only.
+* :func:`token_stream` and :func:`token_perplexity`: a corpus's validation part in the
+  checkpoint's tokens, scored in non-overlapping windows each read on its own.
+* The checks made before any evaluation: :func:`check_has_rope`,
+  :func:`check_finite_weights`, :func:`stated_trained_length`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..bench.data import load_corpus, load_named_corpus
+from ..config import check_int
+from .checkpoint import Checkpoint, trained_length
+
+__all__ = ["HEAD_CHUNK", "HFCausalLM", "check_finite_weights", "check_has_rope", "stated_trained_length",
+           "token_perplexity", "token_stream"]
+
+HEAD_CHUNK = 1024  # positions per LM-head call: (1024, V) float32 logits, 200 MB for V = 49152
+
+
+def check_has_rope(config: dict[str, Any], where: str) -> None:
+    """Refuse a checkpoint whose config describes no RoPE (GPT-2, BERT, ...): bench --model and
+    extend measure RoPE scalings, which such a model has no place for."""
+    model_type = config.get("model_type")
+    keys = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_dim", "rotary_pct", "partial_rotary_factor")
+    has_rope = any(config.get(k) is not None for k in keys) or config.get("position_embedding_type") == "rotary"
+    if not has_rope:
+        raise ValueError(f"{where}: model_type {model_type!r} has no RoPE (position_embedding_type / rope_theta absent): "
+                         "bench --model and extend measure RoPE scalings")
+
+
+def check_finite_weights(model: nn.Module, where: str) -> None:
+    """Refuse weights holding NaN or inf (a corrupt file evaluates to 0 % and null perplexities)."""
+    for name, t in (*model.named_parameters(), *model.named_buffers()):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{where}: tensor {name!r} holds non-finite values (NaN/inf): the checkpoint is corrupt")
+
+
+def stated_trained_length(ckpt: Checkpoint, stated: int | None) -> int:
+    """L for an evaluation: the checkpoint's own trained length, or a shorter one ``stated`` for a
+    quick run (``--trained-length``; longer than the checkpoint's own is refused)."""
+    own = trained_length(ckpt.config)
+    if stated is None:
+        return own
+    check_int("--trained-length", stated, minimum=2)
+    if stated > own:
+        raise ValueError(f"--trained-length must be at most the checkpoint's own trained length {own}, got {stated}")
+    return stated
+
+
+class HFCausalLM(nn.Module):
+    """A transformers causal LM behind the interface the bench's evaluation calls: ``nll(ids)``
+    (summed next-token loss, logits never kept for the whole window) and greedy
+    ``generate(prompts, n)`` (the KV cache; the prefill keeps the last position's logits only)."""
+
+    def __init__(self, model: nn.Module, head_chunk: int = HEAD_CHUNK):
+        super().__init__()
+        self.model = model
+        check_int("head_chunk", head_chunk, minimum=1)
+        self.head_chunk = head_chunk
+        cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+        self.softcap = getattr(cfg, "final_logit_softcapping", None)  # Gemma 2: tanh cap on the logits
+
+    def head(self, hidden: Tensor) -> Tensor:
+        """Logits (..., V) float32 of final hidden states (..., C), as the model's own forward makes them."""
+        logits = self.model.get_output_embeddings()(hidden).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+    @torch.no_grad()
+    def nll(self, ids: Tensor) -> tuple[float, int]:
+        """(sum of -log p(ids[:, t+1] | ids[:, :t+1]) over t, number of predicted tokens) for (B, T) ids:
+        the decoder once, then the LM head on ``head_chunk`` positions at a time."""
+        base = self.model.base_model
+        decoder = self.model.model if base is self.model else base  # Llama4ForCausalLM is its own base_model
+        hidden = decoder(input_ids=ids[:, :-1], use_cache=False).last_hidden_state  # (B, T-1, C)
+        total = 0.0
+        for i in range(0, hidden.shape[1], self.head_chunk):
+            logits = self.head(hidden[:, i : i + self.head_chunk])  # (B, c, V)
+            target = ids[:, i + 1 : i + 1 + self.head_chunk]  # (B, c)
+            total += float(F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="sum").double())
+        return total, ids[:, 1:].numel()
+
+    @torch.no_grad()
+    def generate(self, prompts: Tensor, n: int) -> Tensor:
+        """``prompts`` (B, P) followed by ``n`` greedily decoded tokens: (B, P + n)."""
+        out = self.model(input_ids=prompts, use_cache=True, logits_to_keep=1)  # logits (B, 1, V)
+        tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]  # (B, 1)
+        for _ in range(n - 1):
+            out = self.model(input_ids=tokens[-1], past_key_values=out.past_key_values, use_cache=True)
+            tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
+        return torch.cat([prompts, *tokens], dim=1)
+
+
+def token_stream(tokenizer: Any, data: str | None, need: int, corpus_name: str = "code") -> Tensor:
+    """The validation split of ``data``, else of the named corpus (as in the bench) tokenized:
+    at least ``need`` tokens."""
+    # the validation split is 1/9 of max_bytes; 8 bytes per token is more than any tokenizer needs
+    max_bytes = 9 * 8 * need + 9
+    corpus = load_corpus(data, max_bytes=max_bytes) if data is not None else load_named_corpus(corpus_name, max_bytes)
+    ids = tokenizer.encode(bytes(corpus.val.tolist()).decode("utf-8", errors="replace"))
+    if len(ids) < need:
+        raise ValueError(f"--data: the validation part of {corpus.source!r} is {len(ids)} tokens; the lm task needs "
+                         f"at least {need} (one window at the longest length): give a larger corpus")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def token_perplexity(lm: HFCausalLM, stream: Tensor, length: int, windows: int) -> dict[str, float]:
+    """Perplexity on the 1-D ``stream`` cut into ``windows`` non-overlapping windows of ``length``
+    tokens, each read on its own (every token but each window's first is predicted):
+    ``{"ppl", "nll", "tokens", "windows"}``, as :func:`posenc.bench.evaluate.perplexity`."""
+    check_int("length", length, minimum=2)
+    windows = min(windows, len(stream) // length)
+    if windows < 1:
+        raise ValueError(f"the stream has {len(stream)} tokens; need at least one window of {length}")
+    total, count = 0.0, 0
+    for i in range(windows):
+        t, c = lm.nll(stream[None, i * length : (i + 1) * length])
+        total, count = total + t, count + c
+    nll = total / count
+    return {"ppl": math.exp(nll), "nll": nll, "tokens": count, "windows": windows}

@@ -1,0 +1,105 @@
+"""A task a checkpoint is evaluated on as it is, without training, and the registry of them.
+
+A :class:`ModelTask` is a :class:`posenc.bench.tasks.Task` built on the checkpoint's tokenizer
+that also says how ``bench --model`` runs and shows it: its lengths (from the settings), the
+points per length (passkey depths), the forwards each length costs, the evaluation itself, and
+its metric's units, direction and formatting for tables, summaries and figures. The runner,
+the table and the report ask the task; none of them knows a task by name.
+
+A new task is one subclass decorated with :func:`register_model_task`; ``posenc bench --model
+M --tasks NAME`` then runs it and its rows appear in every table and figure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, TypeVar
+
+from ...bench.tasks import Task
+
+if TYPE_CHECKING:
+    from ..bench_settings import ModelBenchSettings
+    from ..evaluation import HFCausalLM
+
+__all__ = ["ModelTask", "model_task", "model_task_names", "register_model_task"]
+
+
+class ModelTask(Task):
+    """A task of ``bench --model``: one value per (row, length, point), a point being a depth or None.
+
+    Class attributes describe the metric (read without a tokenizer, e.g. by the report):
+    ``metric`` (results.json's name for it), ``unit`` (an axis or summary label),
+    ``higher_is_better``, ``scale`` (a value as shown: 100 for a fraction in %),
+    ``value_format`` (a shown value in a summary) and ``value_range`` (a figure's y limits, or None).
+    """
+
+    unit: ClassVar[str] = ""
+    higher_is_better: ClassVar[bool] = True
+    scale: ClassVar[float] = 1.0
+    value_format: ClassVar[str] = "{:.2f}"
+    value_range: ClassVar[tuple[float, float] | None] = None
+
+    def __init__(self, tokenizer: Any):
+        self.tok = tokenizer
+        self.vocab_size = tokenizer.vocab_size  # Task.sample checks every token against it
+
+    @classmethod
+    def check_inputs(cls, corpus: str, data: str | None) -> None:
+        """Refuse, before any model is loaded, inputs the task will not find (a missing package)."""
+
+    def lengths(self, s: ModelBenchSettings) -> list[int]:
+        """The lengths evaluated, in tokens, ascending."""
+        raise NotImplementedError
+
+    def prepare(self, s: ModelBenchSettings, lengths: list[int], device: str) -> None:
+        """Read what the evaluation needs (a corpus) once, before any forward."""
+
+    def depths(self, s: ModelBenchSettings) -> tuple[float | None, ...]:
+        """The points of one length: a value each (None: one value per length)."""
+        return (None,)
+
+    def cells(self, s: ModelBenchSettings, n: int) -> list[tuple[int, int, int]]:
+        """(tokens, batch, scored positions) of every forward one row runs at length ``n``."""
+        raise NotImplementedError
+
+    def evaluate(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
+        """(depth, value) of each point at length ``n``, as each is measured."""
+        raise NotImplementedError
+
+    @classmethod
+    def describe(cls, settings: dict[str, Any]) -> str:
+        """What a table of this task's values shows, from results.json's settings."""
+        return cls.unit
+
+    @classmethod
+    def shown(cls, values: list[float | None]) -> str:
+        """A table cell: the values of one (row, length), one per point."""
+        if any(v is None for v in values):
+            return "nan"
+        return f"{cls.scale * sum(values) / len(values):.0f}"
+
+
+_MODEL_TASKS: dict[str, type[ModelTask]] = {}
+
+M = TypeVar("M", bound=type[ModelTask])
+
+
+def register_model_task(cls: M) -> M:
+    """Class decorator: make a :class:`ModelTask` subclass available to ``bench --model`` by its ``name``."""
+    if not (isinstance(cls, type) and issubclass(cls, ModelTask)):
+        raise TypeError(f"register_model_task needs a subclass of posenc.hf.tasks.ModelTask, got {cls!r}")
+    if not isinstance(cls.name, str) or not cls.name or cls.name in _MODEL_TASKS:
+        raise ValueError(f"model task name {cls.name!r} of {cls.__qualname__} is empty or already registered")
+    _MODEL_TASKS[cls.name] = cls
+    return cls
+
+
+def model_task_names() -> tuple[str, ...]:
+    """Every task ``bench --model`` can run, in registration order (the built-ins first)."""
+    return tuple(_MODEL_TASKS)
+
+
+def model_task(name: str) -> type[ModelTask]:
+    """The registered task class named ``name``; an unknown name lists the valid ones."""
+    if name not in _MODEL_TASKS:
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(_MODEL_TASKS)}")
+    return _MODEL_TASKS[name]
