@@ -261,7 +261,7 @@ def test_orderings_verdicts_from_hand_made_results(tmp_path):
     data = collect(settings_for("standard", seeds=3, lm_eval_factors=(1, 4)), records)
     data["machine"] = "hand-made"
     write_json(tmp_path / "bench_standard.json", data)
-    text = tables.render_bench_standard_orderings("docs/bench.md")
+    text = tables.render("bench_standard_orderings", "docs/bench.md")
     rows = {line.split(" | ")[1]: line.split(" | ")[-1].rstrip(" |") for line in text.splitlines()
             if line.startswith("| Press") or line.startswith("| Kazemnejad")}
     assert rows == {
@@ -269,7 +269,7 @@ def test_orderings_verdicts_from_hand_made_results(tmp_path):
         "learned collapses beyond L (ratio ≥ 1.5)": "holds",
         "ALiBi stays flat (ratio ≤ 1.1)": "holds",
         "RoPE degrades (ratio > 1.1)": "holds",
-        "linear (PI) repairs RoPE (ppl at 4L below plain RoPE's)": "holds",
+        "PI repairs RoPE (ppl at 4L below plain RoPE's)": "holds",
         "YaRN repairs RoPE (ppl at 4L below plain RoPE's)": "mixed across seeds",
         **{f"{who} ahead of {o} on the synthetic tasks": "holds"
            for who in ("NoPE", "T5") for o in ("alibi", "rope", "learned", "sinusoidal")},

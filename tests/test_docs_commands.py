@@ -104,40 +104,13 @@ SMOKE: dict[str, Smoke] = {
                 "posenc bench --model smollm2-135m --trained-length 1024 --lm-eval-factors 1 2 --passkey-eval-factors 1 2 "
                 "--passkey-depths 0.5 --threads 1 --resume --out out/model_bench --no-progress")),
     "posenc list": Smoke(),
-    "posenc check [NAMES...] [--json]": Smoke(argv=("check", "alibi", "rope", "--json")),
-    # {hf}: a tiny random-init Llama saved with save_pretrained (no downloads on these machines).
-    "posenc probe MODEL_DIR --out DIR": Smoke(
-        argv=("probe", "{hf}", "--out", "{tmp}/probe", "--tokens", "32", "--points", "16", "--no-progress"),
-        expect=("{tmp}/probe/probe.json",)),
-    "posenc bench --model MODEL_DIR --out DIR": Smoke(
-        argv=("bench", "--model", "{hf}", "--preset", "micro", "--tasks", "lm", "--out", "{tmp}/bm", "--no-progress"),
-        expect=("{tmp}/bm/results.json",)),
-    # Run as quoted: the Llama-sized probe is the claim (seconds, not the hours it once took).
-    "posenc check rope --d-model 4096 --heads 32": Smoke(),
-    "posenc plot KIND --out DIR": Smoke(argv=("plot", "rope-score", "--out", "{tmp}/plots"),
-                                        expect=("{tmp}/plots/rope-score.png",)),
-    "posenc report --out DIR [--bench BDIR]": Smoke(
-        argv=("report", "--out", "{tmp}/r", "--bench", "{bench}", "--encodings", "alibi", "--plots", "rope-score"),
-        expect=("{tmp}/r/report.html",)),
+    # make demo's last step; a micro run against itself agrees
+    "python benchmarks/compare_bench.py out/bench/results.json benchmarks/results/bench_quick.json": Smoke(
+        argv=("benchmarks/compare_bench.py", "{bench}/results.json", "{bench}/results.json"), how="script"),
     "posenc bench": Smoke(argv=("bench", "--preset", "micro", "--out", "{tmp}/b", "--no-progress"),
                           expect=("{tmp}/b/results.json", "{tmp}/b/results.csv")),
-    "torchrun --nproc_per_node N -m posenc bench ...": Smoke(
-        argv=("torchrun", "--standalone", "--nproc_per_node", "2", "-m", "posenc", "bench", "--preset", "micro",
-              "--out", "{tmp}/ddp", "--no-progress"),
-        expect=("{tmp}/ddp/results.json",), how="subprocess"),
     "python benchmarks/tables.py": Smoke(how="tables"),
     "python benchmarks/tables.py --check": Smoke(how="tables"),
-    "posenc probe smollm2-135m --out out/probe_smollm2": Smoke(
-        set=_REAL_PROBE, add=("--no-progress",), expect=("{tmp}/probe/probe.json",), real=True),
-    "posenc probe gemma3-270m --out out/probe_gemma3": Smoke(
-        set={**_GEMMA_PROBE, "--scalings": ["yarn"]}, add=("--no-progress",), expect=("{tmp}/probe/probe.json",), real=True),
-    "posenc bench --model smollm2-135m --trained-length 1024 --out out/bench_smollm2": Smoke(
-        set={"--trained-length": ["32"], "--out": ["{tmp}/bm"]},
-        add=("--preset", "micro", "--tasks", "lm", "--threads", "1", "--no-progress"),
-        expect=("{tmp}/bm/results.json",), real=True),
-    "posenc bench --model smollm2-135m --trained-length 1024 --corpus prose --tasks lm --out out/bench_smollm2_prose": Smoke(
-        set={"--trained-length": ["32"], "--out": ["{tmp}/bm"]}, add=("--preset", "micro", "--threads", "1", "--no-progress"),
-        expect=("{tmp}/bm/results.json",), real=True),
     "posenc probe smollm2-135m --out out/probe --threads 1 --no-progress": Smoke(
         set=_REAL_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
     "posenc bench --model smollm2-135m --trained-length 1024 --lm-eval-factors 1 2 --passkey-eval-factors 1 2 "
@@ -224,7 +197,7 @@ def _results_commands() -> dict[str, str]:
     out = {}
     for name, res in TABLES.RESULTS.items():
         out[res.command] = name
-        data = json.loads(res.path.read_text())
+        data = json.loads((TABLES.RESULTS_DIR / res.file).read_text())
         recorded = data.get("command") or data.get("meta", {}).get("command")
         if recorded:
             out[recorded] = name

@@ -1,5 +1,6 @@
-"""The README's Python example runs as written, and every measured table in README.md and
-docs/*.md is what benchmarks/tables.py renders from its committed results file."""
+"""The README's Python examples run as written, and every measured table in README.md and
+docs/*.md is what benchmarks/tables.py renders from its committed results file (the docs build
+in benchmarks/docsbuild/: a manifest of tables and one renderer per kind)."""
 
 from __future__ import annotations
 
@@ -45,9 +46,12 @@ def test_committed_tables_equal_their_results_files(tables):
     assert {"bench_quick", "rope_cpu", "relative_scores", "model_cpu", "check_cpu"} <= set(names), names
 
 
-def test_every_table_is_used_and_every_results_file_has_a_command(tables):
-    used = {n for page in tables.PAGES for n in tables.tables_in((ROOT / page).read_text())}
-    assert set(tables.TABLES) == used, f"renderers no page uses: {set(tables.TABLES) - used}"
+def test_every_table_is_where_the_manifest_places_it_and_every_results_file_has_a_command(tables):
+    placed = {(n, page) for page in tables.PAGES for n in tables.tables_in((ROOT / page).read_text())}
+    declared = {(n, page) for n, t in tables.TABLES.items() for page in t.pages}
+    assert placed == declared, f"marked but not declared: {placed - declared}; declared but not marked: {declared - placed}"
+    read = {r for t in tables.TABLES.values() for r in t.results}
+    assert read == set(tables.RESULTS), f"results files no table reads: {set(tables.RESULTS) - read}"
     committed = {p.name for p in tables.RESULTS_DIR.glob("*.json")}
     assert committed, "no results files"
     known = {r.file for r in tables.RESULTS.values()}
@@ -69,13 +73,24 @@ def test_tables_render_a_hand_made_file(tables, monkeypatch):
     data = {"machine": "M", "batch": 1, "heads": 8, "head_dim": 64, "dtype": "float32",
             "results": [{"length": 2048, "rows": rows}]}
     monkeypatch.setattr(tables, "load", lambda name: copy.deepcopy(data))
-    scores = tables.render_relative_scores("README.md")
+    scores = tables.render("relative_scores", "docs/relative.md")
     assert scores.splitlines()[2] == "| shaw | 1.25x | 18.0x | 10.1x |"
     assert "Machine: M. Command: `posenc speed relative --device cpu --lengths 512 1024 2048 4096" in scores
-    assert "[relative_cpu.json](benchmarks/results/relative_cpu.json)" in scores
-    bias = tables.render_relative_bias("docs/relative.md")
+    assert "[relative_cpu.json](../benchmarks/results/relative_cpu.json)" in scores  # links relative to the page
+    bias = tables.render("relative_bias", "docs/speed.md")
     assert bias.splitlines()[2] == "| t5 | 1.02x | 3.00x |"
-    assert "(../benchmarks/results/relative_cpu.json)" in bias  # links relative to the page
+
+
+def test_a_table_reads_only_its_declared_files_and_lives_only_on_its_pages(tables):
+    with pytest.raises(ValueError, match="table 'rope_cpu' belongs in docs/speed.md, docs/rotary.md"):
+        tables.render_page("README.md", "<!-- table: rope_cpu -->\n<!-- /table -->")
+    entry = tables.TABLES["rope_cpu"]
+    tables.TABLES["rope_cpu"] = type(entry)(entry.render, entry.pages, ("check_cpu",))
+    try:
+        with pytest.raises(ValueError, match="table 'rope_cpu' reads 'rope_cpu', which its manifest entry does not"):
+            tables.render("rope_cpu", "docs/rotary.md")
+    finally:
+        tables.TABLES["rope_cpu"] = entry
 
 
 def test_a_changed_results_file_fails_the_check(tables, monkeypatch):
@@ -85,8 +100,8 @@ def test_a_changed_results_file_fails_the_check(tables, monkeypatch):
     for res in data["results"]:
         res["rows"]["score shaw"]["time_ms"] *= 2
     monkeypatch.setattr(tables, "load", lambda name: data if name == "relative_cpu" else real(name))
-    text = README.read_text()
-    assert tables.render_page("README.md", text) != text
+    text = (ROOT / "docs" / "speed.md").read_text()
+    assert tables.render_page("docs/speed.md", text) != text
 
 
 def test_unknown_table_name_is_an_error(tables):
@@ -95,9 +110,22 @@ def test_unknown_table_name_is_an_error(tables):
 
 
 def test_ratio_and_duration_formats(tables):
-    assert [tables.ratio(x) for x in (0.894, 2.186, 9.996, 17.18, 100.06, 153.4)] == \
+    from docsbuild.captions import duration, ratio  # on sys.path once tables.py is loaded
+
+    assert [ratio(x) for x in (0.894, 2.186, 9.996, 17.18, 100.06, 153.4)] == \
         ["0.89x", "2.19x", "10.0x", "17.2x", "100x", "153x"]
-    assert [tables.duration(s) for s in (35.2, 380.0, 547.4)] == ["35 s", "6 min 20 s", "9 min 07 s"]
+    assert [duration(s) for s in (35.2, 380.0, 547.4)] == ["35 s", "6 min 20 s", "9 min 07 s"]
+
+
+def test_a_table_from_several_files_states_a_shared_machine_once(tables):
+    from docsbuild.captions import captions
+
+    one = {"machine": "M", "command": "posenc a"}
+    text = captions("docs/x.md", [("probe_smollm2", one, "first"), ("probe_gemma3", dict(one, command="posenc b"), "")])
+    assert text.count(": M.") == 1 and text.startswith("Machine, for each file below: M.")
+    assert "Command: `posenc a`; results: [probe_smollm2.json](../benchmarks/results/probe_smollm2.json). First." in text
+    mixed = captions("README.md", [("probe_smollm2", one, ""), ("probe_gemma3", dict(one, machine="N"), "")])
+    assert mixed.count("Machine: ") == 2
 
 
 @pytest.mark.slow
@@ -120,7 +148,7 @@ def test_rerun_records_machine_command_and_wall_time(tables, tmp_path, monkeypat
 # results file and a rendered table. What the pattern finds outside tables and code blocks must
 # be one of these (page, text) pairs, each a goal, a size or a derived quantity, not a timing.
 NOT_MEASUREMENTS = {
-    ("README.md", "1.2x"),  # the RoPE goal
+    ("docs/speed.md", "1.2x"),  # the RoPE goal
     ("docs/analysis.md", "× 500"),  # figure size in px
     ("docs/analysis.md", "5 %"),  # a check's threshold
     ("docs/bench.md", "10 %"),  # a learning-rate schedule setting
