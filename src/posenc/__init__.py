@@ -1,8 +1,8 @@
 """posenc: Transformer positional encodings behind one interface.
 
 >>> import posenc
->>> posenc.list_encodings()[:3]
-['none', 'learned', 'sinusoidal']
+>>> posenc.list_encodings()[:2]
+['none', 'nope_temperature']
 >>> model = posenc.Transformer(posenc.ModelConfig(encoding="sinusoidal"))
 >>> rope = posenc.rotary.RotaryEmbedding   # family subpackages load on first use
 """
