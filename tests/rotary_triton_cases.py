@@ -30,7 +30,8 @@ pytest.importorskip("triton")
 import posenc  # noqa: E402
 from posenc.positions import SequenceInfo  # noqa: E402
 from posenc.rotary import triton_rope as TR  # noqa: E402
-from posenc.rotary.functional import angles_cos_sin, apply_rotary, apply_rotary_qk  # noqa: E402
+from posenc.rotary.angles import angles_cos_sin  # noqa: E402
+from posenc.rotary.functional import apply_rotary, apply_rotary_qk  # noqa: E402
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Allowed error in ulps of the exact result: fp16 rounds to nearest; the interpreter truncates bf16.

@@ -19,7 +19,7 @@ import torch
 
 import posenc
 from posenc.rotary.scaling import SCALINGS
-from posenc.rotary import ROPE_SCALINGS, angles_cos_sin, apply_rotary, apply_rotary_qk, base_inv_freq, functional
+from posenc.rotary import ROPE_SCALINGS, angles_cos_sin, apply_rotary, apply_rotary_qk, base_inv_freq, functional, kernels
 from test_rotary_reference import reference_matrix
 
 pytestmark = pytest.mark.compile
@@ -48,7 +48,7 @@ def test_compiled_qk_kernel_matches_eager_and_R_m_reference(layout, dtype, r, gr
     inv = base_inv_freq(r, 10000.0)
     cs = (*angles_cos_sin(q_pos, inv), *angles_cos_sin(k_pos, inv))
     fast = apply_rotary_qk(q, k, *cs, layout, kernel="compiled")
-    assert not functional._compile_failed  # else the eager fallback ran and this test is vacuous
+    assert not kernels.compile_failed()  # else the eager fallback ran and this test is vacuous
     slow = apply_rotary_qk(q, k, *cs, layout, kernel="eager")
     for f, s, x, pos in zip(fast, slow, (q, k), (q_pos, k_pos)):
         assert f.dtype == dtype
@@ -70,8 +70,8 @@ def test_compiled_qk_kernel_matches_eager_and_R_m_reference(layout, dtype, r, gr
 
 def test_auto_kernel_compiles_above_threshold_only(monkeypatch):
     calls = []
-    real = functional._compiled_kernel
-    monkeypatch.setattr(functional, "_compiled_kernel", lambda *a: calls.append(a) or real(*a))
+    real = kernels._compiled_kernel
+    monkeypatch.setattr(kernels, "_compiled_kernel", lambda *a: calls.append(a) or real(*a))
     monkeypatch.setattr(functional, "AUTO_COMPILE_MIN_NUMEL", 1000)
     cos, sin = angles_cos_sin(torch.arange(4)[None], base_inv_freq(8, 10000.0))
     small, big = torch.randn(1, 2, 4, 8), torch.randn(1, 40, 4, 8)  # 64 and 1280 elements
@@ -88,8 +88,8 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch):
     def broken(*args):
         raise RuntimeError("no C++ compiler")
 
-    monkeypatch.setattr(functional, "_compile_failed", False)
-    monkeypatch.setattr(functional, "_compiled_kernel", lambda *a: None if functional._compile_failed else broken)
+    monkeypatch.setattr(kernels, "_compile_failed", False)
+    monkeypatch.setattr(kernels, "_compiled_kernel", lambda *a: None if kernels.compile_failed() else broken)
     x = torch.randn(1, 2, 4, 8)
     cos, sin = angles_cos_sin(torch.arange(4)[None], base_inv_freq(8, 10000.0))
     with pytest.warns(UserWarning, match="compiled rotary kernel unavailable"):

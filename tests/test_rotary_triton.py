@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc.rotary.functional import _use_triton, angles_cos_sin, apply_rotary, apply_rotary_qk
+from posenc.rotary.angles import angles_cos_sin
+from posenc.rotary.functional import _use_triton, apply_rotary, apply_rotary_qk
 
 HERE = Path(__file__).resolve().parent
 HAS_TRITON = importlib.util.find_spec("triton") is not None

@@ -6,7 +6,8 @@ import os
 
 import torch
 
-from posenc.rotary.functional import angles_cos_sin, apply_rotary_qk
+from posenc.rotary.angles import angles_cos_sin
+from posenc.rotary.functional import apply_rotary_qk
 
 from . import Case
 

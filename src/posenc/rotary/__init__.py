@@ -4,7 +4,9 @@
   (:mod:`.scaling.schema`: typed config, pure function, label, transformers spelling, its rule
   at factor x the trained length), the built-in entries one module each in the package;
   ``ROPE_SCALINGS`` / ``SCALING_CONFIGS`` are views;
-* :mod:`.functional` — kernels, cos/sin tables, layout conversion;
+* :mod:`.functional` — ``apply_rotary`` / ``apply_rotary_qk`` and the rotation plan that picks a kernel;
+  :mod:`.kernels` — the rotation arithmetic; :mod:`.angles` — the cos/sin tables;
+  :mod:`.layout` — the two layouts and ``convert_qk_layout``;
 * :mod:`.rope` — :class:`RotaryEmbedding` (``rope``); :mod:`.xpos` — :class:`XPos` (``xpos``);
 * :mod:`.hf_config` — :func:`from_hf`, a RoPE module from a Hugging Face config.json; :func:`to_hf`, back.
 """
@@ -13,7 +15,9 @@ from . import rope, xpos  # noqa: F401  (registers the encodings)
 from . import pope  # noqa: F401
 from . import mrope  # noqa: F401  (M-RoPE: time / height / width axes)
 from . import axial  # noqa: F401  (2-D RoPE: rope_axial, rope_mixed)
-from .functional import KERNELS, LAYOUTS, angles_cos_sin, apply_rotary, apply_rotary_qk, convert_qk_layout
+from .angles import angles_cos_sin
+from .functional import KERNELS, apply_rotary, apply_rotary_qk
+from .layout import LAYOUTS, convert_qk_layout
 from .hf_config import from_hf, to_hf
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling import (

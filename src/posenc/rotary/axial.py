@@ -45,7 +45,8 @@ from ..limits import Float32Params
 from ..literature import LEARNED, NORMS_PRESERVED, ROPE_FEATURES, UNTRAINED
 from ..positions import SequenceInfo
 from ..registry import register
-from .functional import LAYOUTS, QKTables, rotate_qk
+from .functional import QKTables, rotate_qk
+from .layout import LAYOUTS
 
 __all__ = ["AxialConfig", "AxialRope", "MixedConfig", "MixedRope", "grid_coordinates", "axial_frequencies"]
 

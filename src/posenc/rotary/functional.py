@@ -1,32 +1,18 @@
-"""Applying rotations: the kernels, the angle tables and checkpoint layout conversion.
+"""Rotating q and k: :func:`apply_rotary` / :func:`apply_rotary_qk`, and the plan that picks
+the kernel for each call.
 
-Shapes: x (B, H, T, D); positions (B, T); cos, sin (B or 1, T, r/2) float32, where
-r = rotary_dim <= D is the number of rotated channels (the D - r others pass through).
+Shapes: x (B, H, T, D); positions (B, T); cos, sin (B or 1, T, r/2) float32
+(:func:`~posenc.rotary.angles.angles_cos_sin`), where r = rotary_dim <= D is the number of
+rotated channels (the D - r others pass through), paired in one of the
+:data:`~posenc.rotary.layout.LAYOUTS`.
 
-Two layouts pair the r rotated channels differently (Su et al. 2021, RoFormer):
+Kernels (``kernel=``; their arithmetic is :mod:`posenc.rotary.kernels`):
 
-* ``"half"`` (GPT-NeoX, Hugging Face Llama ``rotate_half``): pair j is (x_j, x_{j + r/2});
-* ``"interleaved"`` (GPT-J, Meta Llama, RoFormer): pair j is (x_{2j}, x_{2j+1}).
-
-Both rotate pair j by angle m * theta_j at position m:
-(a, b) -> (a cos - b sin, b cos + a sin). The arithmetic is float32 (float64 for float64
-inputs) whatever the input dtype, with one rounding to the input dtype at the end, so a
-bfloat16 input is rotated to within one bfloat16 ulp of the exact result.
-
-Kernels (``kernel=``):
-
-* ``"eager"``: plain PyTorch; the interleaved layout is one complex multiplication
-  (``view_as_complex``), the half layout writes both halves into a fresh tensor when no
-  gradient is recorded (about five passes over x: eager PyTorch cannot fuse the rotation),
-  else takes the functional form; a small step on CPU takes the three-op rolled form
-  (:func:`rotate_half_rolled`, the same bits).
-* ``"compiled"``: the same math through ``torch.compile`` with q and k in one graph. Inductor
-  fuses the rotation, the pass-through channels and both dtype casts into one loop per
-  tensor: one read and one write of x, float32 only in registers (each half is rounded to
-  x's dtype *before* the ``cat``, else Inductor materializes a float32 copy and casts it in
-  a second loop). Static shapes first; a second shape recompiles once with dynamic lengths.
-  If compilation fails (no C++ compiler, no Triton, ...) the eager kernel is used from then
-  on, with a warning.
+* ``"eager"``: plain PyTorch; the half layout takes the functional form when autograd
+  records (the eager kernel writes in place), and a small step on CPU takes the three-op
+  rolled form (:func:`~posenc.rotary.kernels.rotate_half_rolled`, the same bits).
+* ``"compiled"``: the same math through ``torch.compile`` with q and k in one graph; if
+  compilation fails the eager kernel is used from then on, with a warning.
 * ``"triton"``: the fused Triton kernel of :mod:`posenc.rotary.triton_rope` (q and k in one
   launch, backward by -theta). Needs the optional ``triton`` package and CUDA tensors (on CPU
   only under ``TRITON_INTERPRET=1``, Triton's interpreter, for tests); float32/16, bfloat16.
@@ -52,159 +38,25 @@ from __future__ import annotations
 import enum
 import importlib.util
 import os
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
 
-from ..config import check_choice, check_int
+from ..config import check_choice
+from .kernels import EAGER, FUNCTIONAL_QK, compile_failed, half_rolled_tables, rotate_half_rolled, run_compiled
+from .layout import LAYOUTS
 
 __all__ = [
-    "LAYOUTS", "KERNELS", "QKTables", "Rotation", "RotationPlan", "SMALL_STEP", "WAYS", "apply_rotary", "apply_rotary_qk",
-    "angles_cos_sin", "convert_qk_layout", "rotate_qk", "rotation_plan", "triton_available",
+    "KERNELS", "QKTables", "Rotation", "RotationPlan", "SMALL_STEP", "WAYS", "apply_rotary", "apply_rotary_qk",
+    "rotate_qk", "rotation_plan", "triton_available",
 ]
 
-LAYOUTS = ("half", "interleaved")
 KERNELS = ("auto", "eager", "compiled", "triton")
 
 #: "auto" compiles when q and k hold at least this many elements (None: never compile).
 AUTO_COMPILE_MIN_NUMEL: int | None = 1 << 18
-
-
-def angles_cos_sin(positions: Tensor, inv_freq: Tensor, attention_factor: float = 1.0) -> tuple[Tensor, Tensor]:
-    """cos and sin of m * theta_i, times ``attention_factor``: (...,) x (r/2,) -> (..., r/2) float32.
-
-    Angles are float64: in float32, m * theta_0 at m = 2^20 is off by up to 2^-4 rad (half an
-    ulp of 2^20), which no later rounding can repair.
-    """
-    ang = positions.to(torch.float64)[..., None] * inv_freq.to(device=positions.device, dtype=torch.float64)
-    cos, sin = ang.cos(), ang.sin()
-    if attention_factor != 1.0:
-        cos, sin = cos * attention_factor, sin * attention_factor
-    return cos.float(), sin.float()
-
-
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
-# ---- functional kernels (autograd; the bodies torch.compile fuses) -------------------------
-def _half_functional(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    h = cos.shape[-1]
-    r = 2 * h
-    cos, sin = cos[:, None], sin[:, None]  # (B|1, 1, T, r/2)
-    xf = x[..., :r].to(_compute_dtype(x))
-    x1, x2 = xf[..., :h], xf[..., h:]
-    # Round each half to x.dtype before the cat: Inductor then writes the output directly
-    # (a cat of float32 halves is materialized in float32 and cast in a second loop).
-    o1 = (x1 * cos - x2 * sin).to(x.dtype)  # (B, H, T, r/2)
-    o2 = (x2 * cos + x1 * sin).to(x.dtype)
-    return torch.cat([o1, o2] if r == x.shape[-1] else [o1, o2, x[..., r:]], dim=-1)  # (B, H, T, D)
-
-
-def _interleaved_functional(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    h = cos.shape[-1]
-    r = 2 * h
-    cos, sin = cos[:, None], sin[:, None]  # (B|1, 1, T, r/2)
-    xf = x[..., :r].to(_compute_dtype(x)).unflatten(-1, (h, 2))  # (B, H, T, r/2, 2)
-    a, b = xf[..., 0], xf[..., 1]
-    pairs = [(a * cos - b * sin).to(x.dtype), (b * cos + a * sin).to(x.dtype)]  # rounded before the stack, as above
-    rot = torch.stack(pairs, dim=-1).flatten(-2)  # (B, H, T, r)
-    return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
-
-
-# One function per layout for q and k together: one compiled graph (one guard check) per call.
-# Separate functions, not a closure, because torch.compile caches per code object.
-def _half_qk(q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk: Tensor) -> tuple[Tensor, Tensor]:
-    return _half_functional(q, cq, sq), _half_functional(k, ck, sk)
-
-
-def _interleaved_qk(q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk: Tensor) -> tuple[Tensor, Tensor]:
-    return _interleaved_functional(q, cq, sq), _interleaved_functional(k, ck, sk)
-
-
-# ---- eager kernels -----------------------------------------------------------------------
-def _half_eager(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    # Writes into a fresh tensor: for calls autograd does not record (see rotation_plan).
-    h = cos.shape[-1]
-    r = 2 * h
-    cos, sin = cos[:, None].to(_compute_dtype(x)), sin[:, None].to(_compute_dtype(x))  # (B|1, 1, T, r/2)
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    if r < x.shape[-1]:
-        out[..., r:] = x[..., r:]  # pass-through channels, bit for bit
-    same = x.dtype == _compute_dtype(x)
-    xf = x[..., :r] if same else x[..., :r].to(_compute_dtype(x))
-    x1, x2 = xf[..., :h], xf[..., h:]
-    # Write each half in place: 4 passes over half of x instead of the 7 of the functional form.
-    o1 = out[..., :h] if same else torch.empty_like(x1)
-    o2 = out[..., h:r] if same else torch.empty_like(x2)
-    torch.mul(x1, cos, out=o1)
-    o1.addcmul_(x2, sin, value=-1.0)
-    torch.mul(x2, cos, out=o2)
-    o2.addcmul_(x1, sin)
-    if not same:
-        out[..., :h], out[..., h:r] = o1, o2  # one rounding to x.dtype
-    return out
-
-
-def _interleaved_eager(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    h = cos.shape[-1]
-    r = 2 * h
-    cdt = _compute_dtype(x)
-    # Pair j is (x_2j, x_2j+1) = one complex number; rotating it is multiplying by e^(i m theta_j).
-    e = torch.complex(cos.to(cdt), sin.to(cdt))[:, None]  # (B|1, 1, T, r/2)
-    xr = x[..., :r].to(cdt)
-    if xr.stride(-1) != 1 or any(s % 2 for s in xr.stride()[:-1]):
-        xr = xr.contiguous()
-    z = torch.view_as_complex(xr.unflatten(-1, (h, 2)))  # (B, H, T, r/2) complex
-    rot = torch.view_as_real(z * e).flatten(-2).to(x.dtype)  # (B, H, T, r)
-    return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
-
-
-def half_rolled_tables(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """cos, sin (B|1, T, r/2) -> ``[cos | cos]`` and ``[-sin | sin]``, (B|1, 1, T, r), for
-    :func:`rotate_half_rolled`."""
-    return torch.cat([cos, cos], dim=-1)[:, None], torch.cat([-sin, sin], dim=-1)[:, None]
-
-
-def rotate_half_rolled(x: Tensor, cos2: Tensor, sin2: Tensor) -> Tensor:
-    """The half layout with every channel rotated (r = D), from :func:`half_rolled_tables`:
-    ``x·[cos | cos] + roll(x, D/2)·[-sin | sin]``, since roll(x, D/2) = [x2 | x1].
-
-    Three tensor ops against the eager kernel's ten or so, for small inputs (a decoding step,
-    a few tokens), where each op's fixed cost outweighs its arithmetic: about 12 us against
-    72 us for one (1, 8, 1, 64) tensor on a 2-core CPU, with the same products and sums, so
-    the same bits as the eager kernel. Computed in float32 (float64 for float64 x), rounded
-    once to x's dtype. The tables are built once per forward (:meth:`QKTables.rolled`).
-    """
-    cdt = _compute_dtype(x)
-    xf = x if x.dtype == cdt else x.to(cdt)
-    out = torch.addcmul(xf * cos2, xf.roll(x.shape[-1] // 2, dims=-1), sin2)
-    return out if out.dtype == x.dtype else out.to(x.dtype)
-
-
-_EAGER: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
-    "half": _half_eager,
-    "interleaved": _interleaved_eager,
-}
-_FUNCTIONAL_QK: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
-    "half": _half_qk,
-    "interleaved": _interleaved_qk,
-}
-
-# ---- compiled kernel ---------------------------------------------------------------------
-_compiled: dict[str, Callable] = {}
-_compile_failed = False
-
-
-def _compiled_kernel(layout: str) -> Callable:
-    if layout not in _compiled:
-        # dynamic=None: the first shape gets a static loop (fastest on CPU); a second shape
-        # recompiles once with its varying sizes symbolic, so decoding does not recompile per step.
-        _compiled[layout] = torch.compile(_FUNCTIONAL_QK[layout], fullgraph=True)
-    return _compiled[layout]
 
 
 def _check_fits(x: Tensor, cos: Tensor, sin: Tensor, name: str) -> None:
@@ -215,18 +67,6 @@ def _check_fits(x: Tensor, cos: Tensor, sin: Tensor, name: str) -> None:
         raise ValueError(
             f"cos/sin of shape {tuple(cos.shape)}/{tuple(sin.shape)} do not fit {name} of shape {tuple(x.shape)}"
         )
-
-
-def _run_compiled(layout: str, args: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
-    """The compiled kernel's result; the eager kernel's (from now on) if compilation fails."""
-    global _compile_failed
-    try:
-        return _compiled_kernel(layout)(*args)
-    except Exception as e:  # no C++ compiler, no Triton, unsupported platform, ...
-        _compile_failed = True
-        warnings.warn(f"posenc: compiled rotary kernel unavailable ({type(e).__name__}: {e}); using eager")
-        q, k, cq, sq, ck, sk = args
-        return _EAGER[layout](q, cq, sq), _EAGER[layout](k, ck, sk)
 
 
 def triton_available() -> bool:
@@ -296,7 +136,7 @@ class RotationPlan(NamedTuple):
 @dataclass(eq=False)
 class QKTables:
     """cos/sin (B|1, T, r/2) float32 for q and for k, with the rolled form of each
-    (:func:`half_rolled_tables`) made on first use and kept: a forward's state makes them once
+    (:func:`~posenc.rotary.kernels.half_rolled_tables`) made on first use and kept: a forward's state makes them once
     for every layer. ``keys_at_queries``: k's tables are q's (self-attention), made once."""
 
     cos_q: Tensor
@@ -331,7 +171,7 @@ def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTabl
         return RotationPlan(Rotation.TRITON, f"kernel={kernel!r} on CUDA: one Triton launch for q and k")
     numel = q.numel() + k.numel()
     big = kernel == "auto" and AUTO_COMPILE_MIN_NUMEL is not None and numel >= AUTO_COMPILE_MIN_NUMEL
-    if (kernel == "compiled" or big) and not _compile_failed:
+    if (kernel == "compiled" or big) and not compile_failed():
         return RotationPlan(Rotation.COMPILED, f"kernel={kernel!r}, {numel} elements: the compiled kernel")
     records = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, *cos_sin))
     if (
@@ -352,7 +192,7 @@ def _triton(q: Tensor, k: Tensor, t: QKTables, layout: str, inplace: bool = Fals
 
 
 def _functional(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
-    return _FUNCTIONAL_QK[layout](q, k, t.cos_q, t.sin_q, t.cos_k, t.sin_k)
+    return FUNCTIONAL_QK[layout](q, k, t.cos_q, t.sin_q, t.cos_k, t.sin_k)
 
 
 def _rolled(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
@@ -361,11 +201,11 @@ def _rolled(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Ten
 
 
 def _compiled_way(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
-    return _run_compiled(layout, (q, k, t.cos_q, t.sin_q, t.cos_k, t.sin_k))
+    return run_compiled(layout, (q, k, t.cos_q, t.sin_q, t.cos_k, t.sin_k))
 
 
 def _eager(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
-    return _EAGER[layout](q, t.cos_q, t.sin_q), _EAGER[layout](k, t.cos_k, t.sin_k)
+    return EAGER[layout](q, t.cos_q, t.sin_q), EAGER[layout](k, t.cos_k, t.sin_k)
 
 
 WAYS: dict[Rotation, Callable[[Tensor, Tensor, QKTables, str], tuple[Tensor, Tensor]]] = {
@@ -423,45 +263,10 @@ def apply_rotary(
 ) -> Tensor:
     """Rotate the first r = 2 * cos.shape[-1] channels of ``x`` (B, H, T, D) in ``layout``.
 
-    ``cos``/``sin``: (B or 1, T, r/2), as made by :func:`angles_cos_sin`. Returns a new tensor
+    ``cos``/``sin``: (B or 1, T, r/2), as made by :func:`~posenc.rotary.angles.angles_cos_sin`. Returns a new tensor
     of x's dtype (channels r.. copied unchanged), or x itself, rotated, with ``inplace=True``.
     """
     # An empty k (B, 0, 0, D): every way then rotates x alone (Triton launches programs for x only).
     k = x.new_empty(x.shape[0], 0, 0, x.shape[-1])
     c0 = cos.new_empty(1, 0, cos.shape[-1])
     return rotate_qk(x, k, QKTables(cos, sin, c0, c0), layout, kernel, inplace)[0]
-
-
-def _layout_permutation(head_dim: int, rotary_dim: int, to: str) -> Tensor:
-    # interleaved channel 2j -> half channel j; 2j+1 -> j + r/2 (pass-through channels stay).
-    to_half = torch.cat([torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2), torch.arange(rotary_dim, head_dim)])
-    return to_half if to == "half" else torch.argsort(to_half)
-
-
-def convert_qk_layout(
-    weight: Tensor, num_heads: int, head_dim: int, rotary_dim: int | None = None, to: str = "half"
-) -> Tensor:
-    """Permute a q or k projection between RoPE layouts, so that attention scores are unchanged.
-
-    ``weight``: (num_heads * head_dim, ...) — an ``nn.Linear`` weight (out, in) or bias (out,).
-    ``to="half"`` converts a checkpoint trained with interleaved pairs (GPT-J, Meta's Llama
-    release) to the half layout (GPT-NeoX, Hugging Face Llama); ``to="interleaved"`` is the
-    inverse. Within each head, interleaved channel 2j becomes half channel j and 2j+1 becomes
-    j + r/2; channels past ``rotary_dim`` stay. Apply it to both q and k projections.
-    """
-    check_choice("to", to, LAYOUTS)
-    check_int("num_heads", num_heads, minimum=1)
-    check_int("head_dim", head_dim, minimum=1)
-    rotary_dim = head_dim if rotary_dim is None else rotary_dim
-    check_int("rotary_dim", rotary_dim, minimum=2)
-    if rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be even (it is split into pairs), got {rotary_dim}")
-    if rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
-    if weight.dim() < 1 or weight.shape[0] != num_heads * head_dim:
-        raise ValueError(
-            f"weight must have num_heads * head_dim = {num_heads * head_dim} rows, got shape {tuple(weight.shape)}"
-        )
-    perm = _layout_permutation(head_dim, rotary_dim, to).to(weight.device)
-    w = weight.reshape(num_heads, head_dim, *weight.shape[1:])  # (H, D, ...)
-    return w[:, perm].reshape(weight.shape)

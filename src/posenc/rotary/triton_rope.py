@@ -1,8 +1,9 @@
-"""A fused Triton RoPE kernel: q and k rotated in one launch, forward and backward (issue 12).
+"""A fused Triton RoPE kernel: q and k rotated in one launch, forward and backward, so a CUDA
+rotation reads and writes each tensor once where eager PyTorch makes several passes.
 
 Shapes: q (B, H, Tq, D), k (B, Hkv, Tk, D) (Hkv <= H for GQA); r = 2 * h <= D rotated channels
 (h pairs); channels r.. pass through. The rotation of each pair is the one of
-:mod:`posenc.rotary.functional` (Su et al. 2021): (a, b) -> (a cos - b sin, b cos + a sin),
+:mod:`posenc.rotary.kernels` (Su et al. 2021): (a, b) -> (a cos - b sin, b cos + a sin),
 pairs (x_j, x_{j+h}) in the ``"half"`` layout, (x_{2j}, x_{2j+1}) in the ``"interleaved"`` one.
 
 Where the angles come from (three sources, one kernel):
@@ -11,7 +12,7 @@ Where the angles come from (three sources, one kernel):
   receives (RoPE's table rows gathered at the positions, or xPos's scaled cos/sin);
 * float32 tables (P, h) gathered by integer positions (B, T) inside the kernel
   (:func:`rotary_qk_table`): packed documents, KV-cache offsets and left padding are just
-  positions; the tables are :func:`~posenc.rotary.functional.angles_cos_sin` of float64 angles;
+  positions; the tables are :func:`~posenc.rotary.angles.angles_cos_sin` of float64 angles;
 * angles computed in the kernel (:func:`rotary_qk_angles`) from positions and float64 inv_freq:
   the angle, its cos and sin are float64 in registers, rounded once to float32, i.e. the same
   float32 values as the tables (float32 angles would be off by up to 2^-4 rad at 2^20).
@@ -341,7 +342,7 @@ def rotary_qk_table(
     layout: str = "half", inplace: bool = False, check_positions: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Rotate q at q_pos (B|1, Tq) and k at k_pos (B|1, Tk), reading rows of the float32 tables
-    cos/sin (P, h) (from :func:`~posenc.rotary.functional.angles_cos_sin` of ``arange(P)``).
+    cos/sin (P, h) (from :func:`~posenc.rotary.angles.angles_cos_sin` of ``arange(P)``).
 
     Positions must lie in [0, P): checked (one host sync) so the kernel never reads past the
     table. ``check_positions=False`` skips that sync for callers that guarantee the range
@@ -368,7 +369,7 @@ def rotary_qk_angles(
 ) -> tuple[Tensor, Tensor]:
     """Rotate q at q_pos and k at k_pos with cos/sin computed in the kernel: angle = m * inv_freq,
     cos, sin in float64 (times ``attention_factor``), rounded once to float32 — the float32 values
-    of :func:`~posenc.rotary.functional.angles_cos_sin`, without a table.
+    of :func:`~posenc.rotary.angles.angles_cos_sin`, without a table.
 
     ``inv_freq``: (h,), e.g. :meth:`RotaryEmbedding.frequencies` (any scaling); sent as float64.
     Positions are not range-checked (no host sync): any integer, negative ones included, gives

@@ -146,7 +146,7 @@ def _candidates(B: int, H: int, T: int, D: int, dtype: torch.dtype, device: str 
     # The Triton rows on CUDA, or on CPU under Triton's interpreter (tests: tiny shapes only).
     if triton_available() and (dev.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
         from ..rotary import triton_rope as tr
-        from ..rotary.functional import angles_cos_sin
+        from ..rotary.angles import angles_cos_sin
 
         rope = posenc.build("rope", d_model=H * D, num_heads=H)
         inv_freq, factor = rope.frequencies()
