@@ -179,3 +179,15 @@ def test_prose_quotes_no_measurement_outside_rendered_tables(tables):
     extra = found - NOT_MEASUREMENTS
     assert not extra, (f"numbers that look measured, outside a rendered table: {sorted(extra)}; put them in a "
                        "results file and a table (benchmarks/tables.py), or list them in NOT_MEASUREMENTS if not measured")
+
+
+def test_the_encodings_table_names_every_registered_encoding():
+    """The README's encodings table is hand-written (a sentence per encoding), so it is checked
+    against the registry: a new encoding gets its row, a removed one loses it."""
+    import posenc
+
+    text = README.read_text()
+    table = text[text.index("## Encodings"):text.index("## Results")]
+    rows = re.findall(r"^\| `([a-z_0-9]+)`(?:, `([a-z_0-9]+)`)?", table, re.M)
+    named = {n for row in rows for n in row if n}
+    assert named == set(posenc.list_encodings()), (set(posenc.list_encodings()) ^ named)
