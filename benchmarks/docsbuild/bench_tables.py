@@ -15,9 +15,11 @@ from .captions import brief, caption, duration, link, md_table, ratio
 
 def bench_setup(data: dict) -> str:
     """Seeds, model, steps, each task's L, the runs and their training time (a bench caption)."""
+    from posenc.bench.tasks import get_task
+
     s = data["settings"]
     lengths = {r["task"]: r["train_length"] for r in data["runs"]}
-    ls = ", ".join(f"{t} {L}{_UNIT.get(t, '')}" for t, L in lengths.items())
+    ls = ", ".join(f"{t} {L} {get_task(t).unit}" for t, L in lengths.items())
     train = sum(r["train_seconds"] for r in data["runs"])
     text = (f"{s['seeds']} seed{'s' if s['seeds'] > 1 else ''}; d_model {s['d_model']}, {s['n_layer']} layers, "
             f"{s['steps']} steps; training length L: {ls}; {len(data['runs'])} runs, "
@@ -25,10 +27,6 @@ def bench_setup(data: dict) -> str:
     if "wall_s" in data:
         text += f", {duration(data['wall_s'])} wall for the whole command"
     return text
-
-
-# The unit of a task's training length, as the captions name it (the other tasks' are implied).
-_UNIT = {"lm": " bytes", "passkey": " tokens"}
 
 
 def quick(page: str, load) -> str:
