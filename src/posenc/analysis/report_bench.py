@@ -10,11 +10,12 @@
 from __future__ import annotations
 
 import html
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..bench.report import figure_captions, settings_text, significance_lines, table_cells
-from ..results import read_results
+from ..results import RunLayout, read_results
 from .real_model import model_bench_summary, model_name, plot_model_bench
 from .report_page import Section, img
 
@@ -59,15 +60,14 @@ def load_bench(bench_dir: str | Path) -> BenchFolder:
     d = Path(bench_dir)
     if not d.is_dir():
         raise FileNotFoundError(f"--bench {str(d)!r} is not a directory (give the --out directory of `posenc bench`)")
-    folder = BenchFolder(d, pngs=sorted(d.glob("*.png")) + sorted(d.glob("plots/*.png")))
-    if (d / "results.json").is_file():
+    layout = RunLayout(d)
+    folder = BenchFolder(d, pngs=sorted(d.glob("*.png")) + sorted(layout.plots.glob("*.png")))
+    if layout.results_json.is_file():
         try:
-            folder.results = read_results(d)
-        except ValueError as e:
-            if "JSON" in type(e).__name__:
-                raise ValueError(f"{d / 'results.json'} is not valid JSON: {e}") from None
-            folder.problem = str(e)
-        except (KeyError, TypeError) as e:
+            folder.results = read_results(layout.results_json)
+        except json.JSONDecodeError:  # not even JSON: an error, as a missing folder is
+            raise
+        except ValueError as e:  # JSON, but not posenc bench results: a note on the page
             folder.problem = str(e)
     return folder
 
@@ -96,7 +96,7 @@ def _bench_tables(results: dict) -> list[str]:
 
 
 def _not_read(folder: BenchFolder, why: str) -> str:
-    return (f'<p class="note">{html.escape(str(folder.path / "results.json"))} could not be read as '
+    return (f'<p class="note">{html.escape(str(RunLayout(folder.path).results_json))} could not be read as '
             f"posenc bench results: {html.escape(why)}</p>")
 
 
@@ -125,10 +125,11 @@ def bench_section(folder: BenchFolder) -> str:
 
 def load_model_bench(bench_dir: Path) -> dict:
     """results.json of a ``posenc bench --model --out`` folder; a clear error for anything else."""
-    if not (bench_dir / "results.json").is_file():
+    layout = RunLayout(bench_dir)
+    if not layout.results_json.is_file():
         raise FileNotFoundError(f"--model-bench {str(bench_dir)!r} holds no results.json (give the --out folder of "
                                 "`posenc bench --model`)")
-    results = read_results(bench_dir)
+    results = read_results(layout.results_json)
     if "trained_length" not in results["settings"]:
         raise ValueError(f"--model-bench {str(bench_dir)!r} holds synthetic bench results (give them to --bench); "
                          "--model-bench reads `posenc bench --model` results")
@@ -146,7 +147,7 @@ def model_bench_section(results: dict, bench_dir: Path, fig_dir: Path) -> tuple[
     note = (f"L is stated as {s['trained_length']} tokens (the checkpoint was trained longer): the procedure at a "
             f"small size, not a measurement of length extension. Passkey: {s['passkey_examples']} example(s) per "
             f"depth at depths {', '.join(f'{d:g}' for d in s['passkey_depths'])}. Data in "
-            f"{bench_dir / 'results.json'}.")
+            f"{RunLayout(bench_dir).results_json}.")
     body = (f'<section id="model-bench-{html.escape(name)}"><h2>Real model: {html.escape(name)} beyond its length</h2>'
             f'<p class="note">{html.escape(note)}</p><pre id="model-bench">{html.escape(format_model_table(results))}</pre>'
             f"<figure>{img(png, 'model_bench')}<figcaption>Each row against length; rows that coincide are drawn "
