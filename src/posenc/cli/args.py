@@ -330,6 +330,3 @@ def emit_json(target: Path | str | None, data: Any) -> bool:
         tmp.unlink(missing_ok=True)
         raise
     return False
-
-
-from ..text import first_sentence, plain  # noqa: E402  (until analysis/ imports posenc.text)
