@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
 from posenc.rotary import from_hf  # noqa: E402
-from posenc.rotary.hf_config import HF_READINGS  # noqa: E402
+from posenc.rotary.hf_readings import HF_READINGS  # noqa: E402
 
 g = torch.Generator().manual_seed(0)
 SHORT16, LONG16 = (1 + torch.rand(16, generator=g)).tolist(), (1 + 20 * torch.rand(16, generator=g)).tolist()

@@ -22,7 +22,7 @@ import torch
 import posenc
 from posenc.config import field_types
 from posenc.rotary import SCALINGS, HFSpec, RotaryConfig, Scaling, ScalingConfig, from_hf, list_scalings, to_hf
-from posenc.rotary.hf_config import hf_rope_keys
+from posenc.rotary.hf_readings import hf_rope_keys
 from posenc.rotary.scaling import register_scaling, unregister_scaling
 
 

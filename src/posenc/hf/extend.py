@@ -139,7 +139,7 @@ def check_writable(config: dict[str, Any], where: str) -> None:
     4: its full layers are p-RoPE, its sliding layers short-range; which to scale is the user's
     call, ``patch_model(model, layer_type=...)``), and an M-RoPE model (Qwen2-VL and its
     successors: to_hf spells 1-D RoPE only)."""
-    from ..rotary.hf_config import HF_READINGS
+    from ..rotary.hf_readings import HF_READINGS
     from ..rotary.mrope import MROPE_MODEL_TYPES
 
     model_type = config.get("model_type")
@@ -169,7 +169,7 @@ def hf_entries(model: Any) -> dict[str, Any]:
     a family that rotates interleaved pairs by its own attention code (Llama 4, Cohere2) is
     written as the same frequencies in to_hf's half layout, which its config reads unchanged."""
     from ..rotary import RotaryEmbedding, to_hf
-    from ..rotary.hf_config import HF_READINGS
+    from ..rotary.hf_readings import HF_READINGS
     from .patch import patched_ropes
 
     reading = HF_READINGS.get(model.config.model_type)  # None: an M-RoPE text model (half layout)
@@ -194,7 +194,7 @@ def extended_config(config: dict[str, Any], hf: dict[str, Any] | None, N: int) -
     rope keys it supersedes removed (``rope_scaling``, ``rope_theta``, Gemma 3's
     ``rope_local_base_freq``), ``max_position_embeddings`` raised to N unless the entries set
     it (dynamic NTK reads it as the trained length)."""
-    from ..rotary.hf_config import HF_READINGS
+    from ..rotary.hf_readings import HF_READINGS
 
     out = dict(config)
     if hf:

@@ -79,7 +79,7 @@ import torch
 from torch import Tensor, nn
 
 from ..rotary import RotaryEmbedding, from_hf
-from ..rotary.hf_config import HF_READINGS
+from ..rotary.hf_readings import HF_READINGS
 from ..rotary.scaling import SCALINGS
 from .checkpoint import trained_length
 

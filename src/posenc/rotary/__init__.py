@@ -8,7 +8,10 @@
   :mod:`.kernels` — the rotation arithmetic; :mod:`.angles` — the cos/sin tables;
   :mod:`.layout` — the two layouts and ``convert_qk_layout``;
 * :mod:`.rope` — :class:`RotaryEmbedding` (``rope``); :mod:`.xpos` — :class:`XPos` (``xpos``);
-* :mod:`.hf_config` — :func:`from_hf`, a RoPE module from a Hugging Face config.json; :func:`to_hf`, back.
+* :mod:`.hf_config` — :func:`from_hf`, a RoPE module from a Hugging Face config.json (and
+  ``layer_ropes``, one per decoder layer); :mod:`.hf_write` — :func:`to_hf`, back;
+  :mod:`.hf_readings` — how each model_type describes its RoPE; :mod:`.hf_geometry` — the
+  heads, rotated width, base and layout a config sets.
 """
 
 from . import rope, xpos  # noqa: F401  (registers the encodings)
@@ -18,7 +21,8 @@ from . import axial  # noqa: F401  (2-D RoPE: rope_axial, rope_mixed)
 from .angles import angles_cos_sin
 from .functional import KERNELS, apply_rotary, apply_rotary_qk
 from .layout import LAYOUTS, convert_qk_layout
-from .hf_config import from_hf, to_hf
+from .hf_config import from_hf
+from .hf_write import to_hf
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling import (
     ROPE_SCALINGS,

@@ -34,8 +34,11 @@ from ..config import EncodingConfig, check_choice, check_even, check_positive, f
 from ..encoding import Dims, PositionalEncoding
 from ..literature import SU
 from ..registry import register
-from .functional import KERNELS, LAYOUTS, QKTables, angles_cos_sin, rotate_qk
-from .scaling import SCALINGS, ScalingConfig, all_scaling_params, base_inv_freq, make_scaling_config
+from .angles import angles_cos_sin
+from .functional import KERNELS, QKTables, rotate_qk
+from .layout import LAYOUTS
+from .scaling import SCALINGS, all_scaling_params, base_inv_freq, make_scaling_config
+from .scaling.schema import ScalingConfig
 
 __all__ = ["RotaryConfig", "RotaryEmbedding", "RotaryState"]
 
@@ -168,7 +171,6 @@ class RotaryConfig(EncodingConfig):
     family="rotary",
     summary="rotary position embedding: q, k pairs rotated by m*theta (2 layouts, partial, every SCALINGS entry)",
     paper="Su et al. 2021, RoFormer: Enhanced Transformer with Rotary Position Embedding",
-)
     claims={
         "absolute": (True, SU + ": encodes absolute position with a rotation"),
         "relative": (True, SU + ", eq. 16"),
@@ -178,6 +180,7 @@ class RotaryConfig(EncodingConfig):
         "extrapolation": (True, "defined at every position (quality beyond L is the bench's question)"),
         "linear_attention": (True, SU + ", §3.3"),
     },
+)
 class RotaryEmbedding(PositionalEncoding):
     """RoPE as a ``rotate`` hook. See the module docstring; build with ``posenc.build("rope", ...)``,
     or from a Hugging Face config with :func:`posenc.rotary.from_hf`; :meth:`to_hf` writes it back.
@@ -343,6 +346,6 @@ class RotaryEmbedding(PositionalEncoding):
     def to_hf(self) -> dict[str, Any]:
         """The Hugging Face config entries of this RoPE (``rope_parameters`` and the top-level
         keys it needs); see :func:`posenc.rotary.to_hf`."""
-        from .hf_config import to_hf  # hf_config imports this module
+        from .hf_write import to_hf  # hf_write imports this module
 
         return to_hf(self)
