@@ -1,4 +1,4 @@
-"""``posenc plot``: every kind writes a valid PNG of the known size, and its data is right.
+"""The figures: every kind writes a valid PNG of the known size, and its data is right.
 
 Expected values are written from the papers' formulas in the tests (loops, not the code
 under test): sinusoidal PE(p)·PE(p + k) = sum_i cos(k w_i) (Vaswani et al. 2017); the RoPE
@@ -17,8 +17,6 @@ import torch
 
 from posenc.analysis import canvas
 from posenc.analysis import figures as F
-from posenc.cli.plot import parse_options
-from posenc.cli import main
 
 W, H = int(canvas.FIGSIZE[0] * canvas.DPI), int(canvas.FIGSIZE[1] * canvas.DPI)
 
@@ -170,36 +168,9 @@ def test_deberta_buckets(tmp_path):
     assert b[rel.index(600)] > 255  # the raw bucket keeps growing; the figure shows all of it
 
 
-def test_unknown_kind_lists_kinds(tmp_path, capsys):
+def test_unknown_kind_lists_kinds(tmp_path):
     with pytest.raises(ValueError, match="valid kinds: .*sinusoidal-heatmap"):
         F.make_plot("nope", tmp_path)
-    assert main(["plot", "nope", "--out", str(tmp_path)]) == 2
-    assert "rope-score" in capsys.readouterr().err
-
-
-def test_out_not_writable(tmp_path, capsys):
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    assert main(["plot", "sinusoidal-dot", "--out", str(blocker / "sub")]) == 2
-    err = capsys.readouterr().err
-    assert "--out" in err and "cannot be created" in err
-    assert main(["plot", "sinusoidal-dot", "--out", str(blocker)]) == 2
-
-
-def test_cli_writes_png(tmp_path, capsys):
-    assert main(["plot", "sinusoidal-heatmap", "--out", str(tmp_path / "figs")]) == 0
-    assert png_size(tmp_path / "figs" / "sinusoidal-heatmap.png") == (W, H)
-    assert "sinusoidal-heatmap.png" in capsys.readouterr().out
-
-
-def test_cli_set_options(tmp_path, capsys):
-    assert parse_options("rope-score", ["bases=1e4,1e6", "train_len=8192"]) == {"bases": (1e4, 1e6), "train_len": 8192}
-    assert main(["plot", "sinusoidal-dot", "--set", "dim=16", "--set", "max_distance=8", "--out", str(tmp_path)]) == 0
-    assert png_size(tmp_path / "sinusoidal-dot.png") == (W, H)
-    assert main(["plot", "sinusoidal-dot", "--set", "colour=red", "--out", str(tmp_path)]) == 2
-    assert "takes max_distance=256" in capsys.readouterr().err
-    assert main(["plot", "sinusoidal-dot", "--set", "dim=big", "--out", str(tmp_path)]) == 2
-    assert "dim must be like 64" in capsys.readouterr().err
 
 
 # ---- what each figure explains ----------------------------------------------------------------

@@ -13,7 +13,6 @@ import pytest
 
 from posenc.analysis import report as R
 from posenc.analysis.figures import FIGURES, select_figures
-from posenc.analysis.report_bench import bench_section, load_bench, load_model_bench
 from posenc.analysis.probes import Probe
 from posenc.cli import main
 
@@ -120,27 +119,6 @@ def test_page_loads_in_headless_browser(page, tmp_path):
     assert '<table id="checks">' in dom and "<th>none</th>" in dom
 
 
-def test_bench_dir_without_results_is_a_note(tmp_path):
-    (tmp_path / "empty").mkdir()
-    html_part = bench_section(load_bench(tmp_path / "empty"))
-    assert "No results.json" in html_part
-
-
-def test_bad_inputs(tmp_path, capsys):
-    assert main(["report", "--out", str(tmp_path / "r"), "--bench", str(tmp_path / "missing")]) == 2
-    assert "is not a directory" in capsys.readouterr().err
-    assert main(["report", "--out", str(tmp_path / "r"), "--plots", "nope"]) == 2
-    assert "valid kinds" in capsys.readouterr().err
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    assert main(["report", "--out", str(blocker)]) == 2
-    assert "--out" in capsys.readouterr().err
-    (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / "results.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        load_bench(tmp_path / "bad")
-
-
 # ---- a real model first ------------------------------------------------------------------------
 def test_select_figures_by_what_they_concern():
     """A figure is kept when what it explains is in hand; "every encoding" figures whenever any is."""
@@ -213,7 +191,7 @@ def test_model_page_loads_in_headless_browser(model_page, tmp_path):
     assert n >= 8 and f'data-images-loaded="{n}/{n}"' in body
 
 
-def test_model_bench_folder_errors(tmp_path):
+def test_probe_folder_errors(tmp_path):
     from posenc.analysis.real_model import load_probe
 
     with pytest.raises(FileNotFoundError, match="holds no probe.json"):
@@ -221,8 +199,6 @@ def test_model_bench_folder_errors(tmp_path):
     (tmp_path / "probe.json").write_text("{}")
     with pytest.raises(ValueError, match="not a posenc probe result"):
         load_probe(tmp_path)
-    with pytest.raises(FileNotFoundError, match="--model-bench .* holds no results.json"):
-        load_model_bench(tmp_path)
 
 
 def test_benchmark_log_axes_have_enough_labelled_ticks():
