@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
+from ..torch_facts import FLEX_HAS_CPU_BACKWARD
 from . import IMPLS, Backend, LayerTerms, needs_grad
 from . import eager, flex, fused, sdpa
 
@@ -87,6 +88,14 @@ def _learned_bias(terms: LayerTerms) -> bool:
     return torch.is_grad_enabled() and terms.bias is not None and terms.bias.dense().requires_grad
 
 
+def _auto_flex_on(device: torch.device) -> bool:
+    """Whether ``impl="auto"`` picks flex (for logit terms) on this device: on CUDA only. On
+    CPU compiling flex costs :data:`~posenc.torch_facts.FLEX_CPU_COMPILE_SECONDS` per new
+    shape, more than a short run, and training there needs
+    :data:`~posenc.torch_facts.FLEX_HAS_CPU_BACKWARD`."""
+    return device.type == "cuda"
+
+
 def plan(impl: str, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, terms: LayerTerms) -> Plan:
     """The leaf for attention through backend ``impl`` (one of :data:`~posenc.backends.IMPLS`)
     on these inputs. Raises ``ValueError`` naming ``impl`` for a call the backend cannot run
@@ -97,10 +106,7 @@ def plan(impl: str, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, terms:
         return Plan(Leaf.EMPTY, "no query rows: the result is empty")
     has_logits = terms.bias is not None or len(terms.logits) > 0
     if impl == "auto":
-        if q.device.type == "cuda" and has_logits and len(terms.values) == 0:
-            impl = "flex"
-        else:
-            impl = "sdpa"  # CPU never picks flex: no CPU backward, and a minute to compile per shape
+        impl = "flex" if has_logits and len(terms.values) == 0 and _auto_flex_on(q.device) else "sdpa"
     if impl == "eager":
         return Plan(Leaf.EAGER, "impl='eager': the reference")
     if impl == "flex":
@@ -109,7 +115,7 @@ def plan(impl: str, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, terms:
                 "impl='flex' cannot apply value terms (Shaw's use_value): flex_attention does not return "
                 "the attention probabilities they read; use impl='sdpa' (fused), 'eager' or 'auto'"
             )
-        if q.device.type == "cpu" and needs_grad(q, k, v, terms):
+        if q.device.type == "cpu" and not FLEX_HAS_CPU_BACKWARD and needs_grad(q, k, v, terms):
             raise ValueError(
                 f"impl='flex' has no backward on CPU (torch {torch.__version__}: flex_attention's CPU "
                 "backward raises NotImplementedError); train on CPU with impl='sdpa' or 'auto', or run "
