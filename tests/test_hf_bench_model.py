@@ -20,7 +20,6 @@ transformers = pytest.importorskip("transformers")
 from posenc.bench.data import example_rng  # noqa: E402
 from posenc.results import read_results  # noqa: E402
 from posenc.cli import main  # noqa: E402
-from posenc.hf.evaluation import HFCausalLM  # noqa: E402
 from posenc.hf.tasks import TextPasskey  # noqa: E402
 from posenc.hf.checkpoint import ByteTokenizer  # noqa: E402
 
@@ -111,25 +110,6 @@ def test_perplexity_cells_match_transformers_loss(run, ckpt, model):
     assert ref != pytest.approx(_cell(results, "lm", "base", 2 * L), rel=1e-6)
 
 
-def test_passkey_prompts_and_greedy_decoding(model):
-    """Prompts are exactly n tokens with the key sentence at the depth; HFCausalLM.generate
-    gives transformers' greedy tokens; the accuracy cell is recomputed with model.generate."""
-    task = TextPasskey(ByteTokenizer(260))
-    for depth in (0.0, 0.5, 1.0):
-        ex = task.sample(2 * L, example_rng("eval", "passkey", 1234, 2 * L, depth), depth=depth)
-        text = bytes(ex.prompt).decode()
-        key = bytes(ex.target).decode().strip()
-        assert len(ex.prompt) == 2 * L and len(key) == 5 and key.isdigit()
-        assert text.startswith("There is a pass key hidden") and text.endswith("What is the pass key? The pass key is")
-        at = text.index(f"The pass key is {key}.") / len(text)
-        assert abs(at - depth) < 0.25, (depth, at)
-    lm = HFCausalLM(model)
-    prompts = torch.tensor([task.sample(L, example_rng("x", i), depth=0.5).prompt for i in range(3)])
-    ours = lm.generate(prompts, 5)
-    ref = model.generate(prompts, max_new_tokens=5, do_sample=False, pad_token_id=0)
-    assert torch.equal(ours, ref)
-
-
 def test_passkey_cell_recomputed(run, model):
     out, _ = run
     results = read_results(out)
@@ -177,48 +157,6 @@ def test_refuses_to_mix_runs_and_changed_checkpoints(run, ckpt, tmp_path, capsys
     assert "settings differ from the earlier run" in capsys.readouterr().err
 
 
-def _saved_tokenizer(folder):
-    """A small byte-level BPE trained here (no download), saved as the checkpoint's tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    text = ["There is a pass key hidden in this text. The grass is green. The sky is blue. The sun is yellow.",
-            "Here we go. There and back again. What is the pass key? Remember it. 12 345 6789 10000 99999"] * 20
-    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>"],
-                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>")
-    fast.save_pretrained(folder)
-    return fast
-
-
-def test_a_saved_tokenizer_is_used(tmp_path):
-    """With a tokenizer in MODEL_DIR: prompts of exactly n of its tokens, BOS first, the key
-    sentence decoded back from the prompt, every target the same length."""
-    from posenc.hf.checkpoint import load_tokenizer, open_checkpoint
-
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(_config(vocab_size=300)).save_pretrained(tmp_path)
-    fast = _saved_tokenizer(tmp_path)
-    tok = load_tokenizer(open_checkpoint(tmp_path))
-    assert tok.kind == "model" and tok.bos_token_id == fast.bos_token_id
-    task = TextPasskey(tok)
-    assert task.min_length < 200  # BPE merges: fewer tokens than the 254 bytes
-    examples = [task.sample(200, example_rng("t", i), depth=i / 4) for i in range(5)]
-    for ex in examples:
-        assert len(ex.prompt) == 200 and ex.prompt[0] == fast.bos_token_id
-        key = fast.decode(list(ex.target)).strip()
-        assert len(key) == 5 and key.isdigit()
-        assert f"The pass key is {key}. Remember it." in fast.decode(list(ex.prompt))
-    assert len({len(ex.target) for ex in examples}) == 1
-    # a tokenizer with more tokens than the model's embedding is refused, not an IndexError later
-    cfg = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(cfg | {"vocab_size": 260}))
-    with pytest.raises(ValueError, match=r"the tokenizer has 300 tokens but the model's vocab_size is 260"):
-        load_tokenizer(open_checkpoint(tmp_path))
-
-
 def test_evaluation_flags_apply_with_model(ckpt, tmp_path, monkeypatch):
     """--passkey-examples / --lm-eval-factors / --scalings reach the settings (bench.json)."""
     import posenc.hf.bench_model as bm
@@ -248,34 +186,6 @@ def test_table_speaks_in_tokens_and_names_the_model(run, ckpt):
     assert "+ base x16 " in text and "on " + str(ckpt / "corpus.txt") in text
     for word in ("byte", "MRR", "rank", "as rope"):
         assert word not in text
-
-
-@torch.no_grad()
-def test_nll_keeps_no_full_logits_and_equals_the_full_forward(model, monkeypatch):
-    """HFCausalLM.nll runs the head on chunks (never more than head_chunk positions at once) and
-    gives the summed loss of the model's own full logits."""
-
-    torch.manual_seed(1)
-    ids = torch.randint(0, 260, (2, 100))
-    lm = HFCausalLM(model, head_chunk=16)
-    widths = []
-    head = lm.head
-    monkeypatch.setattr(lm, "head", lambda h: widths.append(h.shape[1]) or head(h))
-    total, count = lm.nll(ids)
-    logits = model(input_ids=ids[:, :-1]).logits
-    ref = float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="sum"))
-    assert count == 2 * 99 and total == pytest.approx(ref, rel=1e-5)
-    assert max(widths) == 16 and sum(widths) == 99
-
-
-def test_estimate_grows_with_length(model):
-    from posenc.hf.cost import estimate_cost
-
-    cfg = model.config.to_dict()
-    weights = sum(p.numel() * 4 for p in model.parameters())
-    short = estimate_cost(HFCausalLM(model), cfg, [(64, 1, 64)])
-    long = estimate_cost(HFCausalLM(model), cfg, [(4096, 1, 4096)] * 2)
-    assert 0 < short[0] < long[0] and weights < short[1] < long[1] and long[2] > 0
 
 
 def test_gptj_is_evaluated_past_its_position_table(tmp_path):

@@ -116,7 +116,7 @@ def model_bench_summary(results: dict[str, Any]) -> list[str]:
         at = {name: r[n] for name, r in rows.items() if n in r}
         kind = model_task(task)
         order = sorted(at, key=lambda k: at[k], reverse=kind.higher_is_better)
-        lines.append(f"{kind.unit} at {n} tokens ({n / L:g} L, L stated as {L}): "
+        lines.append(f"{kind.value_label} at {n} tokens ({n / L:g} L, L stated as {L}): "
                      + ", ".join(f"{k} {kind.value_format.format(at[k])}" for k in order))
     return lines
 
@@ -152,7 +152,7 @@ def plot_model_bench(results: dict[str, Any], out_dir: Path) -> PlotResult:
         ax.set_xticks(lengths, [f"{n}\n{n / L:g} L" for n in lengths], fontsize=8)
         ax.set_xlabel("tokens")
         kind = model_task(task)
-        ax.set_ylabel(kind.unit)
+        ax.set_ylabel(kind.value_label)
         if kind.value_range is not None:
             ax.set_ylim(*kind.value_range)
         ax.grid(alpha=0.3)

@@ -54,7 +54,7 @@ def _evaluate_variant(lm: HFCausalLM, s: ModelBenchSettings, task: ModelTask, va
     points: list[Point] = []
     for n in _rows(s, variant, lengths):
         with variant_patched(lm.model, variant, n / L, L, s.raised_base):
-            for depth, value in task.evaluate(lm, s, n):
+            for depth, value in task.evaluate_at(lm, s, n):
                 points.append(Point(variant=variant, length=n, depth=depth, value=value))
                 bar.update()
     return points
@@ -97,7 +97,7 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
                 records.append(read_run(run.result))
                 continue
             task = model_task(name)(tokenizer)
-            lengths = task.lengths(s)
+            lengths = task.eval_lengths(s)
             task.prepare(s, lengths, dev)
             variants = ["base"] + (s.variants() if any(n > s.trained_length for n in lengths) else [])
             todo = [v for v in variants if not run.variant(v).exists()]
@@ -110,7 +110,7 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
                   f"peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
         for task, run, lengths, variants in plans:
             points: list[Point] = []
-            per_len = len(task.depths(s))
+            per_len = len(task.eval_depths(s))
             bar = progress_bar(sum(per_len * len(_rows(s, v, lengths)) for v in variants), f"{task.name}/{label}",
                                enabled=progress)
             for variant in variants:

@@ -27,7 +27,7 @@ def format_model_table(results: dict[str, Any]) -> str:
         cells: dict[tuple[str, int], list[float]] = {}
         for p in pts:
             cells.setdefault((p["variant"], p["length"]), []).append(p["value"])
-        lines.append(f"{label}: {task.describe(s)}; L = {L} tokens")
+        lines.append(f"{label}: {task.title(s)}; L = {L} tokens")
         heads = [f"{n / L:g}L={n}" for n in lengths]
         names = {v: label if v == "base" else f"+ {variant_label(s, v)}" for v in variants}
         width = max(len(n) for n in names.values())

@@ -1,10 +1,12 @@
 """A task a checkpoint is evaluated on as it is, without training, and the registry of them.
 
-A :class:`ModelTask` is a :class:`posenc.bench.tasks.Task` built on the checkpoint's tokenizer
-that also says how ``bench --model`` runs and shows it: its lengths (from the settings), the
-points per length (passkey depths), the forwards each length costs, the evaluation itself, and
-its metric's units, direction and formatting for tables, summaries and figures. The runner,
-the table and the report ask the task; none of them knows a task by name.
+A :class:`ModelTask` is a :class:`posenc.bench.tasks.Task` built on the checkpoint's tokenizer,
+with the bench's own vocabulary for what it runs (``train_length``: L; ``eval_lengths``;
+``eval_depths``; ``eval_examples``) and what ``bench --model`` adds: the forwards a length
+costs (:meth:`ModelTask.cells`), one length's evaluation of the model as currently patched
+(:meth:`ModelTask.evaluate_at`: the runner switches the RoPE scaling of each row in place and
+resumes per row), and how its values read in tables, summaries and figures. The runner, the
+table and the report ask the task; none of them knows a task by name.
 
 A new task is one subclass decorated with :func:`register_model_task`; ``posenc bench --model
 M --tasks NAME`` then runs it and its rows appear in every table and figure.
@@ -17,6 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator, TypeVar
 from ...bench.tasks import Task
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from ..bench_settings import ModelBenchSettings
     from ..evaluation import HFCausalLM
 
@@ -24,15 +28,15 @@ __all__ = ["ModelTask", "model_task", "model_task_names", "register_model_task"]
 
 
 class ModelTask(Task):
-    """A task of ``bench --model``: one value per (row, length, point), a point being a depth or None.
+    """A task of ``bench --model``: one value per (row, length, depth), depth None where the task has none.
 
-    Class attributes describe the metric (read without a tokenizer, e.g. by the report):
-    ``metric`` (results.json's name for it), ``unit`` (an axis or summary label),
+    Class attributes say how its values read (without a tokenizer, e.g. for the report):
+    ``metric`` (results.json's name for it), ``value_label`` (an axis or summary label),
     ``higher_is_better``, ``scale`` (a value as shown: 100 for a fraction in %),
     ``value_format`` (a shown value in a summary) and ``value_range`` (a figure's y limits, or None).
     """
 
-    unit: ClassVar[str] = ""
+    value_label: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = True
     scale: ClassVar[float] = 1.0
     value_format: ClassVar[str] = "{:.2f}"
@@ -46,33 +50,38 @@ class ModelTask(Task):
     def check_inputs(cls, corpus: str, data: str | None) -> None:
         """Refuse, before any model is loaded, inputs the task will not find (a missing package)."""
 
-    def lengths(self, s: ModelBenchSettings) -> list[int]:
+    def train_length(self, s: ModelBenchSettings) -> int:
+        """L: the checkpoint's trained length, or the shorter one stated."""
+        return s.trained_length
+
+    def eval_lengths(self, s: ModelBenchSettings) -> list[int]:
         """The lengths evaluated, in tokens, ascending."""
         raise NotImplementedError
 
     def prepare(self, s: ModelBenchSettings, lengths: list[int], device: str) -> None:
         """Read what the evaluation needs (a corpus) once, before any forward."""
 
-    def depths(self, s: ModelBenchSettings) -> tuple[float | None, ...]:
-        """The points of one length: a value each (None: one value per length)."""
-        return (None,)
-
     def cells(self, s: ModelBenchSettings, n: int) -> list[tuple[int, int, int]]:
-        """(tokens, batch, scored positions) of every forward one row runs at length ``n``."""
+        """(tokens, batch, scored positions) of every forward one row runs at length ``n``
+        (for :func:`posenc.hf.cost.estimate_cost`)."""
         raise NotImplementedError
 
-    def evaluate(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
-        """(depth, value) of each point at length ``n``, as each is measured."""
+    def evaluate_at(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
+        """(depth, value) of each point at length ``n`` of ``lm`` as it is patched now, as each is measured."""
         raise NotImplementedError
+
+    def evaluate(self, model: nn.Module, s: Any, corpus: Any) -> list:
+        raise TypeError(f"task {self.name!r} evaluates a checkpoint one row and length at a time "
+                        "(evaluate_at, run by posenc.hf.bench_model), not a trained bench model")
 
     @classmethod
-    def describe(cls, settings: dict[str, Any]) -> str:
+    def title(cls, settings: dict[str, Any]) -> str:
         """What a table of this task's values shows, from results.json's settings."""
-        return cls.unit
+        return cls.value_label
 
     @classmethod
     def shown(cls, values: list[float | None]) -> str:
-        """A table cell: the values of one (row, length), one per point."""
+        """A table cell: the values of one (row, length), one per depth."""
         if any(v is None for v in values):
             return "nan"
         return f"{cls.scale * sum(values) / len(values):.0f}"

@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ...bench.evaluate import exact_match
-from ...bench.tasks import Example
+from ...bench.tokens import Example
 from .base import ModelTask, register_model_task
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class TextPasskey(ModelTask):
 
     name = "passkey"
     metric = "accuracy"
-    unit = "passkey accuracy, % (mean over depths)"
+    value_label = "passkey accuracy, % (mean over depths)"
     higher_is_better = True
     scale = 100.0
     value_format = "{:.0f} %"
@@ -87,8 +87,8 @@ class TextPasskey(ModelTask):
 
     # ------------------------------------------------------------------ as a task of bench --model
 
-    def lengths(self, s: ModelBenchSettings) -> list[int]:
-        L = s.trained_length
+    def eval_lengths(self, s: ModelBenchSettings) -> list[int]:
+        L = self.train_length(s)
         lengths = sorted({round(f * L) for f in s.passkey_eval_factors})
         short = [n for n in lengths if n < self.min_length]
         if short:
@@ -100,8 +100,11 @@ class TextPasskey(ModelTask):
                              f"is shorter than a passkey prompt ({self.min_length} tokens); use --tasks lm")
         return lengths
 
-    def depths(self, s: ModelBenchSettings) -> tuple[float | None, ...]:
+    def eval_depths(self, s: ModelBenchSettings) -> tuple[float | None, ...]:
         return s.passkey_depths
+
+    def eval_examples(self, s: ModelBenchSettings) -> int:
+        return s.passkey_examples
 
     @staticmethod
     def batch(n: int) -> int:
@@ -109,16 +112,15 @@ class TextPasskey(ModelTask):
         return max(1, _BATCH_TOKENS // n)
 
     def cells(self, s: ModelBenchSettings, n: int) -> list[tuple[int, int, int]]:
-        b = self.batch(n)
-        per_depth = -(-s.passkey_examples // b)
-        return [(n, min(b, s.passkey_examples), 1)] * per_depth * len(s.passkey_depths)
+        b, examples = self.batch(n), self.eval_examples(s)
+        return [(n, min(b, examples), 1)] * -(-examples // b) * len(self.eval_depths(s))
 
-    def evaluate(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
-        for d in s.passkey_depths:
-            yield d, exact_match(lm, self, n, s.passkey_examples, eval_seed=s.eval_seed, depth=d,
+    def evaluate_at(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
+        for d in self.eval_depths(s):
+            yield d, exact_match(lm, self, n, self.eval_examples(s), eval_seed=s.eval_seed, depth=d,
                                  batch_size=self.batch(n))
 
     @classmethod
-    def describe(cls, settings: dict[str, Any]) -> str:
+    def title(cls, settings: dict[str, Any]) -> str:
         return (f"passkey accuracy, % (mean of depths {', '.join(f'{d:g}' for d in settings['passkey_depths'])}; "
                 f"{settings['passkey_examples']} example(s) per depth)")

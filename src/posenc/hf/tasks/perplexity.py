@@ -36,7 +36,7 @@ class TokenPerplexity(ModelTask):
 
     name = "lm"
     metric = "ppl"
-    unit = "token perplexity (lower is better)"
+    value_label = "token perplexity (lower is better)"
     higher_is_better = False
     value_format = "{:.2f}"
 
@@ -49,8 +49,8 @@ class TokenPerplexity(ModelTask):
         if corpus == "prose":
             load_named_corpus(corpus, max_bytes=1)  # a missing package: its install command
 
-    def lengths(self, s: ModelBenchSettings) -> list[int]:
-        return sorted({round(f * s.trained_length) for f in s.lm_eval_factors})
+    def eval_lengths(self, s: ModelBenchSettings) -> list[int]:
+        return sorted({round(f * self.train_length(s)) for f in s.lm_eval_factors})
 
     def prepare(self, s: ModelBenchSettings, lengths: list[int], device: str) -> None:
         self.stream = token_stream(self.tok, s.data, max(lengths) + 1, s.corpus).to(device)
@@ -59,13 +59,13 @@ class TokenPerplexity(ModelTask):
         assert self.stream is not None, "prepare() first"
         return [(n, 1, n)] * min(max(1, s.lm_eval_tokens // n), len(self.stream) // n)
 
-    def evaluate(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
+    def evaluate_at(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
         assert self.stream is not None, "prepare() first"
         yield None, token_perplexity(lm, self.stream, n, windows=max(1, s.lm_eval_tokens // n))["ppl"]
 
     @classmethod
-    def describe(cls, settings: dict[str, Any]) -> str:
-        return f"{cls.unit} on {corpus_name(settings)}"
+    def title(cls, settings: dict[str, Any]) -> str:
+        return f"{cls.value_label} on {corpus_name(settings)}"
 
     @classmethod
     def shown(cls, values: list[float | None]) -> str:

@@ -1,0 +1,43 @@
+"""posenc.hf.evaluation: HFCausalLM's chunked loss against the model's own full logits."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from posenc.hf.evaluation import HFCausalLM  # noqa: E402
+
+L = 256  # trained length: a byte-level passkey prompt needs ~250 tokens
+
+
+def _config(**kw):
+    return transformers.LlamaConfig(**(dict(
+        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=L, rope_theta=10000.0) | kw))
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(_config()).eval()
+
+
+@torch.no_grad()
+def test_nll_keeps_no_full_logits_and_equals_the_full_forward(model, monkeypatch):
+    """HFCausalLM.nll runs the head on chunks (never more than head_chunk positions at once) and
+    gives the summed loss of the model's own full logits."""
+
+    torch.manual_seed(1)
+    ids = torch.randint(0, 260, (2, 100))
+    lm = HFCausalLM(model, head_chunk=16)
+    widths = []
+    head = lm.head
+    monkeypatch.setattr(lm, "head", lambda h: widths.append(h.shape[1]) or head(h))
+    total, count = lm.nll(ids)
+    logits = model(input_ids=ids[:, :-1]).logits
+    ref = float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="sum"))
+    assert count == 2 * 99 and total == pytest.approx(ref, rel=1e-5)
+    assert max(widths) == 16 and sum(widths) == 99
