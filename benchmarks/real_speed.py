@@ -12,7 +12,8 @@ steps of patched / unpatched, in wall time and in the process's CPU time (a 2-co
 shared with other work drifts between seconds, not within a pair of steps). Also the one rotary
 call a decoding step makes, timed alone. Memory: each length in a fresh process (the peak
 resident set before and after one ``HFCausalLM.nll`` over that many tokens; the LM head runs in
-chunks, so the growth is activations, not (T, V) logits), beside ``bench_model``'s own estimate.
+chunks, so the growth is activations, not (T, V) logits), beside the estimate ``bench --model``
+prints (``posenc.hf.cost.peak_bytes``).
 """
 
 from __future__ import annotations
