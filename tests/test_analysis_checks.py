@@ -9,7 +9,6 @@ position must fail the relative check.
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -20,7 +19,6 @@ from posenc.analysis import checks as C
 from posenc.analysis import probes as P
 from posenc.analysis import runner as R
 from posenc import SequenceInfo
-from posenc.cli import main
 from posenc.encoding import QKProjection
 
 from analysis_doubles import MiniALiBi, MiniLogBias, MiniRoPE, MiniTable, ShuffledRoPE, make
@@ -163,23 +161,6 @@ def test_probe_rejects_bad_sizes():
         P.Probe(d_model=30, num_heads=4)
     with pytest.raises(ValueError, match="far_len"):
         P.Probe(train_len=128, far_len=100)
-
-
-def test_cli_json_and_table(capsys):
-    assert main(["check", "none", "--json", "--d-model", "32", "--heads", "2", "--train-len", "32"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert set(out["none"]) == set(C.CHECKS)
-    assert out["none"]["relative"]["status"] == "n/a"
-    assert main(["check", "sinusoidal", "--d-model", "32", "--heads", "2", "--train-len", "32"]) == 0
-    text = capsys.readouterr().out
-    assert text.splitlines()[0].split()[0] == "encoding"
-    assert "sinusoidal" in text and "Vaswani" in text
-
-
-def test_cli_unknown_encoding_lists_valid_ones(capsys):
-    assert main(["check", "nope"]) == 2
-    err = capsys.readouterr().err
-    assert "unknown encoding 'nope'" in err and "sinusoidal" in err
 
 
 def test_registered_rope_and_alibi_textbook():
