@@ -29,7 +29,7 @@ RAISED_BASE = "raised_base"
 
 def scaling_params(variant: str, factor: float, L: int) -> dict[str, Any]:
     """The parameters that evaluate a model trained at ``L`` at ``factor * L`` with ``variant``
-    (the scaling's own rule in the registry, :meth:`~posenc.rotary.scaling.Scaling.at_factor`)."""
+    (the scaling's own rule in the registry, :meth:`~posenc.rotary.scaling.schema.Scaling.at_factor`)."""
     return SCALINGS[variant].at_factor(float(factor), int(L))
 
 
