@@ -13,7 +13,8 @@ import torch.distributed as dist
 
 from posenc import ModelConfig, Transformer
 from posenc.bench.data import TaskBatches
-from posenc.bench.tasks import VOCAB_SIZE, get_task
+from posenc.bench.tasks import get_task
+from posenc.bench.tokens import VOCAB_SIZE
 from posenc.bench.train import TrainConfig, init_distributed, save_weights, train
 
 

@@ -88,10 +88,7 @@ def test_corpus_split_by_file_is_deterministic(tmp_path):
     assert len(default.train) == 5000 and "standard library" in default.source
 
 
-def test_renamed_preset_and_unknown_preset(capsys):
-    # 'full' is the old name of 'paper': same settings, and a line saying so.
-    assert settings_for("full") == settings_for("paper")
-    assert "preset 'full' is now called 'paper'" in capsys.readouterr().err
+def test_unknown_preset():
     assert set(settings_for("paper").encodings) == set(list_encodings())  # every registered one
     with pytest.raises(ValueError, match="valid presets: micro, quick, "):
         settings_for("huge")

@@ -23,7 +23,8 @@ from posenc.results import settings_hash
 from posenc.bench.settings import run_settings, settings_for
 from posenc.bench.data import TaskBatches
 from posenc.files import OutDirLock, finite_or_none, load_tensors, save_tensors, tensors_checksum, write_json
-from posenc.bench.tasks import VOCAB_SIZE, get_task
+from posenc.bench.tasks import Task, get_task
+from posenc.bench.tokens import VOCAB_SIZE
 from posenc.bench.train import TrainConfig, train
 from posenc.cli import main
 
@@ -45,7 +46,7 @@ def strict_json(path: Path):
 
 
 def _ctrl_c(*args, **kwargs):
-    """Stands in for evaluate_run: a Ctrl-C during the evaluation."""
+    """Stands in for Task.evaluate: a Ctrl-C during the evaluation."""
     raise KeyboardInterrupt
 
 
@@ -201,7 +202,7 @@ def test_damaged_checkpoint_in_a_bench_run_is_refused_by_the_cli(tmp_path, capsy
     # stop the training after its first checkpoint, as a Ctrl-C would
     real_train = runner.train
     monkeypatch.setattr(runner, "train", lambda *a, **k: real_train(*a, **dict(k, stop_after=1)))
-    monkeypatch.setattr(runner, "evaluate_run", _ctrl_c)
+    monkeypatch.setattr(Task, "evaluate", _ctrl_c)
     code, lines = run_cli([*FAST, "--out", str(out)], capsys)
     assert code == 130 and lines == ["posenc: interrupted"]
     ckpt = _run_dir(out) / "checkpoint.safetensors"
@@ -245,7 +246,7 @@ def test_interrupted_evaluation_is_redone_with_strict_json(tmp_path, capsys, mon
     expected = strict_json(_run_dir(ref) / "result.json")
 
     out = tmp_path / "b"
-    monkeypatch.setattr(runner, "evaluate_run", _ctrl_c)
+    monkeypatch.setattr(Task, "evaluate", _ctrl_c)
     code, lines = run_cli([*FAST, "--out", str(out)], capsys)
     assert code == 130 and lines == ["posenc: interrupted"]
     assert (_run_dir(out) / "checkpoint.safetensors").exists() and not (_run_dir(out) / "result.json").exists()

@@ -19,8 +19,9 @@ import torch
 
 from posenc import ModelConfig, Transformer
 from posenc.bench.build import build_model
-from posenc.bench.settings import EMBEDDINGS, FIXED_AMPLITUDE, PRESETS, RENAMED_PRESETS, BenchSettings, settings_for
-from posenc.bench.tasks import TASK_NAMES, VOCAB_SIZE
+from posenc.bench.settings import EMBEDDINGS, FIXED_AMPLITUDE, PRESETS, BenchSettings, settings_for
+from posenc.bench.tasks import builtin_task_names
+from posenc.bench.tokens import VOCAB_SIZE
 from posenc.registry import list_encodings
 
 
@@ -29,12 +30,12 @@ def test_standard_runs_every_registered_encoding_and_task():
     registered = list_encodings()
     assert len(registered) >= 19
     assert s.encodings == tuple(registered)
-    assert s.tasks == TASK_NAMES and s.seeds >= 3
+    assert s.tasks == builtin_task_names() and s.seeds >= 3
 
 
 def test_paper_runs_every_registered_encoding_and_task():
     s = settings_for("paper")
-    assert s.encodings == tuple(list_encodings()) and s.tasks == TASK_NAMES and s.seeds >= 3
+    assert s.encodings == tuple(list_encodings()) and s.tasks == builtin_task_names() and s.seeds >= 3
     assert s.d_model > settings_for("standard").d_model  # the GPU size, not the CPU one
 
 
@@ -55,9 +56,9 @@ def test_an_encoding_registered_later_joins_standard():
     assert "h7_probe" not in settings_for("standard").encodings
 
 
-def test_full_is_the_former_name_of_paper(capsys):
-    assert settings_for("full") == settings_for("paper")
-    assert "preset 'full' is now called 'paper'" in capsys.readouterr().err
+def test_a_former_preset_name_is_an_unknown_preset():
+    with pytest.raises(ValueError, match="^unknown preset 'full'; valid presets: micro, quick, standard, paper$"):
+        settings_for("full")
 
 
 @pytest.mark.parametrize("bad", ["huge", "Standard", None, 3])
@@ -207,8 +208,7 @@ def test_fixed_amplitude_names_registered_additive_encodings():
 
 def test_every_preset_builds_a_model_for_every_encoding():
     """A preset cannot name a size some encoding refuses (checked before hours of other runs)."""
-    names = [p for p in PRESETS if p not in RENAMED_PRESETS]
-    assert names == ["micro", "quick", "standard", "paper"]
+    assert list(PRESETS) == ["micro", "quick", "standard", "paper"]
     for preset in ("standard",):  # paper: the same code path at d_model 256 (slow to build x19)
         s = settings_for(preset)
         task = max(s.tasks, key=lambda t: s.max_positions(t))
@@ -274,4 +274,4 @@ def test_orderings_verdicts_from_hand_made_results(tmp_path):
         **{f"{who} ahead of {o} on the synthetic tasks": "holds"
            for who in ("NoPE", "T5") for o in ("alibi", "rope", "learned", "sinusoidal")},
     }
-    assert "lm ppl 4L / L: 3.00x [3.00, 3.00]" in text and "PI) / plain: 0.50x [0.50, 0.50]" in text
+    assert "lm ppl 4L / L: 3.00x [3.00, 3.00]" in text and "PI / plain: 0.50x [0.50, 0.50]" in text

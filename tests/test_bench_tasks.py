@@ -125,7 +125,7 @@ def test_batches_are_a_function_of_seed_and_step():
 
 def test_lm_batches_are_windows_that_change_with_step():
     stream = torch.arange(1000) % 251
-    src = LMBatches(ByteCorpus(stream.to(torch.uint8), stream[:10].to(torch.uint8), "t"), 4, 16, seed=0)
+    src = LMBatches(ByteCorpus(stream.to(torch.uint8), stream[:10].to(torch.uint8), "t"), 4, 16, seed=0, key="lm")
     b = src(0)
     assert torch.equal(b.labels[:, :-1], b.inputs[:, 1:])  # labels are the next bytes
     # each row is a contiguous run of the stream
@@ -138,7 +138,8 @@ def test_lm_batches_are_windows_that_change_with_step():
 # ---- the task registry (register_task) ------------------------------------------------------
 
 from posenc.bench import tasks as tasks_mod  # noqa: E402
-from posenc.bench.tasks import DIGITS, Example, Task, register_task, task_names  # noqa: E402
+from posenc.bench.tasks import Task, register_task, task_names  # noqa: E402
+from posenc.bench.tokens import DIGITS, Example  # noqa: E402
 
 
 @pytest.fixture
@@ -164,7 +165,7 @@ def test_a_custom_task_is_one_class_and_one_decorator(registry):
             x = tuple(rng.choice(DIGITS) for _ in range(n))
             return Example(x + (SEP,), tuple(d for d in x for _ in range(2)))
 
-    assert task_names()[-2:] == ("double", "lm")
+    assert task_names()[-2:] == ("lm", "double")
     t = get_task("double")
     assert isinstance(t, Double)
     e = t.sample(3, random.Random(0))
@@ -221,5 +222,28 @@ def test_a_task_emitting_bad_tokens_is_named(registry):
         get_task("wild").sample(1, random.Random(0))
     with pytest.raises(ValueError, match="task 'wild': prompt and target must be non-empty"):
         get_task("wild").sample(2, random.Random(0))
-    with pytest.raises(ValueError, match="'lm' is language modelling, not an example task"):
-        get_task("lm")
+    with pytest.raises(ValueError, match="^unknown task 'multiply'; valid tasks: copy, .*, passkey, lm, wild$"):
+        get_task("multiply")
+
+
+def test_every_task_is_a_task_object():
+    """lm and passkey are registered Task objects: metric, unit, lengths and batches come from
+    the task, so nothing branches on a task's name."""
+    from posenc.bench.settings import settings_for
+
+    s = settings_for("micro")
+    lm, pk, copy = get_task("lm"), get_task("passkey"), get_task("copy")
+    assert (lm.metric, lm.unit, lm.vocab_size, lm.uses_corpus) == ("ppl", "bytes", 256, True)
+    assert (pk.metric, pk.unit, copy.metric) == ("accuracy", "tokens", "accuracy")
+    assert lm.train_length(s) == s.lm_length == 16 and lm.eval_lengths(s) == [16, 32] and lm.max_positions(s) == 32
+    assert pk.train_length(s) == 12 and pk.eval_lengths(s) == [12, 24] and pk.eval_depths(s) == (0.0, 1.0)
+    assert pk.max_positions(s) == 24 + 2 + 5  # the longest context, QUERY SEP and the key
+    assert copy.eval_lengths(s) == list(range(1, 9)) and copy.max_positions(s) == 9 + 8
+    assert (lm.batch_size(s), pk.batch_size(s)) == (s.lm_batch_size, s.batch_size)
+    assert lm.describe().startswith("byte-level language modelling")
+    stream = torch.arange(200) % 256
+    corpus = ByteCorpus(stream.to(torch.uint8), stream[:40].to(torch.uint8), "t")
+    b = lm.batches(s, 0, corpus)(0)
+    assert b.inputs.shape == (s.lm_batch_size, 16)
+    with pytest.raises(ValueError, match="the lm task needs a corpus"):
+        lm.batches(s, 0, None)

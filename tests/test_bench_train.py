@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 from posenc import ModelConfig, Transformer
 from posenc.bench.data import TaskBatches
 from posenc.bench.evaluate import exact_match, perplexity
-from posenc.bench.tasks import VOCAB_SIZE, get_task
+from posenc.bench.tasks import get_task
+from posenc.bench.tokens import VOCAB_SIZE
 from posenc.bench.train import Interrupted, TrainConfig, lr_at, train
 
 HERE = Path(__file__).parent
@@ -174,7 +175,7 @@ class _Scalable(torch.nn.Module):
 
 def test_rope_scalings_are_evaluated_beyond_the_training_length(capsys):
     from posenc.bench.data import ByteCorpus
-    from posenc.bench.evaluate import evaluate_run, has_rope_scaling, scaled_copies
+    from posenc.bench.evaluate import has_rope_scaling, scaled_copies
     from posenc.bench.settings import settings_for
 
     model = tiny(dropout=0.0, encoding="none").eval()
@@ -192,7 +193,7 @@ def test_rope_scalings_are_evaluated_beyond_the_training_length(capsys):
     stream = torch.randint(0, 256, (400,), dtype=torch.uint8)
     model = Transformer(ModelConfig(vocab_size=256, d_model=16, n_layer=1, n_head=2, encoding="none")).eval()
     model.scaler = _Scalable()
-    points = evaluate_run(model, s, "lm", ByteCorpus(stream, stream, "random"))
+    points = get_task("lm").evaluate(model, s, ByteCorpus(stream, stream, "random"))
     got = [(p["variant"], p["length"]) for p in points]
     assert got == [("base", 16), ("base", 32), ("linear", 32), ("yarn", 32)]  # only beyond L = 16
 

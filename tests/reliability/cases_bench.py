@@ -143,7 +143,8 @@ def _nan_loss_json() -> str:
 def _final_loss_resumed() -> str:
     from posenc import ModelConfig, Transformer
     from posenc.bench.data import TaskBatches
-    from posenc.bench.tasks import VOCAB_SIZE, get_task
+    from posenc.bench.tasks import get_task
+    from posenc.bench.tokens import VOCAB_SIZE
     from posenc.bench.train import TrainConfig, train
 
     def fit():

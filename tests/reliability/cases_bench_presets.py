@@ -1,10 +1,7 @@
 """posenc bench presets and the token-embedding convention (issue 14): unknown preset names,
-the former name ``full``, and an unknown embedding convention."""
+the former name ``full`` (now an unknown name too), and an unknown embedding convention."""
 
 from __future__ import annotations
-
-import contextlib
-import io
 
 from . import Case
 
@@ -20,24 +17,14 @@ def _settings(preset, **kw):
     return run
 
 
-def _full_is_paper() -> str:
-    from posenc.bench.settings import settings_for
-
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        full = settings_for("full")
-    assert full == settings_for("paper"), "full must give exactly the paper settings"
-    return f"runs the paper preset ({len(full.encodings)} encodings); stderr: {err.getvalue().strip()}"
-
-
 CASES = [
     Case(A, "an unknown preset name", r"unknown preset 'huge'; valid presets: micro, quick, standard, paper",
          run=_settings("huge")),
     Case(A, "a preset name in the wrong case (no fuzzy matching)", r"unknown preset 'Standard'; valid presets: ",
          run=_settings("Standard")),
     Case(A, "a preset that is not a string", r"unknown preset None; valid presets: ", run=_settings(None)),
-    Case(A, "the former preset name 'full'", r"runs the paper preset .*preset 'full' is now called 'paper'",
-         run=_full_is_paper, error=None),
+    Case(A, "the former preset name 'full'", r"unknown preset 'full'; valid presets: micro, quick, standard, paper",
+         run=_settings("full")),
     Case(A, "an unknown token-embedding convention", r"embedding must be one of 'matched', 'gpt2', 'unit'; got 'sqrt'",
          run=_settings("micro", embedding="sqrt")),
 ]

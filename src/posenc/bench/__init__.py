@@ -21,6 +21,7 @@ are :mod:`posenc.files`'. Its command line is
 dispatches to).
 """
 
+from . import language  # noqa: F401  registers the lm task after the example tasks
 from .report import figures, format_table
 from .runner import run_bench
 from .settings import PRESETS, BenchSettings, settings_for

@@ -14,9 +14,9 @@ from ..model import Transformer
 from ..model_config import ModelConfig
 from ..registry import get_info
 from ..variants import parse_variant
-from .data import ByteCorpus, LMBatches, TaskBatches
+from .data import ByteCorpus
 from .settings import EMBEDDINGS, FIXED_AMPLITUDE, BenchSettings
-from .tasks import PasskeyTask, get_task
+from .tasks import get_task
 from .train import Batches, TrainConfig
 
 __all__ = ["build_batches", "build_model", "train_config"]
@@ -39,7 +39,7 @@ def build_model(s: BenchSettings, encoding: str, task: str, seed: int) -> Transf
     enc_cfg.update(conv.table_config.get(variant.name, {}))
     enc_cfg.update(variant.config_dict())  # the variant's own values win
     cfg = ModelConfig(
-        vocab_size=256 if task == "lm" else get_task(task).vocab_size,
+        vocab_size=get_task(task).vocab_size,
         d_model=s.d_model,
         n_layer=s.n_layer,
         n_head=s.n_head,
@@ -57,13 +57,9 @@ def build_model(s: BenchSettings, encoding: str, task: str, seed: int) -> Transf
 
 
 def build_batches(s: BenchSettings, task: str, seed: int, corpus: ByteCorpus | None) -> Batches:
-    """The training batches of one run: ``batches(step)`` is a pure function of ``(seed, step)``."""
-    L = s.train_length(task)
-    if task == "lm":
-        if corpus is None:
-            raise ValueError("the lm task needs a corpus (load_corpus)")
-        return LMBatches(corpus, s.lm_batch_size, L, seed)
-    return TaskBatches(PasskeyTask() if task == "passkey" else get_task(task), s.batch_size, L, seed)
+    """The training batches of one run: ``batches(step)`` is a pure function of ``(seed, step)``
+    (:meth:`posenc.bench.tasks.Task.batches`)."""
+    return get_task(task).batches(s, seed, corpus)
 
 
 def train_config(s: BenchSettings, seed: int) -> TrainConfig:

@@ -20,12 +20,16 @@ import sqlite3
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from ..config import check_int
-from .tasks import PAD, Example, Task
+from .tokens import PAD, Example
+
+if TYPE_CHECKING:  # tasks.py builds its batches here
+    from .tasks import Task
 
 __all__ = ["IGNORE", "Batch", "collate", "TaskBatches", "ByteCorpus", "LMBatches", "load_corpus", "example_rng",
            "CORPORA", "PROSE", "corpus_text", "load_named_corpus"]
@@ -110,18 +114,19 @@ class ByteCorpus:
 
 
 class LMBatches:
-    """Random windows of ``length + 1`` bytes from the training stream."""
+    """Random windows of ``length + 1`` bytes from the training stream; ``key`` names the random
+    stream they are drawn from (the task's name, as :class:`TaskBatches` draws under its task's)."""
 
-    def __init__(self, corpus: ByteCorpus, batch_size: int, length: int, seed: int):
+    def __init__(self, corpus: ByteCorpus, batch_size: int, length: int, seed: int, *, key: str):
         check_int("batch_size", batch_size, minimum=1)
         check_int("length", length, minimum=1)
         if len(corpus.train) < length + 1:
             raise ValueError(f"the training stream has {len(corpus.train)} bytes; need at least length + 1 = {length + 1}")
-        self.corpus, self.batch_size, self.length, self.seed = corpus, batch_size, length, seed
+        self.corpus, self.batch_size, self.length, self.seed, self.key = corpus, batch_size, length, seed, key
 
     def __call__(self, step: int) -> Batch:
         # mt19937 keeps only 32 bits of a seed: draw them from the step's own stream
-        g = torch.Generator().manual_seed(example_rng("lm", self.seed, step).getrandbits(32))
+        g = torch.Generator().manual_seed(example_rng(self.key, self.seed, step).getrandbits(32))
         start = torch.randint(0, len(self.corpus.train) - self.length, (self.batch_size,), generator=g)
         idx = start[:, None] + torch.arange(self.length + 1)  # (B, T + 1)
         window = self.corpus.train[idx].long()

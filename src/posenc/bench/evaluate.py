@@ -12,8 +12,8 @@
   ``original_max_position_embeddings = L`` (dynamic NTK: ``factor = 1``, as it scales by
   the running length itself). Models without it get none.
 
-* :func:`evaluate_run`: every evaluation point of one trained benchmark model (its task's
-  lengths, depths and, for RoPE, each scaling).
+* :func:`variants_for`: the model and its scaled copies at one evaluation length; a task's
+  :meth:`~posenc.bench.tasks.Task.evaluate` measures each of them at its lengths and depths.
 
 Evaluation sets are seeded by ``(task, length, depth, eval_seed)`` only, so every
 encoding and every training seed is tested on the same problems.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Iterator
 
 import torch
@@ -32,13 +32,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import check_int
-from .data import ByteCorpus, example_rng
-from .tasks import Task, get_task
+from .data import example_rng
 
-if TYPE_CHECKING:  # settings.py reads SCALINGS from here
-    from .settings import BenchSettings
+if TYPE_CHECKING:  # the tasks evaluate themselves with the functions here
+    from .tasks import Task
 
-__all__ = ["evaluate_run", "exact_match", "perplexity", "scaled_copies", "SCALINGS", "has_rope_scaling"]
+__all__ = ["exact_match", "perplexity", "scaled_copies", "SCALINGS", "has_rope_scaling", "variants_for"]
 
 
 class _TrainingFree(Mapping):
@@ -149,38 +148,15 @@ def scaled_copies(
         yield rope_type, scaled.eval()
 
 
-def evaluate_run(model: nn.Module, s: BenchSettings, task: str, corpus: ByteCorpus | None) -> list[dict]:
-    """Evaluation points ``{variant, length, depth, value}`` of a model trained on ``task``."""
-    points: list[dict] = []
-    L = s.train_length(task)
+def variants_for(model: nn.Module, scalings: tuple[str, ...]) -> Callable[[float, int], Iterator[tuple[str, nn.Module]]]:
+    """``variants(factor, original_length)``: ``("base", model)``, then, for a model with RoPE
+    scaling evaluated past its training length (``factor > 1``), a scaled copy per type in
+    ``scalings`` (:func:`scaled_copies`). A task's evaluation measures each one."""
     rope = has_rope_scaling(model)
 
-    def variants(factor: float, original: int):
+    def variants(factor: float, original_length: int) -> Iterator[tuple[str, nn.Module]]:
         yield "base", model
         if rope and factor > 1:
-            yield from scaled_copies(model, factor, original, s.scalings)
+            yield from scaled_copies(model, factor, original_length, scalings)
 
-    if task == "lm":
-        if corpus is None:
-            raise ValueError("the lm task is evaluated on a corpus (load_corpus); got corpus=None")
-        for f in s.lm_eval_factors:
-            n = L * f
-            for variant, m in variants(n / L, L):
-                r = perplexity(m, corpus.val, n, max_windows=max(1, s.lm_eval_tokens // n))
-                points.append(dict(variant=variant, length=n, depth=None, value=r["ppl"]))
-        return points
-    t = get_task(task)
-    if task == "passkey":
-        lengths = sorted({max(t.min_length, round(f * L)) for f in s.passkey_eval_factors})
-        depths: tuple[float | None, ...] = s.passkey_depths
-        n_ex = s.passkey_examples
-    else:
-        lengths, depths, n_ex = list(range(t.min_length, 2 * L + 1)), (None,), s.eval_examples
-    train_tokens = t.prompt_length(L) + t.target_length(L)
-    for n in lengths:
-        factor = (t.prompt_length(n) + t.target_length(n)) / train_tokens
-        for variant, m in variants(factor, train_tokens):
-            for d in depths:
-                acc = exact_match(m, t, n, n_ex, eval_seed=s.eval_seed, depth=d)
-                points.append(dict(variant=variant, length=n, depth=d, value=acc))
-    return points
+    return variants

@@ -18,6 +18,7 @@ from typing import Any
 from ..results import ResultsFile, RunLayout, write_results
 from .stats import mean_std
 from .summary import mean_reciprocal_rank, per_length, ranking
+from .tasks import Task, get_task, task_names
 
 __all__ = ["cell_text", "figure_captions", "figures", "format_table", "scaling_label", "settings_text",
            "significance_lines", "table_cells", "variant_label", "write_outputs"]
@@ -56,23 +57,28 @@ def cell_text(row: dict, which: str, base: str | None = None) -> str:
     return text
 
 
+def _task(name: str) -> Task:
+    """The registered task of a results file's runs (an unregistered one: a plain example task)."""
+    return get_task(name) if name in task_names() else Task()
+
+
 def settings_text(results: dict) -> str:
     """One line: seeds, model size, training, and each task's training length with its unit."""
     s = results.get("settings") or {}
     runs = results.get("runs") or []
     seeds = len({r["seed"] for r in runs}) or s.get("seeds", 1)
     lengths = {r["task"]: r["train_length"] for r in runs}
-    unit = {"lm": " bytes"}
     parts = [f"{seeds} seed{'s' if seeds != 1 else ''}"]
     if "d_model" in s:
         parts.append(f"model d_model {s['d_model']}, {s.get('n_layer', '?')} layers, {s.get('n_head', '?')} heads")
     if "steps" in s:
         batch = f"batch {s.get('batch_size', '?')}"
-        if "lm" in lengths and "lm_batch_size" in s:
-            batch += f" (lm: {s['lm_batch_size']} windows)"
+        notes = [n for n in (_task(t).settings_note(s) for t in lengths) if n]
+        if notes:
+            batch += f" ({'; '.join(notes)})"
         parts.append(f"{s['steps']} steps, {batch}, lr {s.get('lr', '?')}")
     if lengths:
-        parts.append("training length L: " + ", ".join(f"{t} {L}{unit.get(t, ' tokens')}" for t, L in lengths.items()))
+        parts.append("training length L: " + ", ".join(f"{t} {L} {_task(t).unit}" for t, L in lengths.items()))
     return "; ".join(parts)
 
 
@@ -179,9 +185,15 @@ def figure_captions(results: dict) -> dict[str, str]:
             caps[f"scaling_{task}"] = (f"{task}: RoPE models with each training-free scaling "
                                        f"({', '.join(map(scaling_label, scalings))}) applied beyond L = {L}; "
                                        f"within L each line is the unscaled model ({spread}).")
-    caps["passkey_depth"] = ("passkey: accuracy (%) by context length (x) and depth of the key in the context "
-                             "(y: 0 = start, 1 = end), one panel per encoding, mean over seeds.")
+        if _has_depths(runs):
+            caps[f"{task}_depth"] = (f"{task}: accuracy (%) by context length (x) and depth of the key in the "
+                                     "context (y: 0 = start, 1 = end), one panel per encoding, mean over seeds.")
     return caps
+
+
+def _has_depths(runs: list[dict]) -> bool:
+    """Whether a task's points are measured at key depths too (passkey retrieval)."""
+    return any(p["depth"] is not None for r in runs for p in r["points"])
 
 
 def write_outputs(results: ResultsFile, out: Path) -> list[Path]:
@@ -228,8 +240,8 @@ def _curves(results: dict, task: str, variant_filter) -> dict[str, tuple[list[in
 
 def figures(results: dict) -> dict[str, Any]:
     """Matplotlib figures (Agg): ``task_<name>`` metric vs length, one line per encoding;
-    ``scaling_<name>`` the RoPE models with each training-free scaling; ``passkey_depth``
-    accuracy by length and depth per encoding."""
+    ``scaling_<name>`` the RoPE models with each training-free scaling; ``<name>_depth``
+    accuracy by length and depth per encoding, for a task with key depths (passkey)."""
     from .._optional import require
 
     matplotlib = require("matplotlib", extra="plot")
@@ -279,24 +291,30 @@ def figures(results: dict) -> dict[str, Any]:
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
             figs[name] = fig
-    pk = [r for r in results["runs"] if r["task"] == "passkey"]
-    if pk:
-        encs = list(dict.fromkeys(r["encoding"] for r in pk))
-        lengths = sorted({p["length"] for r in pk for p in r["points"]})
-        depths = sorted({p["depth"] for r in pk for p in r["points"]})
-        fig, axes = plt.subplots(1, len(encs), figsize=(2.6 * len(encs), 2.8), squeeze=False)
-        for ax, enc in zip(axes[0], encs):
-            grid = [[statistics.fmean([p["value"] for r in pk if r["encoding"] == enc for p in r["points"]
-                                       if p["variant"] == "base" and p["length"] == n and p["depth"] == d] or [math.nan])
-                     for n in lengths] for d in depths]
-            image = ax.imshow([[100 * x for x in row] for row in grid], vmin=0, vmax=100, cmap="viridis",
-                              aspect="auto", origin="lower")
-            ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=6)
-            ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=6)
-            ax.set_title(enc, fontsize=8)
-            ax.set_xlabel("context length", fontsize=7)
-        axes[0][0].set_ylabel("key depth", fontsize=7)
-        fig.colorbar(image, ax=axes[0].tolist(), label="accuracy (%)", shrink=0.9)
-        fig.suptitle(f"passkey accuracy (train length {pk[0]['train_length']} tokens)", fontsize=9)
-        figs["passkey_depth"] = fig
+    for task in tasks:
+        pk = [r for r in results["runs"] if r["task"] == task]
+        if _has_depths(pk):
+            figs[f"{task}_depth"] = _depth_figure(plt, task, pk)
     return figs
+
+
+def _depth_figure(plt: Any, task: str, pk: list[dict]) -> Any:
+    """Accuracy by context length (x) and key depth (y), one panel per encoding, mean over seeds."""
+    encs = list(dict.fromkeys(r["encoding"] for r in pk))
+    lengths = sorted({p["length"] for r in pk for p in r["points"]})
+    depths = sorted({p["depth"] for r in pk for p in r["points"]})
+    fig, axes = plt.subplots(1, len(encs), figsize=(2.6 * len(encs), 2.8), squeeze=False)
+    for ax, enc in zip(axes[0], encs):
+        grid = [[statistics.fmean([p["value"] for r in pk if r["encoding"] == enc for p in r["points"]
+                                   if p["variant"] == "base" and p["length"] == n and p["depth"] == d] or [math.nan])
+                 for n in lengths] for d in depths]
+        image = ax.imshow([[100 * x for x in row] for row in grid], vmin=0, vmax=100, cmap="viridis",
+                          aspect="auto", origin="lower")
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=6)
+        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=6)
+        ax.set_title(enc, fontsize=8)
+        ax.set_xlabel("context length", fontsize=7)
+    axes[0][0].set_ylabel("key depth", fontsize=7)
+    fig.colorbar(image, ax=axes[0].tolist(), label="accuracy (%)", shrink=0.9)
+    fig.suptitle(f"{task} accuracy (train length {pk[0]['train_length']} {_task(task).unit})", fontsize=9)
+    return fig

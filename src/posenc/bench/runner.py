@@ -20,9 +20,9 @@ from ..files import OutDirLock, write_json
 from ..results import RunFolder, RunLayout, RunRecord, ResultsFile, check_out_dir, read_run, run_record, write_run
 from .build import build_batches, build_model, train_config
 from .data import ByteCorpus, load_corpus
-from .evaluate import evaluate_run
 from .runs import check_runs, run_folder
 from .settings import BenchSettings
+from .tasks import get_task
 from .train import distributed_info, init_distributed, save_weights, train
 
 __all__ = ["run_bench", "run_one"]
@@ -46,10 +46,10 @@ def run_one(
     record = None
     if rank == 0:
         save_weights(model, run.model)
-        points = evaluate_run(model, s, task, corpus)
+        t = get_task(task)
+        points = t.evaluate(model, s, corpus)
         record = run_record(
-            task=task, encoding=encoding, seed=seed, train_length=s.train_length(task),
-            metric="ppl" if task == "lm" else "accuracy",
+            task=task, encoding=encoding, seed=seed, train_length=t.train_length(s), metric=t.metric,
             train_loss=result.last_loss, train_seconds=result.seconds,
             parameters=model.num_parameters(), points=points,
         )
@@ -109,7 +109,7 @@ def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progr
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         write_json(RunLayout(out).settings, s.to_json(), indent=2)
-    corpus = load_corpus(s.data, max_bytes=s.lm_train_bytes) if "lm" in s.tasks else None
+    corpus = load_corpus(s.data, max_bytes=s.lm_train_bytes) if any(get_task(t).uses_corpus for t in s.tasks) else None
     if corpus is not None and rank == 0:
         print(f"posenc bench: corpus {corpus.describe()}", file=sys.stderr)
     records = []

@@ -22,11 +22,12 @@ from ..config import check_choice, check_int, check_positive
 from ..registry import list_encodings
 from ..variants import parse_variant
 from .evaluate import SCALINGS
-from .tasks import TASK_NAMES, PasskeyTask, get_task, task_names
+from .language import LanguageModelling
+from .tasks import Copy, PasskeyTask, builtin_task_names, get_task, task_names
 
 __all__ = [
-    "ALL", "BenchSettings", "EMBEDDINGS", "EmbeddingConvention", "FIXED_AMPLITUDE", "PRESETS", "RENAMED_PRESETS",
-    "run_settings", "settings_for",
+    "ALL", "BenchSettings", "EMBEDDINGS", "EmbeddingConvention", "FIXED_AMPLITUDE", "PRESETS", "run_settings",
+    "settings_for",
 ]
 
 
@@ -130,21 +131,12 @@ class BenchSettings:
         return json.loads(json.dumps(d))  # tuples -> lists, as stored
 
     def train_length(self, task: str) -> int:
-        """The training length L of ``task``: tokens (synthetic, passkey) or bytes (lm)."""
-        return {"lm": self.lm_length, "passkey": self.passkey_length}.get(task, self.synthetic_length)
+        """The training length L of ``task``, in the task's unit (:meth:`Task.train_length`)."""
+        return get_task(task).train_length(self)
 
     def max_positions(self, task: str) -> int:
         """Longest sequence any evaluation of ``task`` feeds the model (sizes position tables)."""
-        if task == "lm":
-            return self.lm_length * max(self.lm_eval_factors)
-        if task == "passkey":
-            t = PasskeyTask()
-            # the evaluation's lengths: factors below min_length / L are raised to min_length
-            n = max(max(t.min_length, round(f * self.passkey_length)) for f in self.passkey_eval_factors)
-            return t.prompt_length(n) + t.target_length(n)
-        t = get_task(task)
-        n = 2 * self.synthetic_length
-        return t.prompt_length(n) + t.target_length(n)
+        return get_task(task).max_positions(self)
 
 
 def run_settings(s: BenchSettings, task: str, encoding: str, seed: int) -> dict[str, Any]:
@@ -156,14 +148,16 @@ def run_settings(s: BenchSettings, task: str, encoding: str, seed: int) -> dict[
 
 
 _PRESET_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5")
+_PRESET_TASKS = (Copy.name, PasskeyTask.name, LanguageModelling.name)
 # A preset whose encodings are ALL runs every registered encoding (list_encodings(), read when
-# its settings are made), so an encoding added later cannot be left out of it.
+# its settings are made), so an encoding added later cannot be left out of it; tasks ALL: every
+# task posenc registers (builtin_task_names()).
 ALL = "all"
 PRESETS: dict[str, dict[str, Any]] = {
     # seconds: the smoke test
     "micro": dict(
         encodings=("none", "rope", "alibi"),
-        tasks=("copy", "passkey", "lm"),
+        tasks=_PRESET_TASKS,
         d_model=16, n_layer=1, n_head=2, steps=4, batch_size=8, warmup_steps=1,
         synthetic_length=4, eval_examples=4, passkey_length=12, passkey_eval_factors=(1.0, 2.0),
         passkey_depths=(0.0, 1.0), passkey_examples=4, lm_length=16, lm_eval_factors=(1, 2),
@@ -174,7 +168,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # from 600 and 24 after profiling (the time is matrix products, not Python)
     "quick": dict(
         encodings=_PRESET_ENCODINGS,
-        tasks=("copy", "passkey", "lm"),
+        tasks=_PRESET_TASKS,
         seeds=3, d_model=64, n_layer=2, n_head=4, steps=500, batch_size=64, lr=3e-3, warmup_steps=30,
         synthetic_length=6, eval_examples=64, passkey_length=16, passkey_examples=32,
         lm_length=64, lm_batch_size=16, lm_eval_tokens=16_384,
@@ -184,7 +178,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # of 7 (floater 88 s, deberta 7 s), ~3.5x slower than quiet (docs/bench.md "Presets")
     "standard": dict(
         encodings=ALL,
-        tasks=TASK_NAMES,
+        tasks=ALL,
         seeds=3, d_model=32, n_layer=2, n_head=4, steps=400, batch_size=32, lr=5e-3, warmup_steps=40,
         synthetic_length=5, eval_examples=32, passkey_length=16, passkey_eval_factors=(0.5, 1.0, 2.0, 3.0),
         passkey_depths=(0.0, 0.5, 1.0), passkey_examples=16, lm_length=32, lm_batch_size=16,
@@ -193,15 +187,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the same sweep at the size of the papers' synthetic experiments, for a GPU (days on a CPU)
     "paper": dict(
         encodings=ALL,
-        tasks=TASK_NAMES,
+        tasks=ALL,
         seeds=3, d_model=256, n_layer=6, n_head=8, steps=10_000, batch_size=64, lr=1e-3,
         warmup_steps=500, synthetic_length=20, eval_examples=256, passkey_length=256,
         passkey_examples=64, lm_length=256, lm_batch_size=64, lm_train_bytes=50_000_000, lm_eval_tokens=262_144,
     ),
 }
-# Other names accepted for a preset (exact names only), with a note on stderr.
-RENAMED_PRESETS: dict[str, str] = {"full": "paper"}
-PRESETS["full"] = PRESETS["paper"]
 
 
 def settings_for(
@@ -219,12 +210,11 @@ def settings_for(
     The ``standard`` and ``paper`` presets run every registered encoding (:data:`ALL`).
     """
     if not isinstance(preset, str) or preset not in PRESETS:
-        names = [p for p in PRESETS if p not in RENAMED_PRESETS]
-        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(names)}")
-    if preset in RENAMED_PRESETS:
-        print(f"posenc bench: preset {preset!r} is now called {RENAMED_PRESETS[preset]!r}", file=sys.stderr)
+        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
     base = dict(PRESETS[preset])
     valid = list_encodings()
+    if base["tasks"] == ALL:
+        base["tasks"] = builtin_task_names()
     if base["encodings"] == ALL:
         base["encodings"] = tuple(valid)
     if encodings:
@@ -250,7 +240,5 @@ def settings_for(
         raise ValueError(f"no encoding to run; registered encodings: {', '.join(valid)}")
     settings = BenchSettings(**base)
     for name in settings.tasks:  # a registered task may need longer problems than size 1
-        if name not in ("lm", "passkey") and get_task(name).min_length > settings.synthetic_length:
-            raise ValueError(f"synthetic_length must be >= {get_task(name).min_length} (the min_length of task "
-                             f"{name!r}), got {settings.synthetic_length}")
+        get_task(name).check_settings(settings)
     return settings

@@ -27,11 +27,11 @@ from .args import (
     MAX_INT, device, existing_path, float_in, int_in, output_dir, positive_int, unit_float,
 )
 from ..variants import SPEC_HELP
-from ..bench.tasks import PASSKEY_DIGITS, task_names
+from ..bench.tasks import PASSKEY_DIGITS, get_task, task_names
 
 # Ranges of the numeric flags: far past any run that fits a machine, and refused beyond, so that
 # a typo (--lr 1e308, --steps 1e12) is one line at parse time; the batch sizes are checked
-# against the memory at hand as well (check_memory).
+# against the memory at hand as well (posenc.bench.preflight).
 MAX_WIDTH = 2**16  # d_model
 MAX_DEPTH = 1024  # layers, heads
 MAX_STEPS = 10**8
@@ -113,6 +113,7 @@ _OWN_FLAGS = ("encodings", "tasks", "seeds", "data", "bf16")
 def _cmd(args: argparse.Namespace) -> int:
     import torch
 
+    from ..bench.preflight import check_data, check_models
     from ..bench.report import format_table
     from ..bench.runner import run_bench
     from ..bench.settings import settings_for
@@ -136,12 +137,9 @@ def _cmd(args: argparse.Namespace) -> int:
         **_overrides(args),
     )
     check_models(settings, device=args.device)
-    if args.data is not None and "lm" not in settings.tasks:
-        print("posenc bench: --data is only used by the 'lm' task, which is not selected", file=sys.stderr)
-    if "lm" in settings.tasks and args.data is not None:
-        from ..bench.data import load_corpus
-
-        load_corpus(args.data, max_bytes=1)  # fail on a missing or empty path before any training
+    if not check_data(settings, args.data) and args.data is not None:
+        readers = ", ".join(repr(t) for t in task_names() if get_task(t).uses_corpus)
+        print(f"posenc bench: --data is only used by the {readers} task, which is not selected", file=sys.stderr)
     # Ctrl-C: train() saves its checkpoint and raises Interrupted (a KeyboardInterrupt) saying
     # how to go on; posenc.cli.main prints it as one line and exits 130.
     results = run_bench(settings, args.out, resume=args.resume, overwrite=args.overwrite,
@@ -152,20 +150,6 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def preset_names() -> list[str]:
-    """The presets under their own names (an entry holding another's settings object under a
-    second name is left out)."""
-    from ..bench.settings import PRESETS
-
-    seen: set[int] = set()
-    names = []
-    for name, preset in PRESETS.items():
-        if id(preset) not in seen:
-            seen.add(id(preset))
-            names.append(name)
-    return names
-
-
 def describe_preset(name: str) -> str:
     """What a preset runs, read from its settings: ``quick: 6 encodings x 3 tasks x 3 seeds, ...``."""
     from ..bench.settings import ALL, PRESETS, BenchSettings
@@ -174,14 +158,16 @@ def describe_preset(name: str) -> str:
     defaults = {f.name: f.default for f in dataclasses.fields(BenchSettings)}
     get = lambda key: p.get(key, defaults.get(key))  # noqa: E731
     encodings = "every encoding" if p["encodings"] == ALL else f"{len(p['encodings'])} encodings"
-    tasks = "every task" if set(p["tasks"]) >= set(task_names()) else f"{len(p['tasks'])} tasks"
+    tasks = "every task" if p["tasks"] == ALL else f"{len(p['tasks'])} tasks"
     seeds = get("seeds")
     return (f"{name}: {encodings} x {tasks} x {seeds} seed{'s' if seeds != 1 else ''}, {get('steps')} steps, "
             f"d_model {get('d_model')}, {get('n_layer')} layer{'s' if get('n_layer') != 1 else ''}")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    names = preset_names()
+    from ..bench.settings import PRESETS
+
+    names = list(PRESETS)
     p = subparsers.add_parser(
         "bench", help="train small models per encoding; evaluate beyond the training length",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -266,78 +252,3 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         if key.startswith("set_") and value is not None:
             out[key[4:]] = tuple(value) if isinstance(value, list) else value
     return out
-
-
-def check_models(settings: Any, device: str | None = None) -> None:
-    """Build every encoding's model once, before any training, so that a setting no model
-    accepts (--heads not dividing --d-model, rope:rotary_dim above the head size, a position
-    table longer than its limit) is an error now rather than after hours of other runs."""
-    from ..bench.build import build_model
-
-    if settings.d_model % settings.n_head:
-        raise ValueError(f"--d-model ({settings.d_model}) must be divisible by --heads ({settings.n_head})")
-    # the task whose evaluation reaches furthest sizes the position tables
-    task = max(settings.tasks, key=settings.max_positions)
-    for encoding in settings.encodings:
-        try:
-            build_model(settings, encoding, task, 0)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"encoding {encoding!r} cannot be built with these settings: {e}") from None
-    vocab_size = max(build_model(settings, settings.encodings[0], t, 0).cfg.vocab_size for t in settings.tasks)
-    check_memory(settings, vocab_size, device)
-
-
-def train_tokens(settings: Any, task: str) -> int:
-    """The longest training sequence of ``task``: L bytes (lm), or a size-L example's prompt and target."""
-    from ..bench.tasks import PasskeyTask, get_task
-
-    if task == "lm":
-        return settings.lm_length
-    t = PasskeyTask() if task == "passkey" else get_task(task)
-    L = settings.train_length(task)
-    return t.prompt_length(L) + t.target_length(L)
-
-
-def training_bytes(settings: Any, task: str, vocab_size: int) -> int:
-    """An estimate of the memory one training step of ``task`` holds (float32): per layer the
-    activations kept for backward and their gradients (40 floats of width per token) and the
-    attention weights (6 of H x T x T per example), plus the logits (5 of B x T x V). Against
-    a forward and backward's peak (ru_maxrss) at batch 1024 and 4096 of quick's passkey with
-    RoPE: 1.1x and 1.9x the measured growth (so it refuses only what cannot fit)."""
-    B = settings.lm_batch_size if task == "lm" else settings.batch_size
-    T = train_tokens(settings, task)
-    per_layer = B * T * (40 * settings.d_model + 6 * settings.n_head * T)
-    return 4 * (settings.n_layer * per_layer + 5 * B * T * vocab_size)
-
-
-def available_bytes(device: str | None = None) -> int | None:
-    """Memory free for a run: the CUDA device's free memory, else the machine's MemAvailable
-    (None where neither can be read)."""
-    if device is not None and device.startswith("cuda"):
-        import torch
-
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def check_memory(settings: Any, vocab_size: int, device: str | None = None) -> None:
-    """Refuse a batch whose training step cannot fit in the memory at hand (:func:`training_bytes`),
-    before anything is allocated: running out of memory is a silent kill."""
-    free = available_bytes(device)
-    if free is None:
-        return
-    task = max(settings.tasks, key=lambda t: training_bytes(settings, t, vocab_size))
-    need = training_bytes(settings, task, vocab_size)
-    if need > free:
-        flag, batch = ("--lm-batch-size", settings.lm_batch_size) if task == "lm" else ("--batch-size", settings.batch_size)
-        gib = 2**30
-        raise ValueError(f"{flag} {batch}: a training step of {task} needs about {need / gib:.3g} GiB (length "
-                         f"{train_tokens(settings, task)}, width {settings.d_model}, {settings.n_layer} layers), "
-                         f"but {free / gib:.3g} GiB is free; lower {flag}")

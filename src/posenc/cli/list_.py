@@ -38,11 +38,5 @@ def _list_tasks() -> int:
     names = task_names()
     width = max(len(n) for n in names)
     for name in names:
-        if name == "lm":
-            print(f"{name:<{width}}  byte-level language modelling, perplexity at multiples of --lm-length")
-            continue
-        task = get_task(name)
-        doc = (type(task).__doc__ or "").strip().splitlines()
-        where = type(task).__module__
-        print(f"{name:<{width}}  {doc[0] if doc else '(no docstring)'}  [{where}, min length {task.min_length}]")
+        print(f"{name:<{width}}  {get_task(name).describe()}")
     return 0
