@@ -10,15 +10,16 @@ Small decoder-only Transformers are trained with each registered encoding on
 with training-free RoPE scalings (PI, NTK-aware, dynamic NTK, YaRN) evaluated as extra
 variants when the rotary encoding offers them. See docs/bench.md.
 
-Modules: :mod:`.tasks` (generators), :mod:`.data` (batches, corpus), :mod:`.settings`
-(BenchSettings, presets), :mod:`.build` (one run's model, batches, optimisation), :mod:`.train`
-(harness), :mod:`.evaluate`, :mod:`.runs` (the output folder), :mod:`.runner` (orchestration),
-:mod:`.compare` (a fresh table against a committed one), :mod:`.report`
-(table, plots, ``figures`` for the HTML report). The results files and the output folder's
-layout are :mod:`posenc.results`'; strict JSON, checksummed safetensors and the folder lock
-are :mod:`posenc.files`'. Its command line is
-:mod:`posenc.cli.bench` (above both this package and :mod:`posenc.hf`, whose ``bench --model`` it
-dispatches to).
+Modules: :mod:`.tasks` (what a task is, the registry, the example tasks), :mod:`.language` (the
+lm task), :mod:`.tokens` (the shared vocabulary, Example), :mod:`.data` (batches, corpus),
+:mod:`.settings` (BenchSettings, presets), :mod:`.build` (one run's model, batches,
+optimisation), :mod:`.preflight` (checks before any training: models, corpus, memory),
+:mod:`.train` (harness), :mod:`.evaluate`, :mod:`.runs` (each run's folder and its checks),
+:mod:`.runner` (orchestration), :mod:`.summary` (scores, summary, ranking), :mod:`.compare` (a
+fresh table against a committed one), :mod:`.report` (table, plots, ``figures`` for the HTML
+report). The results files and the output folder's layout are :mod:`posenc.results`'; strict
+JSON, checksummed safetensors and the folder lock are :mod:`posenc.files`'. Its command line is
+:mod:`posenc.cli.bench`.
 """
 
 from . import language  # noqa: F401  registers the lm task after the example tasks
