@@ -168,7 +168,7 @@ SUITES = {
     "tests/test_rotary_schema.py": r"\[toy_ramp\]|test_the_listings_follow_the_entries",
     "tests/test_rotary_hf_to_hf.py": r"\[toy_ramp-\d+\]|test_every_scaling_is_covered",
     "tests/test_rotary_hf.py": r"test_every_registered_type_is_covered",
-    "tests/test_analysis_plots.py": r"test_rope_scaling",
+    "tests/test_analysis_figures.py": r"test_rope_scaling",
 }
 
 
