@@ -25,8 +25,8 @@ import html
 from pathlib import Path
 
 from ..rotary import SCALINGS
-from .checks import CHECKS, claims
 from .canvas import PlotResult, prepare_out_dir
+from .checks import CHECKS, claims
 from .figures import FIGURES, make_plot, select_figures
 from .probes import Probe
 from .real_model import load_probe, model_concerns, model_name, probe_summary
