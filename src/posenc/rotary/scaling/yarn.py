@@ -47,8 +47,6 @@ class YarnScaling(ScalingConfig):
                 check_range(name, getattr(self, name), 0.0, None)
         if self.attention_factor is not None:
             check_positive("attention_factor", self.attention_factor)
-        if not isinstance(self.truncate, bool):
-            raise TypeError(f"truncate must be a bool, got {self.truncate!r}")
 
     @property
     def fast(self) -> float:
