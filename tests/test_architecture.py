@@ -5,6 +5,7 @@ a test file of its own named after its module)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -58,8 +59,8 @@ def test_the_tree_names_nothing_that_is_gone():
 
 
 def test_every_recipe_names_files_that_exist():
-    for name in ("encoding", "scaling", "leaf"):
-        paths = re.findall(r"`((?:src|tests)/[^`]+)`", recipe(name))
+    for name in ("encoding", "scaling", "leaf", "bench_task", "model_task", "subcommand"):
+        paths = re.findall(r"`((?:src|tests|docs)/[^`]+)`", recipe(name))
         assert paths, name
         for p in paths:
             if "<" in p:  # a pattern: its folder must exist
@@ -91,3 +92,59 @@ def test_every_built_in_encoding_follows_the_recipe(name):
     assert found, f"{name} ({module}) has no test file of its own: expected tests/{own[0]} or tests/{own[1]}"
     assert re.search(rf"['\"]{name}['\"]", (ROOT / "tests" / found[0]).read_text()), \
         f"tests/{found[0]} does not name {name!r}"
+
+
+# ------------------------------------------------------------------ the claims the doc makes
+
+def _sources(outside: str) -> dict[str, str]:
+    return {str(p.relative_to(PKG)): p.read_text() for p in PKG.rglob("*.py")
+            if "__pycache__" not in p.parts and not str(p.relative_to(PKG)).startswith(outside)}
+
+
+def test_the_leaf_table_names_every_leaf():
+    from posenc.backends.planner import Leaf
+
+    section = DOC[DOC.index("## How an attention call runs"):DOC.index("## How a new encoding gets")]
+    named = set(re.findall(r"^\| `([A-Z_]+)`(?: / `([A-Z_]+)`)? \|", section, re.M))
+    named = {n for pair in named for n in pair if n}
+    assert named == {leaf.name for leaf in Leaf}
+
+
+def _imports(path: str, text: str) -> set[str]:
+    package = ["posenc", *Path(path).parts[:-1]]
+    out = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            out |= {name} | {f"{name}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return out
+
+
+def test_only_the_planner_chooses_a_path():
+    leaves = {f"posenc.backends.{m}" for m in ("eager", "sdpa", "cpu_flash", "fused", "flex")}
+    sources = _sources("backends/")
+    assert len(sources) > 50
+    found = {path for path, text in sources.items()
+             if _imports(path, text) & (leaves | {"posenc.backends.planner", "posenc.backends.Leaf"})
+             or re.search(r"\bLeaf\.[A-Z]", text)}
+    # the relative-scores benchmark times one leaf function directly, on purpose
+    assert found == {"speed/relative.py"}, f"outside backends/, these choose or call a leaf: {sorted(found)}"
+
+
+def test_no_module_is_over_500_lines():
+    sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
+    assert sizes
+    assert not {m: n for m, n in sizes.items() if n > 500}, "one idea per file: split these"
+
+
+def test_no_task_is_named_in_code():
+    # a task is an object found in a registry: its name appears only where it is defined
+    hits = []
+    for path, text in _sources("\0").items():
+        for line in text.splitlines():
+            if re.search(r"""(?<![\w.])["'](lm|passkey)["']""", line) and not re.match(r"\s*name\s*=", line):
+                hits.append(f"{path}: {line.strip()}")
+    assert not hits, "code that branches on a task's name:\n" + "\n".join(hits)
