@@ -45,3 +45,26 @@ def test_the_scan_sees_imports():
 def test_application_packages_form_layers():
     bad = {edge: files for edge, files in package_edges().items() if edge not in ALLOWED}
     assert not bad, f"imports against the layering (analysis > hf > bench): {bad}"
+
+
+WINGS = ("analysis", "bench", "hf", "cli", "speed")
+
+
+def test_the_core_and_the_neutral_services_import_no_wing():
+    # files.py, results.py, text.py, progress.py and the core are below every application
+    below = [p for p in ROOT.rglob("*.py") if p.relative_to(ROOT).parts[0] not in WINGS and "__pycache__" not in p.parts]
+    assert any(p.name == "results.py" for p in below) and len(below) > 50
+    bad = {}
+    for path in below:
+        for name in imported_modules(path):
+            parts = name.split(".")
+            if len(parts) > 1 and parts[0] == "posenc" and parts[1] in WINGS:
+                bad.setdefault(str(path.relative_to(ROOT)), []).append(name)
+    assert not bad, f"modules below the wings import a wing: {bad}"
+
+
+def test_no_library_module_imports_the_cli():
+    # __main__.py is `python -m posenc`: the command line's own entry
+    bad = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if p.relative_to(ROOT).parts[0] not in ("cli", "__main__.py")
+           for n in imported_modules(p) if n.startswith("posenc.cli") or n.startswith("posenc_entry")}
+    assert not bad, f"the library imports the command line: {bad}"
