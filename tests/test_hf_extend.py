@@ -112,3 +112,138 @@ def test_extended_config_drops_the_hub_spelling_it_supersedes():
                               FULL: {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}}, "head_dim": 8}
     out = extended_config(hub, hf, N)
     assert out == dict(model_type="gemma3_text", max_position_embeddings=N, **hf)
+
+
+# ---- what config.json, the tokenizer and the text decide: refused before any weight is read
+
+_SMALL_HEADER = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+
+
+def _folder(path, config: dict):
+    """A checkpoint folder of ``config`` whose one safetensors file holds no model weight: loading
+    it would fail, so a refusal that comes out of extend came before any weight was read."""
+    import struct
+
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "model.safetensors").write_bytes(struct.pack("<Q", len(_SMALL_HEADER)) + _SMALL_HEADER + b"\0" * 16)
+    return path
+
+
+_LLAMA = dict(model_type="llama", hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+              intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=L, rope_theta=10000.0)
+# Qwen2-VL as transformers 5 writes it: the language model's M-RoPE in text_config, no rope key at the top
+_QWEN2_VL = dict(model_type="qwen2_vl", vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2),
+                 text_config=dict(model_type="qwen2_vl_text", hidden_size=32, num_attention_heads=4,
+                                  num_key_value_heads=2, num_hidden_layers=2, intermediate_size=64, vocab_size=VOCAB,
+                                  max_position_embeddings=L,
+                                  rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                   "mrope_section": [2, 1, 1]}))
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """extend with loading the model (and, unless allowed, the tokenizer) made a test failure."""
+    import posenc.hf.checkpoint as checkpoint
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(checkpoint, "load_model", refuse)
+    return refuse
+
+
+def test_qwen2_vl_is_refused_as_m_rope_not_as_ropeless(tmp_path, no_weights):
+    """The family's own reading comes first: Qwen2-VL keeps its M-RoPE in text_config, and extend
+    says it cannot write a scaled M-RoPE (it used to say the model had no RoPE at all)."""
+    from posenc.hf.evaluation import check_has_rope
+
+    ckpt = _folder(tmp_path / "qwen2vl", _QWEN2_VL)
+    with pytest.raises(ValueError) as e:
+        extend(ckpt, ExtendSettings(to=2 * L), progress=False)
+    msg = str(e.value)
+    assert "model_type 'qwen2_vl' rotates with M-RoPE" in msg and "has no RoPE" not in msg and "\n" not in msg
+    check_has_rope(_QWEN2_VL, "MODEL")  # the general check reads text_config: a RoPE is there
+    check_has_rope(dict(model_type="qwen2_vl"), "MODEL")  # an M-RoPE type is RoPE whatever it spells
+    with pytest.raises(ValueError, match="has no RoPE"):
+        check_has_rope(dict(model_type="gpt2", text_config=dict(n_positions=64)), "MODEL")
+
+
+def test_to_within_l_is_refused_before_the_tokenizer_or_the_weights(tmp_path, no_weights, monkeypatch):
+    import posenc.hf.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "load_tokenizer", no_weights)
+    ckpt = _folder(tmp_path / "ckpt", _LLAMA)
+    with pytest.raises(ValueError, match=rf"--to must exceed the trained length L = {L} .*got {L}$"):
+        extend(ckpt, ExtendSettings(to=L), progress=False)
+
+
+def test_out_with_a_stated_shorter_l_is_refused_and_nothing_is_written(tmp_path, no_weights, monkeypatch):
+    """--trained-length is a demonstration: its config.json (original_max_position_embeddings = the
+    stated L) would look like a shipped extension of a model that never needed one."""
+    import posenc.hf.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "load_tokenizer", no_weights)
+    ckpt = _folder(tmp_path / "ckpt", _LLAMA)
+    with pytest.raises(ValueError, match=rf"--out with --trained-length 32, shorter than the model's own {L}: "):
+        extend(ckpt, ExtendSettings(to=64, trained_length=32), tmp_path / "out", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_a_to_longer_than_the_text_is_blamed_on_to_before_loading(tmp_path, no_weights):
+    ckpt = _folder(tmp_path / "ckpt", _LLAMA)
+    data = tmp_path / "small.txt"
+    data.write_text("alpha beta gamma delta\n" * 400)  # 9200 bytes: a validation part of ~920 byte tokens
+    with pytest.raises(ValueError) as e:
+        extend(ckpt, ExtendSettings(to=4096, data=str(data)), progress=False)
+    assert str(e.value).startswith("--to 4096 with --windows 1 (windows of N tokens, and one more) needs 4097 tokens "
+                                   f"of text; the validation part of --data {str(data)!r} is "), str(e.value)
+
+
+@pytest.mark.parametrize("field, value, bound", [("to", 2**20 + 1, 2**20), ("passkey_examples", 10**9, 1000),
+                                                 ("windows", 1001, 1000), ("trained_length", 2**21, 2**20)])
+def test_settings_are_bounded(field, value, bound):
+    with pytest.raises(ValueError, match=rf"must be in \[\d+, {bound}\], got {value}"):
+        ExtendSettings(**(dict(to=128) | {field: value}))
+
+
+def test_a_killed_runs_temporary_folder_is_removed_by_the_next(tmp_path):
+    """kill -9 while write_extended copies: its hidden folder beside --out stays (no except ran);
+    the next write removes it, since its writer is gone, and keeps a live writer's."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = _folder(tmp_path / "ckpt", _LLAMA)
+    (src / "tokenizer.json").write_text("{}")  # a file write_extended copies: the copy blocks
+    out = tmp_path / "out"
+    script = ("import shutil, sys, time\n"
+              "from pathlib import Path\n"
+              "from posenc.hf.extend import write_extended\n"
+              "shutil.copy2 = lambda *a, **k: time.sleep(600)\n"
+              "write_extended(Path(sys.argv[1]), Path(sys.argv[2]), {}, {})\n")
+    child = subprocess.Popen([sys.executable, "-c", script, str(src), str(out)])
+    tmp = tmp_path / f".out.tmp-{child.pid}"
+    try:
+        for _ in range(600):
+            if tmp.is_dir():
+                break
+            time.sleep(0.1)
+        assert tmp.is_dir(), "the child never made its temporary folder"
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        try:
+            kept = tmp_path / f".out.tmp-{live.pid}"
+            kept.mkdir()
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            assert tmp.is_dir()  # kill -9: nothing cleaned up
+            write_extended(src, out, dict(_LLAMA), {"winner": "none"})
+            assert not tmp.exists() and kept.is_dir()
+            assert json.loads((out / "config.json").read_text()) == _LLAMA
+        finally:
+            live.kill()
+            live.wait()
+    finally:
+        child.kill()
+        child.wait()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import int_at_least, output_dir, positive_float, positive_int
+from .args import MAX_THREADS, int_in, output_dir, positive_float
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -30,17 +30,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=library.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", metavar="MODEL", help="a save_pretrained folder, a .gguf file, or smollm2-135m / gemma3-270m")
-    p.add_argument("--to", type=int_at_least(2), required=True, metavar="N", help="the target length in tokens (> L)")
+    p.add_argument("--to", type=int_in(2, library.MAX_TO), required=True, metavar="N",
+                   help=f"the target length in tokens (> L, at most {library.MAX_TO})")
     p.add_argument("--out", type=output_dir, default=None, metavar="DIR",
                    help="write the winner here as a transformers checkpoint (default: only print the table)")
-    p.add_argument("--trained-length", type=int_at_least(2), default=None, metavar="L",
-                   help="a shorter L than the checkpoint's own, for a quick run (a demonstration, not a measurement)")
+    p.add_argument("--trained-length", type=int_in(2, library.MAX_TO), default=None, metavar="L",
+                   help="a shorter L than the checkpoint's own, for a quick run (a demonstration, not a measurement: "
+                        "the table only, not with --out)")
     p.add_argument("--factors", type=positive_float, nargs="+", default=[1.0, 2.0], metavar="M",
                    help="factor multipliers: each scaling at M * N / L (default 1 2)")
-    p.add_argument("--windows", type=positive_int, default=1, help="perplexity windows of N tokens (default 1)")
-    p.add_argument("--passkey-examples", type=positive_int, default=1, help="passkey examples per depth (default 1)")
+    p.add_argument("--windows", type=int_in(1, library.MAX_COUNT), default=1, metavar="W",
+                   help=f"perplexity windows of N tokens (default 1, at most {library.MAX_COUNT})")
+    p.add_argument("--passkey-examples", type=int_in(1, library.MAX_COUNT), default=1, metavar="E",
+                   help=f"passkey examples per depth (default 1, at most {library.MAX_COUNT})")
     p.add_argument("--data", default=None, metavar="PATH", help="corpus (default: the Python standard library's sources)")
-    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
+    p.add_argument("--threads", type=int_in(1, MAX_THREADS), metavar="N", help="CPU threads for torch (default: torch's)")
     p.add_argument("--no-install", action="store_true", help="refuse to install a named model's package")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd)

@@ -32,10 +32,17 @@ HEAD_CHUNK = 1024  # positions per LM-head call: (1024, V) float32 logits, 200 M
 
 def check_has_rope(config: dict[str, Any], where: str) -> None:
     """Refuse a checkpoint whose config describes no RoPE (GPT-2, BERT, ...): bench --model and
-    extend measure RoPE scalings, which such a model has no place for."""
+    extend measure RoPE scalings, which such a model has no place for. A multimodal config
+    (Qwen2-VL, Gemma 3) keeps its language model's RoPE in ``text_config``: read there too, and an
+    M-RoPE model type counts as RoPE whatever its config spells."""
+    from ..rotary.mrope import MROPE_MODEL_TYPES
+
     model_type = config.get("model_type")
     keys = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_dim", "rotary_pct", "partial_rotary_factor")
-    has_rope = any(config.get(k) is not None for k in keys) or config.get("position_embedding_type") == "rotary"
+    text = config.get("text_config")
+    readings = [config] + ([text] if isinstance(text, dict) else [])
+    has_rope = model_type in MROPE_MODEL_TYPES or any(
+        any(c.get(k) is not None for k in keys) or c.get("position_embedding_type") == "rotary" for c in readings)
     if not has_rope:
         raise ValueError(f"{where}: model_type {model_type!r} has no RoPE (position_embedding_type / rope_theta absent): "
                          "bench --model and extend measure RoPE scalings")
@@ -96,25 +103,34 @@ class HFCausalLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, prompts: Tensor, n: int) -> Tensor:
-        """``prompts`` (B, P) followed by ``n`` greedily decoded tokens: (B, P + n)."""
+        """``prompts`` (B, P) followed by ``n`` greedily decoded tokens: (B, P + n).
+
+        The KV cache goes in and out as ``cache``, transformers 5.24's name for it (its forwards
+        take ``past_key_values`` only through a shim that warns it goes in 5.40:
+        ``deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")`` in
+        models/llama/modeling_llama.py); the model makes its own cache (a DynamicCache, or the
+        hybrid one its config asks for) on the prefill."""
         out = self.model(input_ids=prompts, use_cache=True, logits_to_keep=1)  # logits (B, 1, V)
         tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]  # (B, 1)
         for _ in range(n - 1):
-            out = self.model(input_ids=tokens[-1], past_key_values=out.past_key_values, use_cache=True)
+            out = self.model(input_ids=tokens[-1], cache=out.cache, use_cache=True)
             tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
         return torch.cat([prompts, *tokens], dim=1)
 
 
-def token_stream(tokenizer: Any, data: str | None, need: int, corpus_name: str = "code") -> Tensor:
+def token_stream(tokenizer: Any, data: str | None, need: int, corpus_name: str = "code", *,
+                 asks: str = "the lm task") -> Tensor:
     """The validation split of ``data``, else of the named corpus (as in the bench) tokenized:
-    at least ``need`` tokens."""
+    at least ``need`` tokens. ``asks``: the setting that needs them, named when the text is
+    too short (a huge ``--to`` is the length's fault, not the corpus's)."""
     # the validation split is 1/9 of max_bytes; 8 bytes per token is more than any tokenizer needs
     max_bytes = 9 * 8 * need + 9
     corpus = load_corpus(data, max_bytes=max_bytes) if data is not None else load_named_corpus(corpus_name, max_bytes)
     ids = tokenizer.encode(bytes(corpus.val.tolist()).decode("utf-8", errors="replace"))
     if len(ids) < need:
-        raise ValueError(f"--data: the validation part of {corpus.source!r} is {len(ids)} tokens; the lm task needs "
-                         f"at least {need} (one window at the longest length): give a larger corpus")
+        source = f"--data {data!r}" if data is not None else f"the {corpus_name} corpus ({corpus.source})"
+        raise ValueError(f"{asks} needs {need} tokens of text; the validation part of {source} is {len(ids)}: "
+                         "ask for fewer tokens, or give a larger corpus with --data")
     return torch.tensor(ids, dtype=torch.long)
 
 

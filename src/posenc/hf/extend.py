@@ -2,8 +2,8 @@
 
 Examples::
 
-    posenc extend smollm2-135m --to 16384 --out smollm2-16k              # 2L: about an hour on 2 cores
-    posenc extend smollm2-135m --to 2048 --trained-length 1024 --out demo  # a few minutes (see below)
+    posenc extend smollm2-135m --to 16384 --out smollm2-16k       # 2L (see Cost below)
+    posenc extend smollm2-135m --to 2048 --trained-length 1024     # a demonstration: the table only
     posenc extend ./ckpt --to 8192 --factors 1 1.5 2 --out ckpt-8k
 
 For a checkpoint trained at L, every candidate of a small grid is evaluated at length N on the
@@ -27,10 +27,17 @@ scaling goes to its full layers; and ``max_position_embeddings = N``), the
 weights hard-linked (or copied across file systems) and the tokenizer files, beside
 ``extend.json``, the evidence: settings, the rule, every candidate's numbers and the winner.
 
-Cost: one forward of N tokens per perplexity window and per passkey example; SmolLM2-135M on 2
-busy CPU cores reads 2048 tokens in about 10 s, 16384 in minutes. ``--trained-length`` states
-a shorter L than the checkpoint's own, so that ``N = 2 L`` is cheap: a demonstration of the
-procedure, not a measurement of extension (the model was trained well past that L).
+Cost: one forward of N tokens per perplexity window and per passkey example, for every
+candidate; the command prints its estimate (:mod:`posenc.hf.cost`, measured on this machine)
+before the first forward. One forward of SmolLM2-135M in float32 on 2 threads of a quiet machine
+took 10 s at 4096 tokens and 95 s at 16384 (docs/real_models.md). ``--trained-length`` states a
+shorter L than the checkpoint's own, so that ``N = 2 L`` is cheap: a demonstration of the
+procedure, not a measurement of extension (the model was trained well past that L), so it only
+prints the table: ``--out`` with it is refused, since the folder's config.json would claim an
+extension the checkpoint never needed.
+
+Everything config.json decides (the RoPE, L, ``--to``, ``--out``) and the text (the corpus is
+long enough for ``--windows`` windows of N tokens) is checked before any weight is read.
 """
 
 from __future__ import annotations
@@ -45,10 +52,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ExtendSettings", "Candidate", "candidates", "check_writable", "choose", "extend", "extended_config",
-           "hf_entries", "write_extended"]
+__all__ = ["MAX_COUNT", "MAX_TO", "ExtendSettings", "Candidate", "candidates", "check_writable", "choose",
+           "clean_stale_temporaries", "extend", "extended_config", "hf_entries", "write_extended"]
 
 _DEPTHS = (0.0, 0.5, 1.0)
+#: the longest --to: 2^20 tokens, 8x Llama 3.1's 128K (a forward there is hours on any CPU)
+MAX_TO = 2**20
+#: the most --windows and --passkey-examples: each is a forward of N tokens per candidate
+MAX_COUNT = 1000
 
 
 @dataclass(frozen=True)
@@ -66,15 +77,15 @@ class ExtendSettings:
     def __post_init__(self) -> None:
         from ..config import check_int, check_positive
 
-        check_int("--to", self.to, minimum=2)
+        check_int("--to", self.to, minimum=2, maximum=MAX_TO)
         if self.trained_length is not None:
-            check_int("--trained-length", self.trained_length, minimum=2)
+            check_int("--trained-length", self.trained_length, minimum=2, maximum=MAX_TO)
         if not self.factors:
             raise ValueError("--factors must hold at least one multiplier, got none")
         for f in self.factors:
             check_positive("--factors", f)
-        check_int("--windows", self.windows, minimum=1)
-        check_int("--passkey-examples", self.passkey_examples, minimum=1)
+        check_int("--windows", self.windows, minimum=1, maximum=MAX_COUNT)
+        check_int("--passkey-examples", self.passkey_examples, minimum=1, maximum=MAX_COUNT)
         check_int("eval_seed", self.eval_seed, minimum=0)
 
 
@@ -208,14 +219,53 @@ def extended_config(config: dict[str, Any], hf: dict[str, Any] | None, N: int) -
     return out
 
 
+def _temporaries(out: Path) -> list[tuple[Path, int]]:
+    """(folder, writer's pid) of each temporary folder :func:`write_extended` left beside ``out``."""
+    found = []
+    for p in out.parent.glob(f".{out.name}.tmp-*"):
+        pid = p.name.rsplit("-", 1)[1]
+        if pid.isdigit() and p.is_dir():
+            found.append((p, int(pid)))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts: it cannot be signalled)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:  # not a pid this system can have
+        return False
+    return True
+
+
+def clean_stale_temporaries(out: str | os.PathLike) -> list[Path]:
+    """Delete the temporary folders an earlier ``extend`` left beside ``out`` when it was killed
+    (``kill -9``, a power cut: no ``except`` ran) and whose writer is gone; a live writer's is
+    kept. Returns the folders deleted."""
+    out = Path(out)
+    if not out.parent.is_dir():
+        return []
+    gone = [p for p, pid in _temporaries(out) if not _alive(pid)]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
+
+
 def write_extended(src: Path, out: Path, config: dict[str, Any], evidence: dict[str, Any]) -> None:
     """``out``: ``config`` as config.json, the weights of ``src`` hard-linked (copied across file
     systems), its tokenizer files copied, ``extend.json``; written in a temporary folder beside
-    ``out`` and renamed into place."""
+    ``out`` (``.NAME.tmp-PID``, removed by the next run if this one is killed) and renamed into place."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"--out {str(out)!r} exists and is not empty; give a new folder")
     out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temporaries(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -248,7 +298,7 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
 
     from ..bench.data import example_rng
     from ..progress import bar as progress_bar
-    from .checkpoint import load_model, load_tokenizer, open_checkpoint
+    from .checkpoint import load_model, load_tokenizer, open_checkpoint, trained_length
     from .cost import estimate_cost
     from .evaluation import (HFCausalLM, check_finite_weights, check_has_rope, stated_trained_length, token_perplexity,
                              token_stream)
@@ -256,23 +306,33 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
     from .patch import patch_model, unpatch_model
     from .tasks import TextPasskey
 
-    if out is not None and Path(out).exists() and any(Path(out).iterdir()):
-        raise ValueError(f"--out {str(out)!r} exists and is not empty; give a new folder")
+    if out is not None:
+        clean_stale_temporaries(out)
+        if Path(out).exists() and any(Path(out).iterdir()):
+            raise ValueError(f"--out {str(out)!r} exists and is not empty; give a new folder")
+    # what config.json, the tokenizer and the text decide, before any weight is read
+    where = f"MODEL {str(model)!r}"
     ckpt = open_checkpoint(resolve_model(model, install=install))
-    check_has_rope(ckpt.config, f"MODEL {str(model)!r}")
-    check_writable(ckpt.config, f"MODEL {str(model)!r}")
+    check_writable(ckpt.config, where)  # the family's own reading first: M-RoPE, GPT-J, Gemma 4
+    check_has_rope(ckpt.config, where)
     L = stated_trained_length(ckpt, settings.trained_length)
     N = settings.to
     if N <= L:
         raise ValueError(f"--to must exceed the trained length L = {L} (a length the model already serves), got {N}")
+    own = trained_length(ckpt.config)
+    if out is not None and L < own:
+        raise ValueError(f"--out with --trained-length {L}, shorter than the model's own {own}: a demonstration's "
+                         "config.json would look like a shipped extension; drop --out (the table is the result) "
+                         "or --trained-length")
     tok = load_tokenizer(ckpt)
-    lm_model = loaded if loaded is not None else load_model(ckpt, torch.float32, progress=progress)
-    check_finite_weights(lm_model, f"MODEL {str(model)!r}")
-    lm = HFCausalLM(lm_model).eval()
     passkey = TextPasskey(tok)
     if N < passkey.min_length:
         raise ValueError(f"--to {N} is shorter than a passkey prompt ({passkey.min_length} tokens)")
-    stream = token_stream(tok, settings.data, settings.windows * N + 1)
+    stream = token_stream(tok, settings.data, settings.windows * N + 1,
+                          asks=f"--to {N} with --windows {settings.windows} (windows of N tokens, and one more)")
+    lm_model = loaded if loaded is not None else load_model(ckpt, torch.float32, progress=progress)
+    check_finite_weights(lm_model, where)
+    lm = HFCausalLM(lm_model).eval()
     grid = candidates(L, N, settings.factors)
     samples = settings.passkey_examples * len(_DEPTHS)
     seconds, peak, _ = estimate_cost(lm, ckpt.config, [(N, 1, N)] * (settings.windows * len(grid))

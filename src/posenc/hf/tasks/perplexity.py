@@ -53,7 +53,9 @@ class TokenPerplexity(ModelTask):
         return sorted({round(f * self.train_length(s)) for f in s.lm_eval_factors})
 
     def prepare(self, s: ModelBenchSettings, lengths: list[int], device: str) -> None:
-        self.stream = token_stream(self.tok, s.data, max(lengths) + 1, s.corpus).to(device)
+        self.stream = token_stream(self.tok, s.data, max(lengths) + 1, s.corpus,
+                                   asks=f"the lm task's longest length ({max(lengths)} tokens, from --lm-eval-factors)"
+                                   ).to(device)
 
     def cells(self, s: ModelBenchSettings, n: int) -> list[tuple[int, int, int]]:
         assert self.stream is not None, "prepare() first"
