@@ -2,10 +2,12 @@
 
     python benchmarks/compare_bench.py out/bench/results.json benchmarks/results/bench_quick.json
 
-Prints how many runs ended at bitwise the same training loss (the same numerics: same CPU kind
-and thread count), how many table cells lie within 2 standard errors of the seeds' spread, and
-the pooled verdict (posenc.bench.compare). Exit 0 when the tables agree, 1 when they do not,
-2 when they cannot be compared (other settings or rows, a missing file).
+Prints whether both tables read the same corpus (its sha256, recorded in results.json; "different
+corpus: ... (committed table: ...)" where not, and then the cells of the tasks that read it are
+listed but not judged), how many runs ended at bitwise the same training loss (the same
+numerics: same CPU kind and thread count), how many table cells lie within 2 standard errors of
+the seeds' spread, and the pooled verdict (posenc.bench.compare). Exit 0 when the tables agree,
+1 when they do not, 2 when they cannot be compared (other settings or rows, a missing file).
 """
 
 from __future__ import annotations

@@ -92,3 +92,60 @@ def test_tables_of_other_settings_are_not_compared(committed, tmp_path):
         compare_files(tmp_path, COMMITTED)
     with pytest.raises(FileNotFoundError, match=r"^no benchmark results at"):
         compare_files(tmp_path / "missing.json", COMMITTED)
+
+
+def _corpus(source: str, text: bytes, train: int) -> dict:
+    import hashlib
+
+    return dict(source=source, sha256=hashlib.sha256(text).hexdigest(), train_bytes=train, val_bytes=len(text) - train)
+
+
+def test_a_different_corpus_is_named_and_its_cells_are_listed_not_judged(committed):
+    """The lm cells of a table made on other text move by many standard errors (the real
+    failure: another Python's standard library); the comparison names both corpora and judges
+    only the tasks that do not read it, so a data difference is not called a disagreement."""
+    from posenc.bench.compare import format_comparison
+
+    fresh = copy.deepcopy(committed)
+    for r in fresh["summary"]:
+        if r["task"] == "lm":
+            r["in_seeds"] = [v * 1.5 for v in r["in_seeds"]]  # perplexity 50% higher on the other text
+    assert not compare_results(fresh, committed).agrees  # without corpus records: a disagreement
+    fresh["corpus"] = _corpus("Python 3.12.1 standard library (/usr/lib/python3.12)", b"other text", 6)
+    ours = copy.deepcopy(committed)
+    ours["corpus"] = _corpus("Python 3.11.7 standard library (pinned)", b"our text", 4)
+    c = compare_results(fresh, ours)
+    assert c.unjudged == ("lm",) and c.agrees and c.ratio == 0.0
+    text = format_comparison(c)
+    assert text.splitlines()[0] == (
+        f"different corpus: Python 3.12.1 standard library (/usr/lib/python3.12) (sha256 {fresh['corpus']['sha256'][:12]}"
+        f"..., 6 + 4 bytes) (committed table: Python 3.11.7 standard library (pinned) (sha256 "
+        f"{ours['corpus']['sha256'][:12]}..., 4 + 4 bytes))")
+    n_lm = sum(1 for x in c.cells if x.task == "lm")
+    assert n_lm > 0 and f"the {n_lm} cells of lm read that corpus: listed, not judged" in text
+    assert "(not judged)" in text and "agrees" in text
+    # a cell of a task that reads no corpus is still judged
+    fresh["summary"][next(i for i, r in enumerate(fresh["summary"]) if r["task"] == "copy")]["in_seeds"] = [0.0] * 3
+    assert not compare_results(fresh, ours).agrees
+
+
+def test_the_same_corpus_is_judged_and_a_missing_record_cannot_tell(committed):
+    from posenc.bench.compare import format_comparison
+
+    fresh = copy.deepcopy(committed)
+    fresh["corpus"] = _corpus("here", b"the same bytes", 9)
+    same = copy.deepcopy(committed)
+    same["corpus"] = _corpus("there", b"the same bytes", 9)
+    c = compare_results(fresh, same)
+    assert c.unjudged == () and c.corpus.startswith("corpus: the same, here (sha256 ")
+    # the committed file written before posenc recorded its corpus: compared as before, and said so
+    c = compare_results(fresh, committed)
+    assert c.unjudged == () and c.agrees
+    assert format_comparison(c).splitlines()[0] == (
+        "corpus: cannot tell whether both read the same text (the committed table records none of its corpus); "
+        "every cell is judged")
+    moved = copy.deepcopy(fresh)
+    for r in moved["summary"]:
+        if r["task"] == "lm":
+            r["in_seeds"] = [v * 1.5 for v in r["in_seeds"]]
+    assert not compare_results(moved, committed).agrees  # every cell judged: the lm cells count

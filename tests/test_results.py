@@ -110,3 +110,23 @@ def test_layout_and_resume_checks(tmp_path):
         check_run_dir(other.path, {"steps": 1}, trust_unrecorded=False)
     assert check_out_dir(tmp_path, _Settings(steps=1), resume=False, overwrite=True) is False
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_the_corpus_record_is_optional_and_checked(tmp_path):
+    """results.json may carry what text its runs read (a new field): it is written and read back
+    as given, files without it (every committed one) still read, and a malformed one is named."""
+    from posenc.bench.summary import collect
+
+    results = collect({"steps": 1}, [_record()])
+    assert "corpus" not in results and "corpus" not in read_results(RESULTS / "bench_quick.json")
+    record = dict(source="Python 3.11.7 standard library", sha256="ab" * 32, train_bytes=20_000, val_bytes=2222)
+    write_results(tmp_path, dict(results, corpus=record))
+    assert read_results(tmp_path)["corpus"] == record
+    for bad, message in ((dict(record, sha256="AB" * 32), "corpus sha256 must be 64 lowercase hex digits, got 'ABAB"),
+                         (dict(record, train_bytes=-1), "corpus train_bytes must be an integer >= 0, got -1"),
+                         (dict(record, val_bytes=True), "corpus val_bytes must be an integer >= 0, got True"),
+                         ({"sha256": "ab" * 32}, "corpus must hold source, sha256, train_bytes, val_bytes"),
+                         ("stdlib", "corpus must hold source, sha256, train_bytes, val_bytes, got 'stdlib'")):
+        (tmp_path / "results.json").write_text(json.dumps(dict(results, corpus=bad)))
+        with pytest.raises(ValueError, match=rf"results.json: {message}"):
+            read_results(tmp_path)

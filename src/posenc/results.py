@@ -11,8 +11,11 @@ Records are plain JSON objects, typed below:
 * :class:`RunRecord`: one (task, encoding, seed): its points and how it was trained
   (``OUT/runs/TASK/NAME/seedK/result.json``); made by :func:`run_record`.
 * :class:`Cell`: one summary row, a (task, encoding, variant) over seeds.
+* :class:`CorpusRecord`: the text the runs read (its description, sha256 and byte counts), kept
+  under ``corpus`` so that a comparison can tell a data difference from a disagreement; optional
+  (files written before it was recorded have none, and runs that read no corpus record none).
 * :class:`ResultsFile`: ``results.json``: the format tag, settings, runs, summary, MRR and
-  ranking (a committed copy may carry ``command``, ``machine`` and ``note`` as well).
+  ranking, and ``corpus`` (a committed copy may carry ``command``, ``machine`` and ``note`` as well).
 
 Every file is strict JSON (NaN/inf written as null, :func:`posenc.files.write_json`); the
 readers give the numeric fields back as NaN, so sums and plots compute as before writing.
@@ -47,8 +50,8 @@ from typing import Any, Protocol, TypedDict
 from .files import write_json
 
 __all__ = [
-    "RESULTS_FORMAT", "Point", "RunRecord", "Cell", "ResultsFile", "RunLayout", "RunFolder",
-    "run_record", "check_run", "check_results", "read_results", "read_run", "read_points", "write_run",
+    "RESULTS_FORMAT", "Point", "RunRecord", "Cell", "CorpusRecord", "ResultsFile", "RunLayout", "RunFolder",
+    "run_record", "check_run", "check_corpus", "check_results", "read_results", "read_run", "read_points", "write_run",
     "write_points", "write_results", "check_out_dir", "check_run_dir", "settings_hash",
 ]
 
@@ -89,6 +92,13 @@ class Cell(TypedDict):
     beyond_seeds: list[float]
 
 
+class CorpusRecord(TypedDict):
+    source: str  # what the text is, in words (a path, or the pinned snapshot's name)
+    sha256: str  # of the training bytes followed by the validation bytes read
+    train_bytes: int
+    val_bytes: int
+
+
 class ResultsFile(TypedDict, total=False):
     format: str
     settings: dict[str, Any]
@@ -96,6 +106,7 @@ class ResultsFile(TypedDict, total=False):
     summary: list[Cell]
     mrr: dict[str, float]
     ranking: dict[str, Any]
+    corpus: CorpusRecord  # absent: no corpus read, or written before it was recorded
 
 
 _RUN_FIELDS = ("task", "encoding", "seed", "train_length", "metric", "points")
@@ -142,6 +153,21 @@ def _check_points(points: Any, where: str) -> list[Point]:
     return points
 
 
+def check_corpus(record: Any, where: str) -> CorpusRecord:
+    """``record`` if it is a :class:`CorpusRecord`, else a ValueError naming ``where``."""
+    if not isinstance(record, dict) or any(k not in record for k in CorpusRecord.__annotations__):
+        raise ValueError(f"{where}: corpus must hold {', '.join(CorpusRecord.__annotations__)}, got {record!r}")
+    digest = record["sha256"]
+    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+        raise ValueError(f"{where}: corpus sha256 must be 64 lowercase hex digits, got {digest!r}")
+    for k in ("train_bytes", "val_bytes"):
+        if not isinstance(record[k], int) or isinstance(record[k], bool) or record[k] < 0:
+            raise ValueError(f"{where}: corpus {k} must be an integer >= 0, got {record[k]!r}")
+    if not isinstance(record["source"], str):
+        raise ValueError(f"{where}: corpus source must be a string, got {record['source']!r}")
+    return record
+
+
 def check_results(results: Any, where: str) -> ResultsFile:
     """``results`` if it is a results file's content (format tag, settings, runs, summary, and
     every run and summary row well formed), else a ValueError naming ``where``."""
@@ -157,6 +183,8 @@ def check_results(results: Any, where: str) -> ResultsFile:
     for i, row in enumerate(results["summary"]):
         if not isinstance(row, dict) or any(k not in row for k in _CELL_FIELDS):
             raise ValueError(f"{where}: summary[{i}] must hold {', '.join(_CELL_FIELDS)}")
+    if "corpus" in results:
+        check_corpus(results["corpus"], where)
     return results
 
 

@@ -17,7 +17,12 @@ way two samples are:
   same at all;
 * the training time of the runs in both files is summed on each side and printed as a ratio:
   not a verdict (another machine, thread count or load moves it), but a code change that makes
-  training several times slower shows at once.
+  training several times slower shows at once;
+* the corpus each file records (:class:`posenc.results.CorpusRecord`, its sha256): where the
+  digests differ the tables read other text (another Python's standard library, another
+  ``--data``), so the cells of the tasks that read it are listed but not judged, and the verdict
+  rests on the other tasks; where a file records none (written before posenc recorded it), the
+  comparison says it cannot tell and judges every cell.
 
 ``python benchmarks/compare_bench.py FRESH COMMITTED`` prints it (``make demo`` runs it).
 """
@@ -28,8 +33,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results import ResultsFile, read_results
+from ..results import CorpusRecord, ResultsFile, read_results
 from .stats import mean_std
+from .tasks import get_task, task_names
 
 __all__ = ["RATIO_LIMIT", "CellDiff", "Comparison", "compare_files", "compare_results", "format_comparison"]
 
@@ -65,12 +71,36 @@ class Comparison:
     cells: list[CellDiff]
     runs: int  # runs present in both files
     runs_bitwise: int  # of them, with the same train_loss to the last bit
-    ratio: float  # sum(d²) / sum(se²) over the cells with a value (0 when every d is 0)
+    ratio: float  # sum(d²) / sum(se²) over the judged cells with a value (0 when every d is 0)
     train_seconds: tuple[float, float] | None = None  # summed over the runs in both files: (fresh, committed)
+    corpus: str = ""  # one line: the same corpus, a different one, or cannot tell
+    unjudged: tuple[str, ...] = ()  # tasks whose cells read a different corpus: listed, not judged
 
     @property
     def agrees(self) -> bool:
         return self.ratio <= RATIO_LIMIT
+
+    def judged(self, cell: CellDiff) -> bool:
+        return cell.z is not None and cell.task not in self.unjudged
+
+
+def _corpus_line(fresh: CorpusRecord | None, committed: CorpusRecord | None) -> tuple[str, bool]:
+    """One line on the two files' corpora, and whether they differ."""
+    def said(c: CorpusRecord) -> str:
+        return f"{c['source']} (sha256 {c['sha256'][:12]}..., {c['train_bytes']:,} + {c['val_bytes']:,} bytes)"
+
+    if fresh is None or committed is None:
+        which = "neither table records" if fresh is committed else \
+            f"the {'committed' if committed is None else 'fresh'} table records none of"
+        return f"corpus: cannot tell whether both read the same text ({which} its corpus); every cell is judged", False
+    if (fresh["sha256"], fresh["train_bytes"]) == (committed["sha256"], committed["train_bytes"]):
+        return f"corpus: the same, {said(fresh)}", False
+    return f"different corpus: {said(fresh)} (committed table: {said(committed)})", True
+
+
+def _reads_corpus(task: str) -> bool:
+    """A task that reads the corpus (a name the bench does not register is taken to)."""
+    return task not in task_names() or get_task(task).uses_corpus
 
 
 def _seed_values(row: dict, where: str) -> list[float]:
@@ -120,10 +150,13 @@ def compare_results(fresh: ResultsFile, committed: ResultsFile) -> Comparison:
     losses_b = {(r["task"], r["encoding"], r["seed"]): r["train_loss"] for r in committed["runs"]}
     both = set(losses_a) & set(losses_b)
     bitwise = sum(1 for k in both if _same_loss(losses_a[k], losses_b[k]))
-    num = sum((c.fresh - c.committed) ** 2 for c in cells if c.z is not None)
-    den = sum(c.se**2 for c in cells if c.z is not None)
+    line, differs = _corpus_line(fresh.get("corpus"), committed.get("corpus"))
+    unjudged = tuple(sorted({c.task for c in cells if _reads_corpus(c.task)})) if differs else ()
+    judged = [c for c in cells if c.z is not None and c.task not in unjudged]
+    num = sum((c.fresh - c.committed) ** 2 for c in judged)
+    den = sum(c.se**2 for c in judged)  # type: ignore[operator]  # se is set wherever z is
     ratio = 0.0 if num == 0 else (math.inf if den == 0 else num / den)
-    return Comparison(cells, len(both), bitwise, ratio, _train_seconds(fresh, committed, both))
+    return Comparison(cells, len(both), bitwise, ratio, _train_seconds(fresh, committed, both), line, unjudged)
 
 
 def _train_seconds(fresh: ResultsFile, committed: ResultsFile, both: set) -> tuple[float, float] | None:
@@ -144,24 +177,30 @@ def compare_files(fresh: str | Path, committed: str | Path) -> Comparison:
 
 
 def format_comparison(c: Comparison, *, show: int = 8) -> str:
-    """The verdict, the bitwise count, and the ``show`` cells furthest apart."""
-    valued = [x for x in c.cells if x.z is not None]
-    within = sum(1 for x in valued if abs(x.z) <= 2)
-    lines = [
+    """The corpus line, the verdict, the bitwise count, and the ``show`` cells furthest apart."""
+    valued = [x for x in c.cells if c.judged(x)]
+    within = sum(1 for x in valued if abs(x.z) <= 2)  # type: ignore[arg-type]  # judged: z is set
+    lines = [c.corpus] if c.corpus else []
+    if c.unjudged:
+        n = sum(1 for x in c.cells if x.task in c.unjudged)
+        lines.append(f"  the {n} cells of {', '.join(c.unjudged)} read that corpus: listed, not judged")
+    lines += [
         f"train_loss bitwise equal in {c.runs_bitwise} of {c.runs} runs"
         + (" (same numerics: same CPU kind and thread count)" if c.runs and c.runs_bitwise == c.runs else ""),
         f"{within} of {len(valued)} cells within 2 standard errors of the seeds' spread"
-        f" ({len(c.cells) - len(valued)} n/a); pooled ratio sum(d²)/sum(se²) = {c.ratio:.2f}"
+        f" ({sum(1 for x in c.cells if x.z is None)} n/a); pooled ratio sum(d²)/sum(se²) = {c.ratio:.2f}"
         f" (limit {RATIO_LIMIT:g}): {'agrees' if c.agrees else 'DISAGREES'}",
     ]
     if c.train_seconds is not None:
         here, there = c.train_seconds
         lines.append(f"training took {_seconds(here)} here against {_seconds(there)} in the committed run "
                      f"({here / there:.2f}x; another machine, thread count or load moves this)")
-    furthest = sorted((x for x in valued if x.z != 0), key=lambda x: -abs(x.z))[:show]
+    shown = valued + [x for x in c.cells if x.task in c.unjudged and x.z is not None]
+    furthest = sorted((x for x in shown if x.z != 0), key=lambda x: -abs(x.z))[:show]  # type: ignore[arg-type]
     for x in furthest:
         unit = "log ppl" if x.metric == "ppl" else "acc"
-        lines.append(f"  {x.label:<28} {unit} {x.fresh:9.4f} vs {x.committed:9.4f}  z {x.z:+.2f}")
+        note = "  (not judged)" if x.task in c.unjudged else ""
+        lines.append(f"  {x.label:<28} {unit} {x.fresh:9.4f} vs {x.committed:9.4f}  z {x.z:+.2f}{note}")
     return "\n".join(lines)
 
 

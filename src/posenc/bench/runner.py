@@ -122,5 +122,7 @@ def _run_locked(s: BenchSettings, out: Path, dev: torch.device, rank: int, progr
     if rank != 0:
         return None
     results = collect(s, records)
+    if corpus is not None:
+        results["corpus"] = corpus.record()  # so a comparison tells a data difference from a disagreement
     write_outputs(results, out)
     return results
