@@ -1,0 +1,63 @@
+"""What a training-free attention method is: a few RoPE rotations of the same q and k, and a rule
+saying which rotation's logit each (query, key) pair takes.
+
+Self-Extend, ReRoPE and Dual Chunk Attention all keep RoPE's q·k product but, for pairs whose
+distance the model never saw in training, read the logit of other positions: Self-Extend the
+grouped positions floor(p / G), ReRoPE a clamped distance, Dual Chunk Attention positions taken
+modulo a chunk. Each is therefore described by
+
+* ``rotations(q_pos, k_pos)``: R pairs (query positions (B, Tq), key positions (B, Tk)), float64,
+  the positions q and k are rotated to for the r-th logit (positions may be fractional: leaky
+  ReRoPE's slope, Self-Extend's shift W - W / G);
+* ``select(q_pos, k_pos)``: for broadcasting (B, Tq, 1) and (B, 1, Tk) integer positions, the
+  index r in [0, R) of the rotation whose logit the pair takes (int64, pointwise).
+
+:func:`posenc.methods.blockwise.method_attention` computes the R logits of a block of queries,
+merges them by ``select``, then takes one softmax. A method holds no state: positions arrive per
+call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from torch import Tensor
+
+from ..config import check_fields
+
+__all__ = ["AttentionMethod"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionMethod:
+    """Base of every method: a frozen dataclass whose fields are its parameters, type-checked from
+    their annotations (:func:`posenc.config.check_fields`), then range-checked by :meth:`validate`
+    (a ``ValueError`` naming the parameter and its range)."""
+
+    name: ClassVar[str] = ""
+    #: the paper and the authors' code the formulas follow
+    paper: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        check_fields(self, plain=True)
+        self.validate()
+
+    def validate(self) -> None:  # pragma: no cover - overridden
+        """Check ranges; raise ``ValueError`` naming the parameter."""
+
+    @property
+    def num_rotations(self) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def rotations(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], ...]:  # pragma: no cover
+        """R pairs (q positions (B, Tq), k positions (B, Tk)), float64, from int64 positions."""
+        raise NotImplementedError
+
+    def select(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:  # pragma: no cover
+        """The rotation index (int64) of each pair; q_pos (B, Tq, 1), k_pos (B, 1, Tk) int64."""
+        raise NotImplementedError
+
+    def params(self) -> dict[str, object]:
+        """The parameters, by name (what ``patch_model(..., method=name, **params)`` takes)."""
+        return dataclasses.asdict(self)
