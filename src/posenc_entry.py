@@ -6,9 +6,10 @@ print a KeyboardInterrupt traceback, leave numpy half-imported so that torch fai
 some import so that the command goes on as if nothing happened. So while the package is
 imported and the parser built (which imports every subcommand), SIGINT does not raise: its
 handler prints ``posenc: interrupted`` and ends the process at once with code 130
-(128 + SIGINT, the shell's convention). After that Python's own handler is back, and
+(128 + SIGINT, the shell's convention). While the command runs Python's own handler is back, and
 ``posenc.cli.main`` turns the KeyboardInterrupt into the same line (``posenc bench`` first
-saves its checkpoint).
+saves its checkpoint); once it has returned, the guard is on again for the interpreter's
+shutdown.
 
 ``python -m posenc`` runs the same :func:`main` from ``posenc/__main__.py``. Python imports the
 ``posenc`` package first, which is why ``posenc/__init__.py`` imports nothing (its names load on
@@ -77,6 +78,15 @@ def main() -> None:
         code = cli_main(parser=parser)
     except KeyboardInterrupt:  # outside cli_main's own handler (its last statements)
         _exit_interrupted()
+    # Shutdown (sys.exit unwinding, atexit handlers, threads joined, torch's finalizers) is
+    # guarded as startup is: a KeyboardInterrupt there would end the process killed by SIGINT
+    # (-2) with a traceback or none. What the command printed is flushed first, as os._exit won't.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    guard_interrupts()
     sys.exit(code)
 
 

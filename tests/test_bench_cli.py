@@ -297,3 +297,37 @@ def test_passkey_table_covers_factors_below_the_key_length():
     s = settings_for("micro", encodings=["learned"], tasks=["passkey"], passkey_length=6, passkey_eval_factors=(0.5,))
     assert s.max_positions("passkey") == 13
     assert build_model(s, "learned", "passkey", 0).encodings[0].config.max_len == 13
+
+
+def test_every_scaling_a_default_grid_runs_is_accepted(tmp_path):
+    """The --scalings choices come from the registry: every scaling the synthetic bench's and
+    bench --model's default settings run parses (llama3 was refused though bench --model runs it)."""
+    from posenc.hf.bench_settings import ModelBenchSettings
+
+    def default(cls, name):
+        return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+    runs = set(default(BenchSettings, "scalings")) | set(default(ModelBenchSettings, "scalings"))
+    runs |= {s for p in PRESETS.values() for s in p.get("scalings", ())}
+    assert {"linear", "yarn", "llama3"} <= runs
+    parser = build_parser([])
+    for name in sorted(runs):
+        args = parser.parse_args(["bench", "--model", "m", "--scalings", name, "--out", str(tmp_path / "o")])
+        assert args.set_scalings == [name]
+
+
+def test_lm_factors_whole_stay_ints_fractions_need_a_model(tmp_path, capsys):
+    """1.5 parses (bench --model rounds 1.5 L to whole tokens); 2 and 2.0 stay the int 2, so the
+    settings and results of whole factors are written as before ([1, 4], not [1.0, 4.0])."""
+    parser = build_parser([])
+    args = parser.parse_args(["bench", "--lm-eval-factors", "1", "2.0", "1.5", "--out", str(tmp_path / "o")])
+    assert args.set_lm_eval_factors == [1, 2, 1.5] and [type(f) for f in args.set_lm_eval_factors] == [int, int, float]
+    whole = settings_for("micro", **_overrides(parser.parse_args(["bench", "--lm-eval-factors", "1", "4",
+                                                                   "--out", str(tmp_path / "o")])))
+    assert json.dumps(whole.to_json()["lm_eval_factors"]) == "[1, 4]"
+    assert main(["bench", "--preset", "micro", "--lm-eval-factors", "1.5", "--out", str(tmp_path / "o")]) == 2
+    assert ("--lm-eval-factors 1.5: the synthetic bench's lm lengths are whole multiples of L (bytes); a fraction of L "
+            "applies with --model") in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    assert main(["bench", "--preset", "micro", "--scalings", "llama3", "--out", str(tmp_path / "o")]) == 2
+    assert "--scalings llama3: the synthetic bench evaluates linear, ntk, dynamic, yarn" in capsys.readouterr().err

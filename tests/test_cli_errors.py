@@ -67,7 +67,7 @@ BAD = [
     (["bench", "--lr", "nan", "--out", "OUT"], "argument --lr: must be a float in (0, 10], got 'nan'"),
     (["bench", "--passkey-length", "5", "--out", "OUT"], "argument --passkey-length: must be an int in [6, 1048576], got 5"),
     (["bench", "--passkey-depths", "1.5", "--out", "OUT"], "argument --passkey-depths: must be a float in [0, 1], got 1.5"),
-    (["bench", "--lm-eval-factors", "0", "--out", "OUT"], "argument --lm-eval-factors: must be an int in [1, 1024], got 0"),
+    (["bench", "--lm-eval-factors", "0", "--out", "OUT"], "argument --lm-eval-factors: must be a float in (0, 1024], got 0"),
     (["bench", "--scalings", "banana", "--out", "OUT"], "argument --scalings: must be one of linear,"),
     (["bench", "--d-model", "30", "--heads", "4", "--out", "OUT"], "--d-model (30) must be divisible by --heads (4)"),
     # speed model
@@ -116,7 +116,7 @@ BAD = [
     # extend
     (["extend", "/no/such/model", "--to", "64"], "MODEL '/no/such/model' is neither a folder, a .gguf file nor a named model"),
     (["extend", "banana-7b", "--to", "64"], "named models: smollm2-135m, gemma3-270m"),
-    (["extend", "smollm2-135m", "--to", "1"], "argument --to: must be an int >= 2, got 1"),
+    (["extend", "smollm2-135m", "--to", "1"], "argument --to: must be an int in [2, 1048576], got 1"),
     (["extend", "smollm2-135m", "--to", "64", "--factors", "0"], "argument --factors: must be a positive finite float, got 0"),
     (["extend", "smollm2-135m", "--to", "64", "--out", "FILE"], "argument --out: must be a directory, got"),
     # the command itself

@@ -313,3 +313,37 @@ def test_the_figure_script_draws_both_corpora(run, ckpt, tmp_path):
     assert L == 256 and list(rows) == [ckpt.resolve().name, "PI", "base x16"]
     assert script["main"](["--results", str(tmp_path), "--out", str(tmp_path / "fig.png")]) == 0
     assert (tmp_path / "fig.png").stat().st_size > 10_000
+
+
+def test_llama3_and_a_device_reach_the_run_as_help_says(ckpt, tmp_path, monkeypatch, capsys):
+    """--scalings llama3 parses with --model (its default grid runs it); without --device the run
+    gets the device --help names for --model."""
+    import posenc.hf.bench_model as bm
+    import posenc.hf.bench_table as table
+    from posenc.cli.bench_model import MODEL_DEVICE
+
+    seen = {}
+    monkeypatch.setattr(bm, "run_model_bench", lambda s, *a, **k: seen.update(s=s, **k) or {"summary": []})
+    monkeypatch.setattr(table, "format_model_table", lambda r: "")
+    assert main(["bench", "--model", str(ckpt), "--preset", "micro", "--scalings", "llama3",
+                 "--out", str(tmp_path / "o")]) == 0
+    assert seen["s"].scalings == ("llama3",) and seen["device"] == MODEL_DEVICE == "cpu"
+    assert main(["bench", "--help"]) == 0
+    assert f"with --model: {MODEL_DEVICE})" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_fractional_lm_factor_is_rounded_to_whole_tokens(ckpt, tmp_path):
+    """--lm-eval-factors 1.5 0.333: lengths round(f * L) tokens, in results.json and in the table's
+    columns (the cells themselves are checked against transformers' loss above)."""
+    from posenc.hf.bench_table import format_model_table
+
+    out = tmp_path / "frac"
+    assert main(["bench", "--model", str(ckpt), "--preset", "micro", "--tasks", "lm", "--lm-eval-factors", "1.5",
+                 "0.333", "--lm-eval-tokens", "1", "--scalings", "--raised-base", "0", "--data",
+                 str(ckpt / "corpus.txt"), "--out", str(out), "--no-progress"]) == 0
+    results = read_results(out)
+    assert results["settings"]["lm_eval_factors"] == [1.5, 0.333]
+    lengths = sorted({p["length"] for r in results["runs"] for p in r["points"]})
+    assert lengths == [round(0.333 * L), round(1.5 * L)] == [85, 384]
+    text = format_model_table(results)
+    assert "1.5L=384" in text and "L=85" in text

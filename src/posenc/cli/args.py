@@ -30,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MAX_FLOAT",
+    "MAX_INT",
+    "MAX_THREADS",
+    "MAX_TOKENS",
     "positive_int",
     "nonnegative_int",
     "even_positive_int",
@@ -56,6 +60,10 @@ __all__ = [
 MAX_INT = 2**31 - 1
 # The largest float unless an option states a smaller bound (factors, bases: 1e6 is far past use).
 MAX_FLOAT = 1e6
+# --threads of every subcommand: torch.set_num_threads past the cores of any machine is a typo.
+MAX_THREADS = 4096
+# Tokens a real model reads in one sequence (probe --tokens, extend --to): 2^20, 8x Llama 3.1's 128K.
+MAX_TOKENS = 2**20
 
 
 def _int(value: str, what: str) -> int:

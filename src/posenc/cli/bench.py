@@ -23,8 +23,9 @@ import typing
 from typing import Any
 
 from .._optional import require
+from .bench_model import MODEL_DEVICE
 from .args import (
-    MAX_INT, device, existing_path, float_in, int_in, output_dir, positive_int, unit_float,
+    MAX_INT, MAX_THREADS, device, existing_path, float_in, int_in, output_dir, positive_int, unit_float,
 )
 from ..variants import SPEC_HELP
 from ..bench.tasks import PASSKEY_DIGITS, get_task, task_names
@@ -41,7 +42,6 @@ MAX_FACTOR = 1024  # test lengths as multiples of L
 MAX_LR = 10.0
 MAX_RAISED_BASE = 1e6  # bench --model --raised-base: the factor on the RoPE base
 MAX_SEEDS = 1000
-MAX_THREADS = 4096
 
 
 def _choice(names: Any) -> Any:
@@ -57,10 +57,32 @@ def _choice(names: Any) -> Any:
 
 
 def _scaling_names() -> list[str]:
-    """The training-free RoPE scalings the bench evaluates (``posenc.bench.evaluate.SCALINGS``)."""
+    """Every RoPE scaling with an extension rule (``list_scalings(extends=True)``): what
+    ``bench --model`` evaluates by default, a superset of the synthetic bench's own
+    (``list_scalings(training_free=True)``, which its settings check). Read from the registry
+    when parsing, so the parser cannot drift from what a grid runs."""
+    from ..rotary.scaling import list_scalings
+
+    return list_scalings(extends=True)
+
+
+def _synthetic_scaling_names() -> list[str]:
+    """The scalings the synthetic bench evaluates (``posenc.bench.evaluate.SCALINGS``)."""
     from ..bench.evaluate import SCALINGS
 
     return list(SCALINGS)
+
+
+def lm_factor(value: str) -> int | float:
+    """An lm test length as a multiple of L, in (0, MAX_FACTOR]: an int when whole (``2`` and
+    ``2.0`` are stored as ``2``, so results of whole factors read as they always have), else the
+    float (``1.5``; ``bench --model`` rounds ``f * L`` to whole tokens)."""
+    x = _lm_factor_float(value)
+    return int(x) if x.is_integer() else x
+
+
+_lm_factor_float = float_in(0, MAX_FACTOR)
+lm_factor.bounds = _lm_factor_float.bounds
 
 
 def _embedding_names() -> list[str]:
@@ -95,11 +117,14 @@ SIZE_FLAGS: dict[str, tuple[tuple[str, ...], Any, str | None, str]] = {
     "lm_length": (("--lm-length",), int_in(2, MAX_LENGTH), None, "L of lm: training windows of L bytes"),
     "lm_batch_size": (("--lm-batch-size",), int_in(1, MAX_BATCH), None,
                       "lm windows per step (checked against the memory at hand)"),
-    "lm_eval_factors": (("--lm-eval-factors",), int_in(1, MAX_FACTOR), "+", "lm test lengths, as multiples of L"),
+    "lm_eval_factors": (("--lm-eval-factors",), lm_factor, "+",
+                        "lm test lengths, as multiples of L (whole multiples, except with --model: any, e.g. 1.5, "
+                        "the length rounded to whole tokens)"),
     "lm_train_bytes": (("--lm-train-bytes",), positive_int, None, "bytes of the corpus read for lm training"),
     "lm_eval_tokens": (("--lm-eval-tokens",), positive_int, None, "bytes scored at every lm test length"),
     "scalings": (("--scalings",), _choice(_scaling_names), "*",
-                 "training-free RoPE scalings evaluated beyond L (none given: no scaled rows); any of {choices}"),
+                 "training-free RoPE scalings evaluated beyond L (none given: no scaled rows); with --model any of "
+                 "{choices}; without, those the synthetic bench evaluates: {synthetic}"),
     "eval_seed": (("--eval-seed",), int_in(0, MAX_INT), None, "seed of the test problems (the same for every run)"),
     "embedding": (("--embedding",), _choice(_embedding_names), None,
                   'token-embedding convention (docs/bench.md "Fair conventions"), one of {choices}'),
@@ -131,6 +156,7 @@ def _cmd(args: argparse.Namespace) -> int:
         from .bench_model import run_from_args
 
         return run_from_args(args)
+    _check_synthetic(args)
     settings = settings_for(
         args.preset, encodings=args.encodings, tasks=args.tasks, seeds=args.seeds,
         data=None if args.data is None else str(args.data), bf16=args.bf16 or None,
@@ -148,6 +174,20 @@ def _cmd(args: argparse.Namespace) -> int:
         print(format_table(results))
         print(f"wrote {args.out}/results.json, results.csv and plots/")
     return 0
+
+
+def _check_synthetic(args: argparse.Namespace) -> None:
+    """Refuse, in one line, what the parser accepts for ``--model`` only: a scaling the synthetic
+    bench does not evaluate, a fractional lm factor (its lm lengths are whole multiples of L bytes)."""
+    synthetic = _synthetic_scaling_names()
+    other = [s for s in args.set_scalings or () if s not in synthetic]
+    if other:
+        raise ValueError(f"--scalings {' '.join(other)}: the synthetic bench evaluates {', '.join(synthetic)}; "
+                         f"every scaling of {', '.join(_scaling_names())} applies with --model")
+    fractions = [f for f in args.set_lm_eval_factors or () if not isinstance(f, int)]
+    if fractions:
+        raise ValueError(f"--lm-eval-factors {' '.join(f'{f:g}' for f in fractions)}: the synthetic bench's lm lengths "
+                         "are whole multiples of L (bytes); a fraction of L applies with --model")
 
 
 def describe_preset(name: str) -> str:
@@ -182,7 +222,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="number of seeds per (task, encoding) (default: the preset's)")
     p.add_argument("--data", type=existing_path, metavar="PATH", help="text file or folder for the lm task (default: the Python stdlib sources)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training (with --model: load the checkpoint in bfloat16)")
-    p.add_argument("--device", type=device, help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    p.add_argument("--device", type=device,
+                   help=f"cpu, cuda or cuda:N (default: cuda if available, else cpu; with --model: {MODEL_DEVICE})")
     p.add_argument("--threads", type=int_in(1, MAX_THREADS), metavar="N",
                    help="CPU threads for torch (default: torch's); 1 is fastest for these tiny models on a busy machine")
     p.add_argument("--model", metavar="MODEL",
@@ -206,7 +247,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sizes = p.add_argument_group("sizes and lengths (default: the preset's)")
     for field, (flags, type_, nargs, help_) in SIZE_FLAGS.items():
         if field in _CHOICES:
-            help_ = help_.format(choices=", ".join(_CHOICES[field]()))
+            help_ = help_.format(choices=", ".join(_CHOICES[field]()), synthetic=", ".join(_synthetic_scaling_names()))
         sizes.add_argument(*flags, dest=f"set_{field}", type=type_, nargs=nargs, metavar=_metavar(type_),
                            help=help_)
     _generic_flags(sizes, p)

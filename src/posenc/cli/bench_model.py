@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+#: where ``bench --model`` evaluates without ``--device``: the CPU, where its cost estimate, its
+#: figures in docs/real_models.md and their resumes were made (``--device cuda`` for a GPU)
+MODEL_DEVICE = "cpu"
+
 
 def run_from_args(args: argparse.Namespace) -> int:
     """``posenc bench --model MODEL ...`` (called by :mod:`posenc.cli.bench`)."""
@@ -27,7 +31,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                           trained_length=getattr(args, "trained_length", None),
                           install=not getattr(args, "no_install", False))
     results = run_model_bench(s, args.out, resume=args.resume, overwrite=args.overwrite,
-                              progress=not args.no_progress, device=args.device)
+                              progress=not args.no_progress, device=args.device or MODEL_DEVICE)
     print(format_model_table(results))
     print(f"wrote {args.out}/results.json, results.csv and plots/")
     return 0

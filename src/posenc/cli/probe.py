@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import int_at_least, nonnegative_int, output_dir, positive_float, positive_int
+from .args import MAX_THREADS, MAX_TOKENS, int_in, nonnegative_int, output_dir, positive_float
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -60,15 +60,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="decoder layers to probe (default: the first of each layer type: 0, and Gemma 3's first global layer)")
     p.add_argument("--heads", type=nonnegative_int, nargs="+", default=None, metavar="H", help="query heads averaged (default: all)")
     p.add_argument("--text", metavar="FILE", default=None, help="text the model reads (default: the Python standard library's sources)")
-    p.add_argument("--tokens", type=int_at_least(2), default=512, help="tokens of text read (default 512)")
+    p.add_argument("--tokens", type=int_in(2, MAX_TOKENS), default=512,
+                   help=f"tokens of text read (default 512, at most {MAX_TOKENS})")
     p.add_argument("--extend", type=positive_float, default=8.0,
                    help="curves reach EXTEND x the trained length; the scalings' factor (default 8)")
     p.add_argument("--base-factor", type=positive_float, default=16.0, help="the raised-base curve uses base x this (default 16)")
-    p.add_argument("--points", type=int_at_least(2), default=2048, help="at most this many distances, evenly spaced (default 2048)")
+    p.add_argument("--points", type=int_in(2, MAX_TOKENS), default=2048,
+                   help="at most this many distances, evenly spaced (default 2048)")
     p.add_argument("--scalings", nargs="+", choices=probe_scalings(), default=None, help="training-free scalings drawn (default: all)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16",
                    help="model dtype while reading the text (default bfloat16: half the memory; q/k analysed in float32)")
-    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads for torch (default: torch's)")
+    p.add_argument("--threads", type=int_in(1, MAX_THREADS), metavar="N", help="CPU threads for torch (default: torch's)")
     p.add_argument("--no-install", action="store_true",
                    help="refuse to install a named model's package (print the command instead)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
