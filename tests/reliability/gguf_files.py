@@ -73,15 +73,16 @@ def write_llama(path: str | Path, *, hidden: int = 32, layers: int = 2, heads: i
     return path
 
 
-def write_tensor_only(path: str | Path, arch: str = "llama", shape: tuple[int, ...] = (32, 32)) -> Path:
-    """A GGUF with an architecture and one float32 tensor, and no other metadata: the file a
-    header-only size check would take for a 4 KB model."""
+def write_tensor_only(path: str | Path, arch: str = "llama", shape: tuple[int, ...] = (32, 32),
+                      name: str = "token_embd.weight") -> Path:
+    """A GGUF with an architecture and one float32 tensor ``name``, and no other metadata: the file
+    a size check of the tensors alone takes for a 4 KB model."""
     import numpy as np
     from gguf import GGUFWriter
 
     path = Path(path)
     w = GGUFWriter(str(path), arch)
-    w.add_tensor("token_embd.weight", np.zeros(shape, dtype=np.float32))
+    w.add_tensor(name, np.zeros(shape, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
