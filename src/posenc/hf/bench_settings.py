@@ -12,6 +12,7 @@ from typing import Any
 
 from ..bench.data import CORPORA
 from ..config import check_choice, check_int, check_positive, check_range
+from ..rotary.mrope import MROPE_MODEL_TYPES
 from .checkpoint import Checkpoint, fingerprint, open_checkpoint
 from .evaluation import check_has_rope, stated_trained_length
 from .scalings import MODEL_SCALINGS, RAISED_BASE
@@ -128,6 +129,10 @@ def model_settings(preset: str, model: str | Path, *, tasks: list[str] | None = 
     for t in tasks or model_task_names():
         model_task(t).check_inputs(corpus, data)  # e.g. a missing corpus package, before loading a model
     ckpt = open_checkpoint(resolve_model(model, install=install))
+    model_type = ckpt.config.get("model_type")
+    if model_type in MROPE_MODEL_TYPES:  # its RoPE and L live in text_config: the specific reading first
+        raise ValueError(f"MODEL {str(model)!r}: model_type {model_type!r} rotates with M-RoPE (time, height and width "
+                         "sections): bench --model evaluates text models with a 1-D RoPE")
     check_has_rope(ckpt.config, f"MODEL {str(model)!r}")
     if preset in MODEL_PRESETS:
         base = dict(MODEL_PRESETS[preset])
