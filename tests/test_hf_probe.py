@@ -377,3 +377,31 @@ def test_a_checkpoint_missing_a_weight_is_refused_not_filled_at_random(ckpt, tmp
     with pytest.raises(ValueError, match=r"lacks 1 weight\(s\) its llama model needs "
                                          r"\(model.layers.1.mlp.up_proj.weight\): the checkpoint is incomplete"):
         probe(folder, tmp_path / "out", s, progress=False)
+
+
+def test_no_legend_of_the_layer_figure_covers_its_curves(monkeypatch, tmp_path):
+    """The committed SmolLM2 probe drawn: each panel's legend lies outside its axes (the third
+    panel has curves in every corner, where a legend inside covered them)."""
+    from pathlib import Path
+
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from posenc.hf.probe.render import plot_layer
+
+    matplotlib.use("Agg")
+    data = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/probe_smollm2.json").read_text())
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    path = plot_layer(data, 0, tmp_path)
+    assert path.is_file() and len(figures) == 1
+    fig = figures[0]
+    renderer = fig.canvas.get_renderer()
+    axes = fig.get_axes()
+    assert len(axes) == 3
+    for ax in axes:
+        legend, box = ax.get_legend(), ax.get_window_extent(renderer)
+        assert legend is not None and len(legend.get_texts()) >= 2
+        assert not legend.get_window_extent(renderer).overlaps(box), ax.get_title()
+    assert fig.get_window_extent(renderer).contains(*axes[2].get_legend().get_window_extent(renderer).p0)
+    matplotlib.pyplot.close(fig)

@@ -76,7 +76,8 @@ def plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
 
     entry = data["layers"][str(layer)]
     d, curves, L, _ = _layer_view(data, layer)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharex=True)
+    # the legends go below the axes: the scalings' panel has curves in every corner
+    fig, axes = plt.subplots(1, 3, figsize=(15, 6.0), sharex=True, layout="constrained")
     heads = data["heads"]
     who = f"all {len(heads)} heads" if data["settings"]["heads"] is None else f"heads {', '.join(map(str, heads))}"
     axes[0].plot(d, curves["model"]["full"], lw=0.8, color="C0", label=f"base {entry['rope']['base']:g}")
@@ -99,11 +100,10 @@ def plot_layer(data: dict, layer: int, out_dir: Path) -> Path:
         ax.axvline(L, color="gray", ls="--", lw=1, label=f"trained distance Ld={L}")
         ax.set_xlabel("relative distance d = m - n (tokens)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     axes[0].set_ylabel("attention logit  scale · q̄·R(d)·k̄")
     fig.suptitle(f"{data['model']}: {_layer_title(data, layer)}, mean over {who}, "
                  f"q/k from {data['text_tokens']} tokens of {data['text']}", fontsize=10)
-    fig.tight_layout()
     path = out_dir / f"probe_layer{layer}.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
