@@ -297,3 +297,67 @@ def test_probe_logits_are_the_attention_layers(name, case):
         s = P.position_logits(enc, q_pos[0], k_pos[0], TINY)
         if not enc.has_embed:
             torch.testing.assert_close(s, logits[0].expand(H, tq, tk), atol=1e-6, rtol=1e-6)  # float32 rotations
+
+
+def _committed_check_results():
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/check_cpu.json").read_text())
+    return {n: {k: C.CheckResult(**r) for k, r in rs.items()} for n, rs in data["results"].items()}
+
+
+def test_the_check_table_fits_a_terminal_and_keeps_every_cell():
+    """``posenc check``'s table, on the committed results of every encoding: in one block its
+    lines are over 200 characters (the real failure); split into blocks of columns, no line is
+    over C.WIDTH, every block lists every encoding in order, and every column and cell appears
+    exactly once, in the checks' order."""
+    results = _committed_check_results()
+    assert len(results) >= 19
+    assert max(map(len, C.format_table(results, width=10**6).splitlines())) > 200
+    text = C.format_table(results)
+    assert max(map(len, text.splitlines())) <= C.WIDTH == 120
+    blocks = [b.splitlines() for b in text.split("\n\n")]
+    assert len(blocks) >= 2
+    titles = [t for t, _ in C.CHECKS.values()]
+    seen_titles, seen_cells = [], {n: [] for n in results}
+    for b in blocks:
+        header, rule, rows = b[0], b[1], b[2:]
+        cuts = [i for i in range(len(rule)) if rule[i] == "-" and (i == 0 or rule[i - 1] == " ")] + [10**6]
+        cols = lambda line: [line[a:c].strip() for a, c in zip(cuts, cuts[1:])]  # noqa: E731
+        assert cols(header)[0] == "encoding"
+        seen_titles += cols(header)[1:]
+        assert [cols(r)[0] for r in rows] == list(results)
+        for r in rows:
+            seen_cells[cols(r)[0]] += cols(r)[1:]
+    assert seen_titles == titles
+    for n, rs in results.items():
+        assert seen_cells[n] == [rs[k].cell() if k in rs else "" for k in C.CHECKS]
+
+
+def test_the_claims_and_differing_cells_are_wrapped_to_the_width():
+    text = C.format_claims()
+    assert max(map(len, text.splitlines())) <= C.WIDTH
+    one_line = " ".join(text.split())
+    for _, title, claim, papers, measured in C.claims():  # wrapping loses no word
+        assert f"{title}: {claim}" in one_line and papers in one_line and f"measured: {measured}" in one_line
+    assert max(len(f"    measured: {m}") for *_, m in C.claims()) > C.WIDTH  # unwrapped, the old 674-char lines
+    results = _committed_check_results()
+    differ = C.format_differ(results)
+    n = sum(r.verdict == "differs" for rs in results.values() for r in rs.values())
+    assert len(differ) == n > 0 and all(max(map(len, d.splitlines())) <= C.WIDTH for d in differ)
+
+
+def test_posenc_check_prints_no_line_over_the_width_and_json_is_unchanged(capsys):
+    import json
+
+    from posenc.cli import main
+
+    args = ["check", "none", "alibi", "--d-model", "32", "--heads", "2", "--train-len", "32"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= C.WIDTH and "alibi" in out and "measured:" in out
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == ["none", "alibi"] and set(data["alibi"]) == set(C.CHECKS)
+    assert set(data["alibi"]["relative"]) == {"status", "value", "detail", "data", "expected", "source", "verdict"}

@@ -15,6 +15,7 @@ Notation: B batch, T length, H heads, D head dim, C model width.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -47,6 +48,8 @@ __all__ = [
     "LEGEND",
     "CheckResult",
     "claims",
+    "format_claims",
+    "format_differ",
     "format_table",
     "results_to_json",
 ]
@@ -414,14 +417,52 @@ LEGEND = (
 )
 
 
-def format_table(results: dict[str, dict[str, CheckResult]]) -> str:
-    """A plain-text table: one row per encoding, one column per check."""
+#: The widest line ``posenc check`` prints: a terminal's width, less a margin.
+WIDTH = 120
+
+
+def format_table(results: dict[str, dict[str, CheckResult]], width: int = WIDTH) -> str:
+    """A plain-text table: one row per encoding, one column per check. The columns that do not
+    fit in ``width`` characters beside the ones before them continue in a further block below
+    (the encoding column repeated, a blank line between blocks), so no line is wider than
+    ``width`` unless a single column is."""
     keys = list(CHECKS)
     header = ["encoding"] + [CHECKS[k][0] for k in keys]
     rows = [[name] + [r[k].cell() if k in r else "" for k in keys] for name, r in results.items()]
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    blocks: list[list[int]] = [[]]
+    for i in range(1, len(header)):  # greedy: a column joins the block while the block's line fits
+        used = widths[0] + sum(2 + widths[j] for j in blocks[-1])
+        if blocks[-1] and used + 2 + widths[i] > width:
+            blocks.append([])
+        blocks[-1].append(i)
+
+    def line(row: list[str], cols: list[int]) -> str:
+        return "  ".join(row[j].ljust(widths[j]) for j in [0, *cols]).rstrip()
+
+    return "\n\n".join("\n".join([line(header, b), line(["-" * w for w in widths], b)] + [line(r, b) for r in rows])
+                       for b in blocks)
+
+
+def _fill(text: str, width: int, lead: str, rest: str) -> str:
+    """``text`` wrapped at spaces only (a hyphenated word or a long formula stays whole)."""
+    return textwrap.fill(text, width, initial_indent=lead, subsequent_indent=rest, break_on_hyphens=False,
+                         break_long_words=False)
+
+
+def format_claims(width: int = WIDTH) -> str:
+    """Each check's claim, its papers and its measurement (:func:`claims`), wrapped to ``width``."""
+    fill = lambda text, lead, rest: _fill(text, width, lead, rest)  # noqa: E731
+    return "\n".join(f"{fill(f'{title}: {claim}', '', '    ')}\n{fill(papers, '    ', '    ')}\n"
+                     f"{fill(f'measured: {measured}', '    ', '      ')}"
+                     for _, title, claim, papers, measured in claims())
+
+
+def format_differ(results: dict[str, dict[str, CheckResult]], width: int = WIDTH) -> list[str]:
+    """One wrapped line group per cell whose verdict differs from the literature's claim."""
+    return [_fill(f"{n} / {CHECKS[k][0]}: measured {r.status} {r.value}, expected {r.expected} ({r.source})",
+                  width, "  ", "      ")
+            for n, rs in results.items() for k, r in rs.items() if r.verdict == "differs"]
 
 
 def claims() -> list[tuple[str, str, str, str, str]]:

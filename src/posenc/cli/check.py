@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analysis.checks import CHECKS, ERROR, LEGEND, claims, format_table, results_to_json
+from ..analysis.checks import ERROR, LEGEND, format_claims, format_differ, format_table, results_to_json
 from ..analysis.probes import Probe
 from ..analysis.runner import run_checks
 from ..files import finite_or_none
@@ -36,11 +36,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         differ = [(n, k, r) for n, rs in results.items() for k, r in rs.items() if r.verdict == "differs"]
         print(f"{sum(r.verdict == 'agrees' for rs in results.values() for r in rs.values())} cells agree with "
               f"the literature, {len(differ)} differ" + (":" if differ else "."))
-        for n, k, r in differ:
-            print(f"  {n} / {CHECKS[k][0]}: measured {r.status} {r.value}, expected {r.expected} ({r.source})")
+        for text in format_differ(results):
+            print(text)
         print()
-        for _, title, claim, papers, measured in claims():
-            print(f"{title}: {claim}\n    {papers}\n    measured: {measured}")
+        print(format_claims())
     errors = [f"{n}.{k}: {r.detail}" for n, rs in results.items() for k, r in rs.items() if r.status == ERROR]
     for e in errors:
         print(f"posenc check: probe error in {e}", file=sys.stderr)
