@@ -289,7 +289,7 @@ def _targets(model_type: str, types: tuple[str, ...], layer_type: Any) -> tuple[
 
 
 def patch_model(model: Any, rope: RotaryEmbedding | None = None, *, layer_type: str | None = None,
-                **scaling: Any) -> RotaryEmbedding:
+                method: str | None = None, **scaling: Any) -> RotaryEmbedding:
     """Make a transformers model rotate with posenc's RoPE; returns the RotaryEmbedding in use
     (for per-layer-type RoPE, the target layer type's).
 
@@ -309,12 +309,22 @@ def patch_model(model: Any, rope: RotaryEmbedding | None = None, *, layer_type: 
             and ``**scaling`` apply to; by default the one a flat ``rope_scaling`` scales in
             that family (Gemma 3: ``"full_attention"``), as its config would. The other layer
             types keep the checkpoint's own RoPE. Must be None for other models.
+        method: a training-free attention method of :data:`posenc.methods.METHODS` and its
+            parameters among ``**scaling`` (``method="self_extend", group_size=8,
+            neighbor_window=1024``; ``method="rerope", window=512, slope=0.0``; ``block_rows``:
+            query rows per block), composed with any RoPE change: see :mod:`posenc.hf.methods`.
+            None (the default) removes a method set before.
 
     Calling it again on a patched model replaces the RoPE (the original module stays kept for
     :func:`unpatch_model`). On any error the model is left as it was.
     """
     model = _transformers_model(model)
     model_type = _check_model_type(model)
+    from .methods import check_method_model, set_method, split_method_params  # hf.methods imports this module
+
+    attention_method, block_rows, scaling = split_method_params(method, scaling)
+    if attention_method is not None:
+        check_method_model(model_type)
     types = _layer_types(model, model_type)
     targets = _targets(model_type, types, layer_type)
     if not targets and (rope is not None or scaling):
@@ -343,6 +353,7 @@ def patch_model(model: Any, rope: RotaryEmbedding | None = None, *, layer_type: 
         current.ropes = nn.ModuleDict(ropes)
     else:
         base.rotary_emb = PosencRotary(ropes, current, _SHARED_MODULE[model_type])
+    set_method(model, base, attention_method, block_rows)
     return new
 
 
@@ -388,6 +399,9 @@ def unpatch_model(model: Any) -> bool:
     base = _decoder(_transformers_model(model))
     current = getattr(base, "rotary_emb", None)
     if isinstance(current, PosencRotary):
+        from .methods import remove_method
+
+        remove_method(model, base)  # the attention implementation the model had, if a method was set
         base.rotary_emb = current.original
         return True
     if isinstance(getattr(base, _GPTJ_HOLDER, None), PosencRotary):
