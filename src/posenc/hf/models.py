@@ -163,7 +163,7 @@ def _convert(gguf: Path, out: Path, *, name: str, sha: str, label: Path) -> None
 
     plan = plan_gguf(gguf)
     _check_fits(plan)
-    check_disk(out.parent, plan.float32_bytes + 64 * 2**20, f"{label.name} (float32 safetensors)")
+    check_disk(out.parent.parent, plan.float32_bytes + 64 * 2**20, f"{label.name} (float32 safetensors)")
     t0 = time.perf_counter()
     _say(f"converting {label.name} ({plan.architecture}, {plan.params / 1e6:.1f}M parameters) to float32 "
          "safetensors (once; a 135M model takes about 30 s on 2 cores)")
@@ -214,7 +214,7 @@ def _cached(sources: list[Path], name: str, sha: str) -> Path:
         source = sources[0]
         if len(sources) > 1:
             source = work / f"{name}.gguf"
-            check_disk(work, sum(p.stat().st_size for p in sources), f"{name} (its joined GGUF file)")
+            check_disk(dest.parent, sum(p.stat().st_size for p in sources), f"{name} (its joined GGUF file)")
             with open(source, "wb") as out:
                 for p in sources:
                     with open(p, "rb") as f:
