@@ -347,3 +347,14 @@ def test_a_fractional_lm_factor_is_rounded_to_whole_tokens(ckpt, tmp_path):
     assert lengths == [round(0.333 * L), round(1.5 * L)] == [85, 384]
     text = format_model_table(results)
     assert "1.5L=384" in text and "L=85" in text
+
+
+def test_results_record_the_corpus_the_lm_task_read(run, ckpt):
+    """results.json's corpus: the --data file, all of it read (its first nine tenths the
+    training part, its last tenth the validation windows), so its sha256 is the file's."""
+    import hashlib
+
+    results = read_results(run[0])
+    text = (ckpt / "corpus.txt").read_bytes()
+    assert results["corpus"] == dict(source=str(ckpt / "corpus.txt"), sha256=hashlib.sha256(text).hexdigest(),
+                                     train_bytes=36_000, val_bytes=4_000)

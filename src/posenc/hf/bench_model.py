@@ -130,5 +130,8 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
             records.append(read_run(run.result))
         records.sort(key=lambda r: s.tasks.index(r["task"]))
         results = collect(s, records)
+        corpora = [c for name in s.tasks if (c := model_task(name)(tokenizer).corpus(s)) is not None]
+        if corpora:  # one text per run: --data or --corpus
+            results["corpus"] = corpora[0].record()
         write_outputs(results, out)
     return results

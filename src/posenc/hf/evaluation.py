@@ -20,12 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..bench.data import load_corpus, load_named_corpus
+from ..bench.data import ByteCorpus, load_corpus, load_named_corpus
 from ..config import check_int
 from .checkpoint import Checkpoint, trained_length
 
 __all__ = ["HEAD_CHUNK", "HFCausalLM", "check_finite_weights", "check_has_rope", "stated_trained_length",
-           "token_perplexity", "token_stream"]
+           "text_corpus", "token_perplexity", "token_stream"]
 
 HEAD_CHUNK = 1024  # positions per LM-head call: (1024, V) float32 logits, 200 MB for V = 49152
 
@@ -118,14 +118,20 @@ class HFCausalLM(nn.Module):
         return torch.cat([prompts, *tokens], dim=1)
 
 
+def text_corpus(data: str | None, need: int, corpus_name: str = "code") -> ByteCorpus:
+    """The corpus :func:`token_stream` reads for ``need`` tokens: ``data``, else the named corpus
+    (its record is what results.json keeps of the text)."""
+    # the validation split is 1/9 of max_bytes; 8 bytes per token is more than any tokenizer needs
+    max_bytes = 9 * 8 * need + 9
+    return load_corpus(data, max_bytes=max_bytes) if data is not None else load_named_corpus(corpus_name, max_bytes)
+
+
 def token_stream(tokenizer: Any, data: str | None, need: int, corpus_name: str = "code", *,
                  asks: str = "the lm task") -> Tensor:
     """The validation split of ``data``, else of the named corpus (as in the bench) tokenized:
     at least ``need`` tokens. ``asks``: the setting that needs them, named when the text is
     too short (a huge ``--to`` is the length's fault, not the corpus's)."""
-    # the validation split is 1/9 of max_bytes; 8 bytes per token is more than any tokenizer needs
-    max_bytes = 9 * 8 * need + 9
-    corpus = load_corpus(data, max_bytes=max_bytes) if data is not None else load_named_corpus(corpus_name, max_bytes)
+    corpus = text_corpus(data, need, corpus_name)
     ids = tokenizer.encode(bytes(corpus.val.tolist()).decode("utf-8", errors="replace"))
     if len(ids) < need:
         source = f"--data {data!r}" if data is not None else f"the {corpus_name} corpus ({corpus.source})"

@@ -21,6 +21,7 @@ from ...bench.tasks import Task
 if TYPE_CHECKING:
     from torch import nn
 
+    from ...bench.data import ByteCorpus
     from ..bench_settings import ModelBenchSettings
     from ..evaluation import HFCausalLM
 
@@ -60,6 +61,10 @@ class ModelTask(Task):
 
     def prepare(self, s: ModelBenchSettings, lengths: list[int], device: str) -> None:
         """Read what the evaluation needs (a corpus) once, before any forward."""
+
+    def corpus(self, s: ModelBenchSettings) -> ByteCorpus | None:
+        """The text the task reads for ``s`` (recorded in results.json), or None: it reads none."""
+        return None
 
     def cells(self, s: ModelBenchSettings, n: int) -> list[tuple[int, int, int]]:
         """(tokens, batch, scored positions) of every forward one row runs at length ``n``

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ...bench.data import PROSE, load_named_corpus
-from ..evaluation import token_perplexity, token_stream
+from ...bench.data import PROSE, ByteCorpus, load_named_corpus
+from ..evaluation import text_corpus, token_perplexity, token_stream
 from .base import ModelTask, register_model_task
 
 if TYPE_CHECKING:
@@ -56,6 +56,9 @@ class TokenPerplexity(ModelTask):
         self.stream = token_stream(self.tok, s.data, max(lengths) + 1, s.corpus,
                                    asks=f"the lm task's longest length ({max(lengths)} tokens, from --lm-eval-factors)"
                                    ).to(device)
+
+    def corpus(self, s: ModelBenchSettings) -> ByteCorpus:
+        return text_corpus(s.data, max(self.eval_lengths(s)) + 1, s.corpus)
 
     def cells(self, s: ModelBenchSettings, n: int) -> list[tuple[int, int, int]]:
         assert self.stream is not None, "prepare() first"
