@@ -69,3 +69,16 @@ def qkv(B=2, H=4, Hkv=2, Tq=12, Tk=None, D=8, seed=0, dtype=torch.float32):
     Tk = Tq if Tk is None else Tk
     return (torch.randn(B, H, Tq, D, generator=g, dtype=dtype), torch.randn(B, Hkv, Tk, D, generator=g, dtype=dtype),
             torch.randn(B, Hkv, Tk, D, generator=g, dtype=dtype))
+
+
+def dual_chunk_pair(s: int, l: int) -> Pair:
+    """An et al. 2024 (ChunkLlama): chunks of c = s - l; keys at n mod c; the query at m mod c in
+    its own chunk, min(m mod c + c, s) in the next one, min(2c - 1, s) farther."""
+    c = s - l
+
+    def pair(m: int, n: int) -> tuple[float, float]:
+        apart = m // c - n // c
+        q = m % c if apart == 0 else min(m % c + c, s) if apart == 1 else min(2 * c - 1, s)
+        return q, n % c
+
+    return pair

@@ -1,4 +1,4 @@
-"""posenc.hf.methods: Self-Extend and (leaky) ReRoPE on tiny random Llama and Qwen2 models through
+"""posenc.hf.methods: Self-Extend, (leaky) ReRoPE and Dual Chunk Attention on tiny random Llama and Qwen2 models through
 ``patch_model(model, method=...)``, against a forward written from the weights with the slow loop
 over each paper's formula, and the properties a user relies on: decoding = the full forward,
 left padding = the row alone, packed = separate, a window past the sequence = the plain model,
@@ -13,7 +13,7 @@ import transformers
 from posenc.hf import patch_model, patch_model as _patch, unpatch_model
 from posenc.hf.methods import ATTENTION_NAME, MethodRotary, installed_method, key_positions
 from tests.hf_helpers import VOCAB, logits, rel, tokens
-from tests.methods_reference import rerope_pair, self_extend_pair, slow_attention
+from tests.methods_reference import dual_chunk_pair, rerope_pair, self_extend_pair, slow_attention
 from tests.test_methods_blockwise import LargestTensor
 
 FAMILIES = {
@@ -24,6 +24,7 @@ METHODS = {  # name -> (patch_model keywords, the slow loop's position pair)
     "self_extend": (dict(method="self_extend", group_size=3, neighbor_window=4), self_extend_pair(3, 4)),
     "rerope": (dict(method="rerope", window=3), rerope_pair(3)),
     "leaky_rerope": (dict(method="rerope", window=4, slope=0.25), rerope_pair(4, 0.25)),
+    "dual_chunk": (dict(method="dual_chunk", chunk_size=5, local_size=2), dual_chunk_pair(5, 2)),
 }
 
 
@@ -110,7 +111,8 @@ def test_packed_documents_equal_separate_forwards(name):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("kw", [dict(method="self_extend", group_size=4, neighbor_window=16),
-                                dict(method="rerope", window=16), dict(method="rerope", window=40, slope=0.5)])
+                                dict(method="rerope", window=16), dict(method="rerope", window=40, slope=0.5),
+                                dict(method="dual_chunk", chunk_size=20, local_size=4)])
 @pytest.mark.parametrize("scaling", [{}, dict(scaling="yarn", factor=2.0, original_max_position_embeddings=8)])
 def test_a_window_past_the_sequence_equals_the_plain_patched_model(family, kw, scaling):
     model, ids = tiny(family), tokens(2, 16, seed=6)
@@ -195,7 +197,7 @@ def test_no_t_by_t_tensor_in_a_patched_forward_at_2048_tokens():
 
 
 @pytest.mark.parametrize("kw,err,match", [
-    (dict(method="yarn"), ValueError, r"method must be one of 'self_extend', 'rerope'; got 'yarn'"),
+    (dict(method="yarn"), ValueError, r"method must be one of 'self_extend', 'rerope', 'dual_chunk'; got 'yarn'"),
     (dict(method="self_extend", group_size=0, neighbor_window=4), ValueError, r"group_size must be in \[1, "),
     (dict(method="self_extend", group_size=2, neighbor_window=4, window=3), ValueError,
      r"window is a parameter of method 'rerope', not 'self_extend'"),

@@ -1,5 +1,5 @@
-"""A training-free attention method (Self-Extend, ReRoPE) on a transformers model:
-``patch_model(model, method=NAME, **params)``, through transformers' own extension point, its
+"""A training-free attention method (Self-Extend, ReRoPE, Dual Chunk Attention) on a transformers
+model: ``patch_model(model, method=NAME, **params)``, through transformers' own extension point, its
 attention-function registry.
 
 How it is wired (transformers 5.24). A Llama-style attention layer rotates q and k with the
@@ -37,7 +37,8 @@ of ``generate``; its sliding-window layers too), not a ``StaticCache``.
 Supported model types: :data:`METHOD_MODEL_TYPES` (a shared rotary module in the half layout,
 every layer rotating, plain softmax attention: no logit soft-capping, sinks or NoPE layers).
 Composes with ``scaling=`` (the frequencies and attention factor of the patched RoPE are the
-ones the method rotates with, YaRN's temperature included).
+ones the method rotates with, YaRN's temperature included: Dual Chunk Attention with YaRN, as
+Qwen2.5-1M's ``dual_chunk_attention_config`` pairs them).
 """
 
 from __future__ import annotations

@@ -311,7 +311,8 @@ def patch_model(model: Any, rope: RotaryEmbedding | None = None, *, layer_type: 
             types keep the checkpoint's own RoPE. Must be None for other models.
         method: a training-free attention method of :data:`posenc.methods.METHODS` and its
             parameters among ``**scaling`` (``method="self_extend", group_size=8,
-            neighbor_window=1024``; ``method="rerope", window=512, slope=0.0``; ``block_rows``:
+            neighbor_window=1024``; ``method="rerope", window=512, slope=0.0``;
+            ``method="dual_chunk", chunk_size=6144, local_size=1024``; ``block_rows``:
             query rows per block), composed with any RoPE change: see :mod:`posenc.hf.methods`.
             None (the default) removes a method set before.
 

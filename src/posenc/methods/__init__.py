@@ -1,5 +1,5 @@
 """Training-free long-context methods that change attention, not only RoPE's angles: Self-Extend,
-ReRoPE / leaky ReRoPE (torch only; the transformers integration is ``posenc.hf.methods``).
+ReRoPE / leaky ReRoPE, Dual Chunk Attention (torch only; the transformers integration is ``posenc.hf.methods``).
 
 >>> method = build_method("self_extend", group_size=8, neighbor_window=1024)
 >>> out = method_attention(q, k, v, method, q_pos, k_pos, rope.inv_freq)   # q, k unrotated
@@ -12,13 +12,14 @@ from typing import Any
 
 from .base import AttentionMethod
 from .blockwise import block_rows_for, method_attention
+from .dual_chunk import DualChunk
 from .rerope import ReRoPE
 from .self_extend import SelfExtend
 
 __all__ = ["METHODS", "AttentionMethod", "block_rows_for", "build_method", "method_attention", "method_params"]
 
 #: name -> method class; its dataclass fields are the method's parameters.
-METHODS: dict[str, type[AttentionMethod]] = {cls.name: cls for cls in (SelfExtend, ReRoPE)}
+METHODS: dict[str, type[AttentionMethod]] = {cls.name: cls for cls in (SelfExtend, ReRoPE, DualChunk)}
 
 
 def method_params(name: str) -> tuple[str, ...]:

@@ -14,8 +14,9 @@ rotated R ways, R logit blocks (B, H, rows, Tk') are computed against the keys a
 the block can see (Tk' = up to the block's last query), merged by the method's ``select``,
 masked, and one softmax times v gives the block's output. Angles are float64, rotations in
 float32 (float64 for float64 inputs) rounded once to the input dtype, the q·k products in the
-input dtype (as transformers' eager attention), the merge and softmax in float32 (float64). The RoPE attention factor (YaRN's temperature) multiplies cos and sin, so
-the logits get its square, as when transformers rotates.
+input dtype (as transformers' eager attention), the merge and softmax in float32 (float64).
+The RoPE attention factor (YaRN's temperature) multiplies cos and sin, so the logits get its
+square, as when transformers rotates.
 
 Memory: O(R Tk D) for the rotated keys plus O(B H rows Tk) for one block, never O(Tq Tk);
 under autograd each block is recomputed in the backward (``torch.utils.checkpoint``), so the
