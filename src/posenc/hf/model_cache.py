@@ -12,8 +12,8 @@
 * The record ``posenc_model.json``, written last, holds the format version, the source's sha256
   and the size and sha256 of every file written (weights, config.json, tokenizer files).
   :func:`verify` checks them on every load: an edited, truncated, removed or added file is
-  refused with one line naming it and the command that rebuilds the folder. Hashing costs about
-  a second per GB. The digests sit beside the files, so they detect a file changed by anything
+  refused with one line naming it and the command that rebuilds the folder (the check reads
+  every cached file once per load). The digests sit beside the files, so they detect a file changed by anything
   that does not also rewrite the record (an edit, a copy cut short, a write through a hard link
   such as the ones ``extend --out`` makes), not a writer that rewrites both.
 * A record written before digests were kept (same format version, no ``files`` entry) is given

@@ -168,8 +168,9 @@ def _convert(gguf: Path, out: Path, *, name: str, sha: str, label: Path) -> None
     _say(f"converting {label.name} ({plan.architecture}, {plan.params / 1e6:.1f}M parameters) to float32 "
          "safetensors (once; a 135M model takes about 30 s on 2 cores)")
     folder, file = str(gguf.parent), gguf.name
-    model, info = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=torch.float32,
-                                                                    output_loading_info=True)
+    # the config sized by plan_gguf is the one the model is built from (and the metadata is parsed once)
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, config=plan.config,
+                                                                    dtype=torch.float32, output_loading_info=True)
     check_loaded(label, plan.architecture, info)
     tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=file)
     _say(f"  dequantized in {time.perf_counter() - t0:.0f} s; saving")
