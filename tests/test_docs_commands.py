@@ -85,7 +85,7 @@ _TINY_BENCH = ("--steps", "2", "--encodings", "rope", "--tasks", "copy", "--no-p
 _REAL_PROBE = {"--out": ["{tmp}/probe"], "--tokens": ["32"], "--points": ["16"], "--extend": ["2"], "--threads": ["1"]}
 _GEMMA_PROBE = {**_REAL_PROBE, "--layer": ["0"]}  # its global layer's curve to 2 x 32768 alone takes a minute
 _REAL_EXTEND = {"--to": ["96"], "--trained-length": ["48"], "--factors": ["1"], "--windows": ["1"],
-                "--passkey-examples": ["1"], "--threads": ["1"], "--out": ["{tmp}/ext"]}
+                "--passkey-examples": ["1"], "--threads": ["1"], "--json": ["{tmp}/ext.json"]}
 _MODEL = ("posenc speed model --lengths 1024 --batch 2 --layers 6 --width 512 --heads 8 --rounds 3 "
           "--decode-contexts 1024 4096 --decode-tokens 16")
 
@@ -117,8 +117,8 @@ SMOKE: dict[str, Smoke] = {
     "--passkey-depths 0.5 --threads 1 --resume --out out/model_bench --no-progress": Smoke(
         set={"--trained-length": ["48"], "--passkey-eval-factors": ["2"], "--out": ["{tmp}/bm"]},
         expect=("{tmp}/bm/results.json",), real=True),
-    "posenc extend smollm2-135m --to 2048 --trained-length 1024 --out out/smollm2-2k": Smoke(
-        set=_REAL_EXTEND, add=("--no-progress",), expect=("{tmp}/ext/extend.json", "{tmp}/ext/config.json"), real=True),
+    "posenc extend smollm2-135m --to 2048 --trained-length 1024 --json out/smollm2-2k.json": Smoke(
+        set=_REAL_EXTEND, add=("--no-progress",), expect=("{tmp}/ext.json",), real=True),
 }
 
 
@@ -169,7 +169,7 @@ RESULT_SMOKE: dict[str, Smoke] = {
         set={"--rounds": ["1"], "--new-tokens": ["3"], "--prompt-tokens": ["8"], "--threads": ["1"],
              "--memory-lengths": [], "--out": ["{tmp}/real_speed.json"]},
         expect=("{tmp}/real_speed.json",), how="script", real=True),
-    "real_extend_smollm2_L256_N512": Smoke(set=_REAL_EXTEND, expect=("{tmp}/ext/extend.json",), real=True),
+    "real_extend_smollm2_L256_N512": Smoke(set=_REAL_EXTEND, expect=("{tmp}/ext.json",), real=True),
     "probe_smollm2": Smoke(set=_REAL_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
     "probe_gemma3": Smoke(set=_GEMMA_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
     # SmolLM2 past a stated L (issue 22 item 3): passkey needs ~80 tokens, so the code run's L is 48 and its passkey 2L

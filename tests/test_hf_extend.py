@@ -247,3 +247,25 @@ def test_a_killed_runs_temporary_folder_is_removed_by_the_next(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_demonstration_keeps_its_evidence_with_json(tmp_path, capsys):
+    """``posenc extend --trained-length L --json PATH``: the evidence without a checkpoint folder;
+    ``--json`` alone: one JSON document on stdout (no table), the same evidence."""
+    from posenc.cli import main
+
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(**_SIZES, rope_theta=1e4)).save_pretrained(tmp_path / "m")
+    argv = ["extend", str(tmp_path / "m"), "--to", str(N), "--trained-length", str(L // 2), "--factors", "1",
+            "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert "--out with --trained-length 32, shorter than the model's own 64" in capsys.readouterr().err
+    assert main([*argv, "--json", str(tmp_path / "ev.json")]) == 0
+    table = capsys.readouterr().out
+    ev = json.loads((tmp_path / "ev.json").read_text())
+    assert ev["trained_length"] == L // 2 and ev["settings"]["to"] == N and ev["winner"] in table
+    assert main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)  # the whole of stdout: one document
+    untimed = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert untimed(printed["candidates"]) == untimed(ev["candidates"]) and len(ev["candidates"]) >= 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev.json", "m"]

@@ -124,9 +124,8 @@ RESULTS: dict[str, Result] = {
         note="SmolLM2-135M from the cache (posenc[hf]); 24 min on a shared 2-core machine"),
     "real_extend_smollm2_L256_N512": Result(
         "real_extend_smollm2_L256_N512.json",
-        ("extend", "smollm2-135m", "--to", "512", "--trained-length", "256", "--factors", "1", "--out",
-         "out/real_extend_smollm2", "--no-progress"),
-        copy=(("out/real_extend_smollm2/extend.json", "benchmarks/results/real_extend_smollm2_L256_N512.json"),),
+        ("extend", "smollm2-135m", "--to", "512", "--trained-length", "256", "--factors", "1", "--json",
+         "benchmarks/results/real_extend_smollm2_L256_N512.json", "--no-progress"),
         machine=_SHARED_EPYC + ", torch's default 2 threads", note="about 10 min on 2 cores"),
     "probe_smollm2": _probe("smollm2-135m", "probe_smollm2"),
     "probe_gemma3": _probe("gemma3-270m", "probe_gemma3", "--scalings", "yarn"),

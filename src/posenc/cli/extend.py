@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import MAX_THREADS, int_in, output_dir, positive_float
+from .args import MAX_THREADS, STDOUT, add_json_option, emit_json, int_in, output_dir, positive_float
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -18,7 +18,9 @@ def _cmd(args: argparse.Namespace) -> int:
     settings = ExtendSettings(to=args.to, trained_length=args.trained_length, factors=tuple(args.factors),
                               windows=args.windows, passkey_examples=args.passkey_examples,
                               data=None if args.data is None else str(args.data))
-    extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress)
+    evidence = extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress,
+                      table=args.json != STDOUT)
+    emit_json(args.json, evidence)
     return 0
 
 
@@ -36,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="write the winner here as a transformers checkpoint (default: only print the table)")
     p.add_argument("--trained-length", type=int_in(2, library.MAX_TO), default=None, metavar="L",
                    help="a shorter L than the checkpoint's own, for a quick run (a demonstration, not a measurement: "
-                        "the table only, not with --out)")
+                        "the table and --json only, not --out)")
     p.add_argument("--factors", type=positive_float, nargs="+", default=[1.0, 2.0], metavar="M",
                    help="factor multipliers: each scaling at M * N / L (default 1 2)")
     p.add_argument("--windows", type=int_in(1, library.MAX_COUNT), default=1, metavar="W",
@@ -47,4 +49,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int_in(1, MAX_THREADS), metavar="N", help="CPU threads for torch (default: torch's)")
     p.add_argument("--no-install", action="store_true", help="refuse to install a named model's package")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_json_option(p, "the evidence (extend.json's content: the settings, the rule, every candidate's numbers)")
     p.set_defaults(func=_cmd)

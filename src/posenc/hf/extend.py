@@ -29,11 +29,13 @@ weights hard-linked (or copied across file systems) and the tokenizer files, bes
 
 Cost: one forward of N tokens per perplexity window and per passkey example, for every
 candidate; the command prints its estimate (:mod:`posenc.hf.cost`, measured on this machine)
-before the first forward. One forward of SmolLM2-135M in float32 on 2 threads of a quiet machine
-took 10 s at 4096 tokens and 95 s at 16384 (docs/real_models.md). ``--trained-length`` states a
-shorter L than the checkpoint's own, so that ``N = 2 L`` is cheap: a demonstration of the
-procedure, not a measurement of extension (the model was trained well past that L), so it only
-prints the table: ``--out`` with it is refused, since the folder's config.json would claim an
+before the first forward. One forward of SmolLM2-135M in float32 on a quiet 2-core machine
+(2 threads) took 9.9 s at 4096 tokens and 95 s at 16384 (docs/real_models.md, "Cost").
+
+``--trained-length`` states a shorter L than the checkpoint's own, so that ``N = 2 L`` is cheap:
+a demonstration of the procedure, not a measurement of extension (the model was trained well
+past that L). It keeps the table and, with ``--json PATH``, the evidence (extend.json's
+content); ``--out`` with it is refused, since the folder's config.json would claim an
 extension the checkpoint never needed.
 
 Everything config.json decides (the RoPE, L, ``--to``, ``--out``) and the text (the corpus is
@@ -291,9 +293,10 @@ def write_extended(src: Path, out: Path, config: dict[str, Any], evidence: dict[
 
 
 def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.PathLike | None = None, *,
-           install: bool = True, progress: bool = True, loaded: Any = None) -> dict[str, Any]:
+           install: bool = True, progress: bool = True, loaded: Any = None, table: bool = True) -> dict[str, Any]:
     """Measure the grid (module docstring) and, with ``out``, write the winner there.
-    Returns the evidence (extend.json's content). ``loaded``: the already loaded model (tests)."""
+    Returns the evidence (extend.json's content). ``loaded``: the already loaded model (tests);
+    ``table``: print the table to stdout (False: stdout is left to the caller, e.g. JSON)."""
     import torch
 
     from ..bench.data import example_rng
@@ -371,11 +374,13 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
         bar.update()
     bar.close()
     win, rule = choose(rows, samples)
-    print(_format_table(rows, win, N))
+    if table:
+        print(_format_table(rows, win, N))
     evidence = dict(model=str(model), checkpoint=str(ckpt.path), trained_length=L,
                     settings=asdict(settings), depths=list(_DEPTHS), rule=rule, candidates=rows,
                     winner=rows[win]["label"])
     if out is not None:
         write_extended(ckpt.path, Path(out), extended_config(ckpt.config, rows[win]["hf"], N), evidence)
-        print(f"wrote {out}/config.json ({rows[win]['label']}), the weights and extend.json")
+        print(f"wrote {out}/config.json ({rows[win]['label']}), the weights and extend.json",
+              file=sys.stdout if table else sys.stderr)
     return evidence
