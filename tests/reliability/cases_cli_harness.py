@@ -149,7 +149,7 @@ CASES = [
          argv=["bench", "--passkey-depths", "1.5", "--out", "/no/such/h8_out"]),
     Case(A, "`posenc bench --passkey-length 5` (shorter than a key)", r"argument --passkey-length: must be an int in \[6, 1048576\], got 5",
          argv=["bench", "--passkey-length", "5", "--out", "/no/such/h8_out"]),
-    Case(A, "`posenc bench --lm-eval-factors 0`", r"argument --lm-eval-factors: must be an int in \[1, 1024\], got 0",
+    Case(A, "`posenc bench --lm-eval-factors 0`", r"argument --lm-eval-factors: must be a float in \(0, 1024\], got 0",
          argv=["bench", "--lm-eval-factors", "0", "--out", "/no/such/h8_out"]),
     Case(A, "`posenc bench --scalings banana`", r"argument --scalings: must be one of linear, ",
          argv=["bench", "--scalings", "banana", "--out", "/no/such/h8_out"]),

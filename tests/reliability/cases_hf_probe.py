@@ -127,7 +127,7 @@ CASES = [
          argv=_dir_arg()),
     Case(A, "`posenc probe --layer -1`", r"argument --layer: must be a non-negative int, got -1",
          argv=["probe", ".", "--out", "/tmp/x", "--layer", "-1"]),
-    Case(A, "`posenc probe --tokens 1`", r"argument --tokens: must be an int >= 2, got 1",
+    Case(A, "`posenc probe --tokens 1`", r"argument --tokens: must be an int in \[2, 1048576\], got 1",
          argv=["probe", ".", "--out", "/tmp/x", "--tokens", "1"]),
     Case(A, "`posenc probe --extend 0`", r"argument --extend: must be a positive finite float, got 0",
          argv=["probe", ".", "--out", "/tmp/x", "--extend", "0"]),
