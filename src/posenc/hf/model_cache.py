@@ -13,9 +13,9 @@
   and the size and sha256 of every file written (weights, config.json, tokenizer files).
   :func:`verify` checks them on every load: an edited, truncated, removed or added file is
   refused with one line naming it and the command that rebuilds the folder (the check reads
-  every cached file once per load). The digests sit beside the files, so they detect a file changed by anything
-  that does not also rewrite the record (an edit, a copy cut short, a write through a hard link
-  such as the ones ``extend --out`` makes), not a writer that rewrites both.
+  every cached file once per load). The digests sit beside the files, so they detect a file
+  changed by anything that does not also rewrite the record (an edit, a copy cut short, a write
+  through a hard link such as the ones ``extend --out`` makes), not a writer that rewrites both.
 * A record written before digests were kept (same format version, no ``files`` entry) is given
   them on its first load, with one line saying so: its files were written by the same conversion,
   and a change made before that load cannot be told from the original.
