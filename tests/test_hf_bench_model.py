@@ -17,26 +17,20 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from hf_byte_llama import L, byte_llama_config  # noqa: E402
+
 from posenc.bench.data import example_rng  # noqa: E402
 from posenc.results import read_results  # noqa: E402
 from posenc.cli import main  # noqa: E402
 from posenc.hf.tasks import TextPasskey  # noqa: E402
 from posenc.hf.checkpoint import ByteTokenizer  # noqa: E402
 
-L = 256  # trained length: a byte-level passkey prompt needs ~250 tokens
-
-
-def _config(**kw):
-    return transformers.LlamaConfig(**(dict(
-        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=L, rope_theta=10000.0) | kw))
-
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("tiny_llama_bench")
-    transformers.LlamaForCausalLM(_config()).save_pretrained(d)
+    transformers.LlamaForCausalLM(byte_llama_config()).save_pretrained(d)
     # 40,000 bytes: the validation split (the last tenth, 4,000 bytes) is under the loader's
     # cap, so the lm windows are data[36000:36000 + n] exactly
     words = [b"alpha ", b"beta ", b"gamma\n", b"delta, ", b"epsilon. "]
@@ -96,14 +90,14 @@ def test_perplexity_cells_match_transformers_loss(run, ckpt, model):
         w = val[None, :n]
         ref = math.exp(float(model(input_ids=w, labels=w).loss))
         assert _cell(results, "lm", "base", n) == pytest.approx(ref, rel=1e-5)
-    linear = transformers.LlamaForCausalLM(_config(rope_parameters={"rope_type": "linear", "factor": 2.0,
+    linear = transformers.LlamaForCausalLM(byte_llama_config(rope_parameters={"rope_type": "linear", "factor": 2.0,
                                                                     "rope_theta": 10000.0})).eval()
     linear.load_state_dict(model.state_dict())
     w = val[None, : 2 * L]
     ref = math.exp(float(linear(input_ids=w, labels=w).loss))
     assert _cell(results, "lm", "linear", 2 * L) == pytest.approx(ref, rel=1e-5)
     assert ref != pytest.approx(_cell(results, "lm", "base", 2 * L), rel=1e-6)  # the scaling changed something
-    raised = transformers.LlamaForCausalLM(_config(rope_theta=160000.0)).eval()
+    raised = transformers.LlamaForCausalLM(byte_llama_config(rope_theta=160000.0)).eval()
     raised.load_state_dict(model.state_dict())
     ref = math.exp(float(raised(input_ids=w, labels=w).loss))
     assert _cell(results, "lm", "raised_base", 2 * L) == pytest.approx(ref, rel=1e-5)

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
+from hf_byte_llama import byte_llama  # noqa: E402
+
 from posenc.hf.evaluation import HFCausalLM  # noqa: E402
-
-L = 256  # trained length: a byte-level passkey prompt needs ~250 tokens
-
-
-def _config(**kw):
-    return transformers.LlamaConfig(**(dict(
-        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=L, rope_theta=10000.0) | kw))
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(_config()).eval()
+    return byte_llama()
 
 
 @torch.no_grad()

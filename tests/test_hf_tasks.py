@@ -10,24 +10,17 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from hf_byte_llama import L, byte_llama, byte_llama_config  # noqa: E402
+
 from posenc.bench.data import example_rng  # noqa: E402
 from posenc.hf.checkpoint import ByteTokenizer  # noqa: E402
 from posenc.hf.evaluation import HFCausalLM  # noqa: E402
 from posenc.hf.tasks import TextPasskey  # noqa: E402
 
-L = 256  # trained length: a byte-level passkey prompt needs ~250 tokens
-
-
-def _config(**kw):
-    return transformers.LlamaConfig(**(dict(
-        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=L, rope_theta=10000.0) | kw))
-
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(_config()).eval()
+    return byte_llama()
 
 
 def test_passkey_prompts_and_greedy_decoding(model):
@@ -71,7 +64,7 @@ def test_a_saved_tokenizer_is_used(tmp_path):
     from posenc.hf.checkpoint import load_tokenizer, open_checkpoint
 
     torch.manual_seed(0)
-    transformers.LlamaForCausalLM(_config(vocab_size=300)).save_pretrained(tmp_path)
+    transformers.LlamaForCausalLM(byte_llama_config(vocab_size=300)).save_pretrained(tmp_path)
     fast = _saved_tokenizer(tmp_path)
     tok = load_tokenizer(open_checkpoint(tmp_path))
     assert tok.kind == "model" and tok.bos_token_id == fast.bos_token_id
@@ -122,7 +115,7 @@ def test_a_new_task_is_one_registered_class(tmp_path, monkeypatch):
 
     assert model_task_names()[-1] == "first_token"
     torch.manual_seed(0)
-    transformers.LlamaForCausalLM(_config()).save_pretrained(tmp_path / "ckpt")
+    transformers.LlamaForCausalLM(byte_llama_config()).save_pretrained(tmp_path / "ckpt")
     s, _ = model_settings("micro", tmp_path / "ckpt", tasks=["first_token"])
     results = run_model_bench(s, tmp_path / "out", progress=False)
     assert [r["task"] for r in results["runs"]] == ["first_token"]
