@@ -64,3 +64,55 @@ def test_representatives_cover_every_hook_kind():
 def test_alibi_keeps_its_slope_buffer_through_compile():
     """A model with a buffer (ALiBi's float32 slopes), so the buffer checks above have one to check."""
     assert [n for n, _ in tiny_model("alibi").named_buffers()] == ["encodings.0.slope_table"]
+
+
+def _multi_axis() -> list[tuple[str, int]]:
+    """(name, A) of every registered encoding that reads A >= 2 position axes: its
+    ``position_ids`` returns ``seq.axes`` (and refuses another count of axes)."""
+    found = []
+    for name in posenc.list_encodings():
+        enc = posenc.build(name, d_model=32, num_heads=4)
+        for axes in (2, 3):
+            seq = posenc.SequenceInfo.from_offset(1, 4).with_axes(torch.zeros(axes, 1, 4, dtype=torch.long))
+            try:
+                if enc.position_ids(seq) is seq.axes:
+                    found.append((name, axes))
+            except ValueError:  # reads another number of axes
+                pass
+    return found
+
+
+MULTI_AXIS = _multi_axis()
+T_AXES = 20  # past the default grid width (16) and not a multiple of it: a partial last grid row
+
+
+def _axes_seq(axes: int) -> posenc.SequenceInfo:
+    """T_AXES tokens on ``axes`` axes, built where it is called (inside the compiled function)."""
+    if axes == 2:
+        return posenc.SequenceInfo.from_grid(4, 5, batch=2)  # (row, column) of a 4 x 5 grid
+    from posenc.positions import multimodal_axes
+
+    ids = multimodal_axes([3, (2, 2, 3), 5])  # text, a 2-frame 2 x 3 video, text: 20 tokens
+    return posenc.SequenceInfo.from_offset(2, T_AXES).with_axes(ids[:, None].expand(-1, 2, -1))
+
+
+def test_multi_axis_encodings_are_found():
+    names = {n for n, _ in MULTI_AXIS}
+    assert {"mrope", "rope_axial", "rope_mixed"} <= names, MULTI_AXIS
+
+
+@pytest.mark.parametrize("name,axes", MULTI_AXIS)
+def test_multi_axis_compiled_model_equals_eager(name, axes):
+    """The whole model under inductor, its positions made inside the graph: plain (B, T)
+    positions (raster patches for 2-D RoPE, T past the grid width and not a multiple of it) and
+    multi-axis ones. torch 2.13's inductor once left the last partial grid row's rows unwritten
+    (``arange(T) // w``), so 2-D RoPE's compiled logits were off by 1e-2 at positions >= 16."""
+    model = tiny_model(name)
+    x = torch.randint(0, 64, (2, T_AXES), generator=torch.Generator().manual_seed(0))
+    for make in (lambda: None, lambda: _axes_seq(axes)):
+        torch._dynamo.reset()
+        run = lambda tokens: model(tokens, make())  # noqa: E731
+        with torch.no_grad():
+            want = run(x)
+            got = torch.compile(run)(x)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -130,3 +130,43 @@ def test_sequence_info_refuses_lists_arrays_and_negative_positions():
         SequenceInfo(torch.tensor([[0, 1]]), segment_ids=torch.zeros(1, 2))
     with pytest.raises(ValueError, match=r"valid is on meta but positions are on cpu"):
         SequenceInfo(torch.tensor([[0, 1]]), valid=torch.ones(1, 2, dtype=torch.bool, device="meta"))
+
+
+@pytest.mark.parametrize("T,width", [(20, 16), (33, 16), (5, 16), (70, 12), (17, 3)])
+def test_raster_axes_compiled_equal_a_loop(T, width):
+    """(p // w, p % w) of arange(T), made inside a compiled graph. torch 2.13's inductor (CPU)
+    compiles ``arange(T) // w`` into a loop over (T // w) * w elements and leaves the rest
+    unwritten; raster_axes must give every element, eager and compiled."""
+    from posenc.positions import raster_axes
+
+    want = [[p // width for p in range(T)], [p % width for p in range(T)]]
+    torch._dynamo.reset()
+    make = lambda x: raster_axes(torch.arange(x.shape[0]), width)  # noqa: E731
+    x = torch.zeros(T)
+    assert make(x).tolist() == want
+    assert torch.compile(make)(x).tolist() == want
+
+
+def test_from_grid_axes_are_row_and_column():
+    s = SequenceInfo.from_grid(3, 5, batch=2)
+    rows = [[p // 5 for p in range(15)]] * 2
+    cols = [[p % 5 for p in range(15)]] * 2
+    assert s.axes.tolist() == [rows, cols] and s.positions.tolist() == [list(range(15))] * 2
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: SequenceInfo.from_grid(2**20, 2**20), r"^height \* width must be <= 16777216 tokens .*got 1099511627776$"),
+    (lambda: SequenceInfo.from_grid(2**12 + 1, 2**12), r"^height \* width must be <= 16777216 tokens .*got 16781312$"),
+])
+def test_from_grid_refuses_absurd_sizes_before_allocating(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+@pytest.mark.parametrize("blocks,total", [([10**12], 10**12), ([(10**4, 10**4, 10**4)], 10**12),
+                                          ([(1, 2**12, 2**12), 1], 2**24 + 1)])
+def test_multimodal_axes_refuses_absurd_sizes_before_allocating(blocks, total):
+    from posenc.positions import multimodal_axes
+
+    with pytest.raises(ValueError, match=rf"^the tokens of blocks must be <= 16777216 tokens .*got {total}$"):
+        multimodal_axes(blocks)

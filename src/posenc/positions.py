@@ -31,8 +31,9 @@ import torch
 from torch import Tensor
 
 from .config import check_int
+from .limits import MAX_TOKENS
 
-__all__ = ["SequenceInfo", "multimodal_axes", "relative_positions", "contiguous_offset", "shared_rows"]
+__all__ = ["SequenceInfo", "multimodal_axes", "raster_axes", "relative_positions", "contiguous_offset", "shared_rows"]
 
 
 def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -72,6 +73,26 @@ def shared_rows(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
     if one_row(q_pos) and one_row(k_pos):
         return q_pos[:1], k_pos[:1]
     return q_pos, k_pos
+
+
+def raster_axes(index: Tensor, width: int) -> Tensor:
+    """(row, column) = (index // width, index % width) of raster indices >= 0 (any shape) on a
+    grid ``width`` wide: (2, *index.shape).
+
+    The row is (index - column) / width, an exact division written as a truncating one. Not
+    ``index // width``: torch 2.13's inductor (CPU) compiles ``arange(T) // width`` into a loop
+    over the first (T // width) * width elements only, so a compiled model read uninitialised
+    memory as the rows of the last, partial grid row (tests/test_compile.py has the case).
+    """
+    column = index % width
+    row = torch.div(index - column, width, rounding_mode="trunc")
+    return torch.stack([row, column])
+
+
+def _check_tokens(name: str, n: int) -> None:
+    """A builder about to make ``n`` tokens: at most MAX_TOKENS, before anything is allocated."""
+    if n > MAX_TOKENS:
+        raise ValueError(f"{name} must be <= {MAX_TOKENS} tokens (2**24, posenc.limits.MAX_TOKENS), got {n}")
 
 
 _INT64_MAX = torch.iinfo(torch.int64).max
@@ -293,8 +314,9 @@ class SequenceInfo:
         check_int("height", height, minimum=1)
         check_int("width", width, minimum=1)
         check_int("batch", batch, minimum=1)
+        _check_tokens("height * width", height * width)
         t = torch.arange(height * width, device=device)
-        axes = torch.stack([t // width, t % width])[:, None].expand(2, batch, -1)  # (2, B, T)
+        axes = raster_axes(t, width)[:, None].expand(2, batch, -1)  # (2, B, T)
         return cls.from_checked(t.expand(batch, -1), axes=axes)
 
     def with_axes(self, axes: Tensor) -> "SequenceInfo":
@@ -334,6 +356,27 @@ class SequenceInfo:
         return SequenceInfo.from_checked(pos, seg, valid, axes)
 
 
+def _block_tokens(block: int | tuple) -> int:
+    """The tokens of one :func:`multimodal_axes` block, after checking it."""
+    if not isinstance(block, tuple):
+        check_int("a text block", block, minimum=0)
+        return block
+    if len(block) not in (3, 4):
+        raise ValueError(f"a vision block must be a (t, h, w) or (t, h, w, interval) tuple, got {block!r}")
+    for name, n in zip("thw", block):
+        check_int(f"a vision block's {name}", n, minimum=1)
+    t, h, w = block[:3]
+    if len(block) == 4:
+        interval = block[3]
+        if isinstance(interval, bool) or not isinstance(interval, numbers.Real) or not interval > 0 \
+                or not math.isfinite(interval):
+            raise ValueError(f"a vision block's interval must be a finite number > 0, got {interval!r}")
+        if (t - 1) * interval >= 2**24:  # float32 holds every integer below 2**24 exactly
+            raise ValueError(f"a vision block's last frame time (t - 1) * interval must be below 2**24, "
+                             f"got ({t} - 1) * {interval!r}")
+    return t * h * w
+
+
 def multimodal_axes(blocks: list[int | tuple[int, int, int] | tuple[int, int, int, float]],
                     device: torch.device | str | None = None) -> Tensor:
     """M-RoPE's (time, height, width) positions (3, T) of one sequence of text, images and videos.
@@ -357,32 +400,23 @@ def multimodal_axes(blocks: list[int | tuple[int, int, int] | tuple[int, int, in
 
         multimodal_axes([(3, 1, 1, 12.5)])  # t: 0 12 25   h: 0 0 0   w: 0 0 0
     """
+    if not isinstance(blocks, (list, tuple)):
+        raise TypeError(f"blocks must be a list of text and vision blocks, got {type(blocks).__name__}")
+    if not blocks:
+        raise ValueError(f"blocks must name at least one text or vision block, got {blocks!r}")
+    _check_tokens("the tokens of blocks", sum(_block_tokens(b) for b in blocks))  # before any allocation
     parts, start = [], 0
     for block in blocks:
         if isinstance(block, tuple):
-            if len(block) not in (3, 4):
-                raise ValueError(f"a vision block must be a (t, h, w) or (t, h, w, interval) tuple, got {block!r}")
-            for name, n in zip("thw", block):
-                check_int(f"a vision block's {name}", n, minimum=1)
             t, h, w = block[:3]
             grid = torch.meshgrid(*(torch.arange(n, device=device) for n in (t, h, w)), indexing="ij")
             ids = torch.stack([g.reshape(-1) for g in grid])  # (3, t*h*w)
             if len(block) == 4:
-                interval = block[3]
-                if isinstance(interval, bool) or not isinstance(interval, numbers.Real) or not interval > 0 \
-                        or not math.isfinite(interval):
-                    raise ValueError(f"a vision block's interval must be a finite number > 0, got {interval!r}")
-                if (t - 1) * interval >= 2**24:  # float32 holds every integer below 2**24 exactly
-                    raise ValueError(f"a vision block's last frame time (t - 1) * interval must be below 2**24, "
-                                     f"got ({t} - 1) * {interval!r}")
-                step = torch.tensor(float(interval), dtype=torch.float32, device=device)
+                step = torch.tensor(float(block[3]), dtype=torch.float32, device=device)
                 ids[0] = (ids[0] * step).long()  # float32 then truncated, as transformers computes it
             parts.append(ids + start)
             start += max(h, w)
         else:
-            check_int("a text block", block, minimum=0)
             parts.append(torch.arange(start, start + block, device=device).expand(3, -1))
             start += block
-    if not parts:
-        raise ValueError("blocks must name at least one text or vision block, got []")
     return torch.cat(parts, dim=1)  # (3, T)

@@ -41,9 +41,9 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_choice, check_int, check_positive
 from ..encoding import Dims, PositionalEncoding
-from ..limits import Float32Params
+from ..limits import Float32Params, check_positions
 from ..literature import LEARNED, NORMS_PRESERVED, ROPE_FEATURES, UNTRAINED
-from ..positions import SequenceInfo
+from ..positions import SequenceInfo, raster_axes
 from ..registry import register
 from .functional import QKTables, rotate_qk
 from .layout import LAYOUTS
@@ -68,7 +68,7 @@ def grid_coordinates(positions: Tensor, grid_width: int) -> Tensor:
         return positions
     if positions.dim() != 2:
         raise ValueError(f"2-D RoPE positions must have shape (B, T) or (2, B, T), got {tuple(positions.shape)}")
-    return torch.stack([positions // grid_width, positions % grid_width])  # (2, B, T)
+    return raster_axes(positions, grid_width)  # (2, B, T); not positions // grid_width, see raster_axes
 
 
 def axial_frequencies(head_dim: int, base: float) -> Tensor:
@@ -145,8 +145,11 @@ class _Rope2D(PositionalEncoding):
         return seq.axes
 
     def coordinates(self, positions: Tensor) -> Tensor:
-        """(2, B, T) (row, column) of (B, T) raster positions or (2, B, T) axes."""
-        return grid_coordinates(positions, self.config.grid_width)
+        """(2, B, T) (row, column) of (B, T) raster positions or (2, B, T) axes, each in
+        [0, 2**53 - 1] (float64 angles; checked in eager mode, as RoPE's)."""
+        coords = grid_coordinates(positions, self.config.grid_width)
+        check_positions(positions)
+        return coords
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:  # pragma: no cover - abstract
         """cos, sin float32 at (B, T) raster positions or (2, B, T) axes (each subclass's shape)."""
