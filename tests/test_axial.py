@@ -230,3 +230,18 @@ def test_figure_axial_logits_separate_into_rows_and_columns_mixed_do_not(tmp_pat
     pytest.importorskip("matplotlib")
     result = plot_rope_2d(tmp_path, height=6, width=6, head_dim=16)
     assert result.path.exists() and result.data["mixed"].shape == (2, 6, 6)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_positions_past_float64_integers_are_refused_as_ropes(name):
+    """2**53 - 1 turns as the loop says; 2**53 (float64 no longer holds every integer) is refused,
+    as raster positions and as axes, with RoPE's message."""
+    enc = _build(name)
+    q, k = _qk(T=1, D=16)
+    last = torch.tensor([[2**53 - 1]])
+    raster, _ = enc.rotate(q, k[:, :, :0], last, last[:, :0])
+    axes = torch.stack([last // enc.config.grid_width, last % enc.config.grid_width])  # (2, 1, 1)
+    assert torch.equal(raster, enc.rotate(q, k[:, :, :0], axes, axes[..., :0])[0])
+    for far in (torch.tensor([[2**53]]), torch.tensor([[[2**53]], [[0]]]), torch.tensor([[[0]], [[2**53]]])):
+        with pytest.raises(ValueError, match=r"^positions must be <= 9007199254740991 \(2\*\*53 - 1.*got 9007199254740992$"):
+            enc.rotate(q, k, far, far)

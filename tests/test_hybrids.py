@@ -244,3 +244,29 @@ def test_long_hybrid_takes_the_local_leaf_and_decodes_like_the_full_forward(name
         cache = model.new_cache()
         parts = [model(tokens[:, :200], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(200, 300)]
     torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("make,error,msg", [
+    (lambda: llama4(rope="ropee"), ValueError, r"^rope: unknown encoding 'ropee'"),
+    (lambda: smollm3(rope=5), TypeError, r"^rope must be an EncodingSpec, an encoding name, a dict with 'name', or None; got int 5$"),
+    (lambda: cohere2(rope={"name": "rope", "base": -1.0}), ValueError, r"^rope: base must be > 0, got -1.0$"),
+    (lambda: llama4(rope={"name": "rope", "bogus": 1}), TypeError, r"^rope: unknown key 'bogus' for encoding 'rope'"),
+    (lambda: gemma3(local_base=1.0), ValueError, r"^local_base: base must be != 1 .*got 1.0$"),
+    (lambda: gemma3(global_base=1.0), ValueError, r"^global_base: base must be != 1 .*got 1.0$"),
+    (lambda: gemma3(local_base="x"), TypeError, r"^local_base must be a number, got str 'x'$"),
+    (lambda: llama4(temperature="no"), TypeError, r"^temperature must be a bool, got str 'no'$"),
+    (lambda: llama4(temperature=0), TypeError, r"^temperature must be a bool, got int 0$"),
+])
+def test_pattern_functions_name_their_own_parameter(make, error, msg):
+    """A bad ``rope`` / ``local_base`` is refused naming the pattern function's parameter, not
+    the ``encoding`` or ``base`` of the LayerSpec it becomes; a truthy non-bool temperature is
+    not taken as True."""
+    with pytest.raises(error, match=msg):
+        make()
+
+
+def test_pattern_functions_keep_their_good_parameters():
+    assert llama4(temperature=False)[-1].encoding is None
+    assert llama4()[-1].encoding.name == "nope_temperature"
+    assert smollm3(rope={"name": "rope", "base": 5e5})[0].encoding == EncodingSpec.of("rope", base=5e5)
+    assert dict(gemma3(local_base=2e4)[0].encoding.config) == {"base": 2e4}

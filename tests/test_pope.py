@@ -108,3 +108,32 @@ def test_phase_bias_stays_float32_under_bfloat16():
 def test_config_refuses_bad_values_by_name(key, value, error, match):
     with pytest.raises(error, match=match):
         posenc.build("pope", d_model=16, num_heads=2, **{key: value})
+
+
+def test_positions_past_float64_integers_are_refused_as_ropes():
+    """Positions up to 2**53 - 1 rotate; 2**53 is refused for q and k alike, with RoPE's
+    message, and so are negative positions."""
+    enc = _pope()
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 2, 1, 8, generator=g, dtype=F64), torch.randn(1, 2, 1, 8, generator=g, dtype=F64)
+    near = torch.tensor([[2**53 - 1]])
+    assert all(t.isfinite().all() for t in enc.rotate(q, k, near, near))
+    far = torch.tensor([[2**53]])
+    for q_pos, k_pos in ((far, near), (near, far)):
+        with pytest.raises(ValueError, match=r"^positions must be <= 9007199254740991 \(2\*\*53 - 1.*got 9007199254740992$"):
+            enc.rotate(q, k, q_pos, k_pos)
+    with pytest.raises(ValueError, match=r"^positions must be >= 0, got -1$"):
+        enc.rotate(q, k, near, torch.tensor([[-1]]))
+
+
+def test_prepared_state_equals_rotating_without_it():
+    """prepare()'s angles (made and checked once per forward) serve q and the new keys."""
+    enc = _pope()
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 2, 5, 8, generator=g), torch.randn(2, 2, 5, 8, generator=g)
+    pos = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
+    with_state = enc.rotate(q, k, pos, pos, enc.prepare(pos, pos))
+    for a, b in zip(with_state, enc.rotate(q, k, pos, pos)):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match=r"state is prepare\(\)'s, for keys at the 5 query positions, but k has 4"):
+        enc.rotate(q, k[:, :, :4], pos, pos[:, :4], enc.prepare(pos, pos))

@@ -18,11 +18,22 @@ from __future__ import annotations
 from typing import Callable
 
 from .config import check_int, check_positive
-from .model_config import EncodingSpec, LayerSpec
+from .model_config import EncodingSpec, LayerSpec, naming
 
 __all__ = ["HYBRIDS", "interleave", "llama4", "smollm3", "cohere2", "gemma3"]
 
 Spec = EncodingSpec | str | dict | None
+
+
+def _rope(param: str, spec: Spec, **config: float) -> EncodingSpec | None:
+    """The spec given as ``param`` (a name, dict, spec or None), or ``EncodingSpec.of("rope",
+    **config)``; a bad one is refused naming ``param``, not the ``encoding`` it becomes."""
+    if config:
+        try:
+            return EncodingSpec.of("rope", **config)
+        except (TypeError, ValueError) as e:
+            raise naming(param, e) from None
+    return EncodingSpec.coerce(spec, param)
 
 
 def interleave(local: LayerSpec, global_: LayerSpec, every: int) -> tuple[LayerSpec, ...]:
@@ -38,21 +49,23 @@ def llama4(every: int = 4, chunk: int = 8192, rope: Spec = "rope", temperature: 
     (``nope_temperature``; ``temperature=False``: plain NoPE, transformers'
     ``attn_temperature_tuning=False``)."""
     check_int("chunk", chunk, minimum=1)
+    if not isinstance(temperature, bool):  # "no" would be truthy
+        raise TypeError(f"temperature must be a bool, got {type(temperature).__name__} {temperature!r}")
     nope = EncodingSpec.of("nope_temperature", floor_scale=floor_scale, attn_scale=attn_scale) if temperature else None
-    return interleave(LayerSpec(rope, "chunked", chunk), LayerSpec(nope), every)
+    return interleave(LayerSpec(_rope("rope", rope), "chunked", chunk), LayerSpec(nope), every)
 
 
 def smollm3(every: int = 4, rope: Spec = "rope") -> tuple[LayerSpec, ...]:
     """SmolLM3 (Hugging Face 2025): global attention everywhere, RoPE on three layers of four,
     NoPE on every ``every``-th (``no_rope_layer_interval``)."""
-    return interleave(LayerSpec(rope), LayerSpec(None), every)
+    return interleave(LayerSpec(_rope("rope", rope)), LayerSpec(None), every)
 
 
 def cohere2(every: int = 4, window: int = 4096, rope: Spec = "rope") -> tuple[LayerSpec, ...]:
     """Cohere Command R7B / Command A (Cohere2): sliding-window RoPE layers (``sliding_window``
     4096), every ``every``-th layer global NoPE (``sliding_window_pattern``)."""
     check_int("window", window, minimum=1)
-    return interleave(LayerSpec(rope, "sliding", window), LayerSpec(None), every)
+    return interleave(LayerSpec(_rope("rope", rope), "sliding", window), LayerSpec(None), every)
 
 
 def gemma3(every: int = 6, window: int = 512, local_base: float = 1e4, global_base: float = 1e6) -> tuple[LayerSpec, ...]:
@@ -63,8 +76,8 @@ def gemma3(every: int = 6, window: int = 512, local_base: float = 1e4, global_ba
     check_int("window", window, minimum=1)
     check_positive("local_base", local_base)
     check_positive("global_base", global_base)
-    return interleave(LayerSpec(EncodingSpec.of("rope", base=local_base), "sliding", window),
-                      LayerSpec(EncodingSpec.of("rope", base=global_base)), every)
+    return interleave(LayerSpec(_rope("local_base", None, base=local_base), "sliding", window),
+                      LayerSpec(_rope("global_base", None, base=global_base)), every)
 
 
 #: name -> pattern function; the NoPE/RoPE hybrids' global layers are NoPE, Gemma 3's rotate.

@@ -12,6 +12,13 @@ Sizes. A config's size-like fields are bounded so that a typo (``max_len=10**12`
   scale) and allocates nothing; int64 positions and float32 arithmetic on it stay exact
   enough (and :func:`~posenc.relative.distance.saturation_bounds` searches up to 2^40).
 * ``MAX_WIDTH`` (2^16): a hidden width of a small per-encoding network (GRU, MLP).
+* ``MAX_TOKENS`` (2^24, 16.8 M): tokens that one call of a position builder makes
+  (``SequenceInfo.from_grid``, ``multimodal_axes``): (3, T) int64 ids are then 400 MB, and a
+  typo (``multimodal_axes([10**12])``) is refused before ``torch.arange`` tries to allocate.
+
+Positions. ``MAX_POSITION`` (2^53 - 1): rotary encodings turn by float64 angles, and float64
+holds every integer up to 2^53 and not all beyond, so a larger position would be rotated by a
+neighbour's angle; :func:`check_positions` refuses it (and a negative one) in eager mode.
 
 Float fields: ``MAX_INIT_STD`` (1e4) bounds the std of a normal init: past ~1e19 a
 LayerNorm's variance overflows float32 (``init_std=1e30`` gave NaN logits); 1e4 leaves a
@@ -37,9 +44,12 @@ __all__ = [
     "MAX_TABLE_ELEMENTS",
     "MAX_DISTANCE",
     "MAX_WIDTH",
+    "MAX_TOKENS",
+    "MAX_POSITION",
     "MAX_INIT_STD",
     "check_table_size",
     "check_width",
+    "check_positions",
     "Float32Params",
 ]
 
@@ -47,6 +57,8 @@ MAX_TABLE_ROWS = 2**24
 MAX_TABLE_ELEMENTS = 2**30
 MAX_DISTANCE = 2**40
 MAX_WIDTH = 2**16
+MAX_TOKENS = 2**24
+MAX_POSITION = 2**53 - 1
 MAX_INIT_STD = 1e4
 
 
@@ -91,3 +103,20 @@ class Float32Params(nn.Module):
 def check_width(name: str, value: int) -> None:
     """A hidden width: an int in [1, MAX_WIDTH]."""
     check_int(name, value, minimum=1, maximum=MAX_WIDTH)
+
+
+def check_positions(positions: Tensor, name: str = "positions") -> None:
+    """Integer ``positions`` (any shape) in [0, MAX_POSITION], checked with one host read.
+
+    Skipped under torch.compile (the read would break the graph) and for meta or empty
+    tensors, as :meth:`RotaryEmbedding.cos_sin <posenc.rotary.RotaryEmbedding.cos_sin>` does."""
+    if torch.compiler.is_compiling() or positions.numel() == 0 or positions.device.type == "meta":
+        return
+    lo, hi = (int(v) for v in torch.aminmax(positions))
+    if lo < 0:
+        raise ValueError(f"{name} must be >= 0, got {lo}")
+    if hi > MAX_POSITION:
+        raise ValueError(
+            f"{name} must be <= {MAX_POSITION} (2**53 - 1: float64 angles hold every integer up to "
+            f"there, no further), got {hi}"
+        )

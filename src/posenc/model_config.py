@@ -28,7 +28,7 @@ from .backends import IMPLS
 from .config import check_choice, check_fields, check_int, check_positive, check_range
 from .registry import get_info
 
-__all__ = ["ATTENTION_KINDS", "EncodingSpec", "LayerSpec", "ModelConfig", "PRESETS", "preset"]
+__all__ = ["ATTENTION_KINDS", "EncodingSpec", "LayerSpec", "ModelConfig", "PRESETS", "naming", "preset"]
 
 # Which keys a layer's queries see (posenc.masks.AttentionMask): every key the causal / document
 # / padding rules allow, a sliding window of ``size`` keys, or the ``size``-position chunk.
@@ -51,7 +51,7 @@ def _config_items(config: Any, param: str) -> dict[str, Any]:
                     f"got {type(config).__name__} {config!r}")
 
 
-def _naming(param: str, e: Exception) -> Exception:
+def naming(param: str, e: Exception) -> Exception:
     """``e`` with ``param: `` in front of its message (same type), to say which input failed."""
     if type(e) in (TypeError, ValueError) and not str(e).startswith(f"{param}:"):
         return type(e)(f"{param}: {e}")
@@ -102,7 +102,7 @@ class EncodingSpec:
             if isinstance(spec, Mapping):
                 return cls._from_dict(dict(spec))
         except (TypeError, ValueError) as e:
-            raise _naming(param, e) from None
+            raise naming(param, e) from None
         raise TypeError(f"{param} must be an EncodingSpec, an encoding name, a dict with 'name', or None; "
                         f"got {type(spec).__name__} {spec!r}")
 
@@ -170,7 +170,7 @@ class LayerSpec:
         try:
             return cls(**spec)
         except (TypeError, ValueError) as e:
-            raise _naming(param, e) from None
+            raise naming(param, e) from None
 
     @property
     def mask(self) -> dict[str, int]:
@@ -277,7 +277,7 @@ class ModelConfig:
         try:
             spec = EncodingSpec(base.name, dict(base.config) | self.encoding_config, base.shared and self.share_encoding)
         except (TypeError, ValueError) as e:
-            raise _naming("encoding_config", e) from None
+            raise naming("encoding_config", e) from None
         return [spec] * self.n_layer
 
     def layer_kinds(self) -> list[LayerSpec]:

@@ -158,7 +158,15 @@ CASES = [
     Case(L, "posenc.hybrids.gemma3 with window=0", r"^window must be >= 1, got 0$", run=lambda: _hybrids().gemma3(window=0)),
     Case(L, "posenc.hybrids.gemma3 with a negative global base", r"^global_base must be > 0, got -1.0$",
          run=lambda: _hybrids().gemma3(global_base=-1.0)),
-    Case(L, "posenc.hybrids.llama4 with chunk=0", r"^chunk must be >= 1, got 0$", run=lambda: _hybrids().llama4(chunk=0)),
+    Case(L, "posenc.hybrids.llama4 with chunk=0", r"^chunk must be >= 1, got 0$", run=lambda: _hybrids().llama4(chunk=0)),    Case(L, "posenc.hybrids.llama4 with an unknown rope encoding", r"^rope: unknown encoding 'ropee'; valid encodings: ",
+         run=lambda: _hybrids().llama4(rope="ropee")),
+    Case(L, "posenc.hybrids.smollm3 with rope=5",
+         r"^rope must be an EncodingSpec, an encoding name, a dict with 'name', or None; got int 5$",
+         error=TypeError, run=lambda: _hybrids().smollm3(rope=5)),
+    Case(L, "posenc.hybrids.gemma3 with local_base=1", r"^local_base: base must be != 1 .*got 1.0$",
+         run=lambda: _hybrids().gemma3(local_base=1.0)),
+    Case(L, "posenc.hybrids.llama4 with temperature='no'", r"^temperature must be a bool, got str 'no'$",
+         error=TypeError, run=lambda: _hybrids().llama4(temperature="no")),
 ]
 
 

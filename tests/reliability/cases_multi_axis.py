@@ -22,6 +22,26 @@ def _continue_cache_without_axes() -> None:
     model(torch.zeros(1, 1, dtype=torch.long), SequenceInfo.from_offset(1, 1, 5), cache=cache)
 
 
+def _far_2d(name: str, far: torch.Tensor) -> None:
+    enc = build(name, d_model=16, num_heads=2)
+    q = torch.zeros(1, 2, 1, 8)
+    enc.rotate(q, q, far, far)
+
+
+def _compiled_axial_model() -> str:
+    """A whole rope_axial model compiled with inductor, on 20 raster patches of a 16-wide grid."""
+    from posenc.model import Transformer
+    from posenc.model_config import ModelConfig
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=16, d_model=16, n_layer=1, n_head=2, encoding="rope_axial")).eval()
+    x = torch.randint(0, 16, (1, 20))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        diff = (torch.compile(model)(x) - model(x)).abs().max().item()
+    return f"compiled logits equal eager within 1e-5: {diff < 1e-5}"
+
+
 A = "multi-axis positions"
 _POS = torch.zeros(2, 5, dtype=torch.long)
 CASES = [
@@ -48,5 +68,21 @@ CASES = [
     Case(A, "rope_axial with a head that does not split into rows and columns", r"rope_axial needs head_dim divisible by 4 .*got 6",
          run=lambda: build("rope_axial", d_model=12, num_heads=2)),
     Case(A, "rope_mixed grid_width=0", r"grid_width must be in \[1, 1048576\], got 0",
-         run=lambda: build("rope_mixed", d_model=16, num_heads=2, grid_width=0)),
+         run=lambda: build("rope_mixed", d_model=16, num_heads=2, grid_width=0)),    Case(A, "SequenceInfo.from_grid(2**20, 2**20) (10**12 patches)",
+         r"^height \* width must be <= 16777216 tokens \(2\*\*24, posenc.limits.MAX_TOKENS\), got 1099511627776$",
+         run=lambda: SequenceInfo.from_grid(2**20, 2**20)),
+    Case(A, "multimodal_axes([10**12]) (a text block of 10**12 tokens)",
+         r"^the tokens of blocks must be <= 16777216 tokens \(2\*\*24, posenc.limits.MAX_TOKENS\), got 1000000000000$",
+         run=lambda: multimodal_axes([10**12])),
+    Case(A, "multimodal_axes with a 10**4 x 10**4 x 10**4 video",
+         r"^the tokens of blocks must be <= 16777216 tokens .*got 1000000000002$",
+         run=lambda: multimodal_axes([2, (10**4, 10**4, 10**4)])),
+    Case(A, "rope_axial at raster position 2**53 (float64 angles no longer hold every integer)",
+         r"^positions must be <= 9007199254740991 \(2\*\*53 - 1.*got 9007199254740992$",
+         run=lambda: _far_2d("rope_axial", torch.tensor([[2**53]]))),
+    Case(A, "rope_mixed at a column axis of 2**53",
+         r"^positions must be <= 9007199254740991 \(2\*\*53 - 1.*got 9007199254740992$",
+         run=lambda: _far_2d("rope_mixed", torch.tensor([[[0]], [[2**53]]]))),
+    Case(A, "a whole rope_axial model compiled with inductor, past the grid width (20 patches, width 16)",
+         r"^compiled logits equal eager within 1e-5: True$", run=_compiled_axial_model, error=None),
 ]

@@ -53,6 +53,10 @@ CASES = [
          run=lambda: build("pope", d_model=8, num_heads=2, base=1.0)),
     Case(A, "pope bias_init='normal'", r"bias_init must be one of 'zeros', 'uniform'; got 'normal'",
          run=lambda: build("pope", d_model=8, num_heads=2, bias_init="normal")),
+    Case(A, "pope at position 2**53 (float64 angles no longer hold every integer)",
+         r"^positions must be <= 9007199254740991 \(2\*\*53 - 1.*got 9007199254740992$",
+         run=lambda: build("pope", d_model=8, num_heads=2).rotate(
+             torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4), torch.tensor([[2**53]]), torch.tensor([[0]]))),
     Case(A, "rope scaling='proportional' proportion=1.5", r"proportion must be in \[0.0, 1.0\], got 1.5",
          run=lambda: build("rope", d_model=8, num_heads=2, scaling="proportional", proportion=1.5)),
     Case(A, "rope scaling='proportional' on part of the head written to a transformers config",

@@ -21,8 +21,8 @@ The scale stays 1/sqrt(D) of the original head dim (as x-transformers' ``polar_p
 phase bias goes on the query (phase m theta - delta): the logit is the same, and keys then
 carry no per-head parameter, so grouped-query keys are cached before they are repeated.
 
-Angles are float64 (as RoPE's), the magnitudes and the product float32 or wider, rounded to
-the input dtype at the end.
+Angles are float64 (as RoPE's; positions past 2**53 - 1 are refused, as RoPE refuses them),
+the magnitudes and the product float32 or wider, rounded to the input dtype at the end.
 
 Shapes: q (B, H, Tq, D) -> (B, H, Tq, 2D); k (B, Hkv, Tk, D) -> (B, Hkv, Tk, 2D).
 """
@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_choice, check_positive
 from ..encoding import Dims, PositionalEncoding
-from ..limits import Float32Params
+from ..limits import Float32Params, check_positions
 from ..literature import ROPE_FEATURES
 from ..registry import register
 
@@ -116,10 +116,26 @@ class PolarEmbedding(Float32Params, PositionalEncoding):
         """The phase bias as used: clamped to [-2 pi, 0], (H, D)."""
         return self.phase_bias.clamp(-2 * math.pi, 0.0)
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: None = None) -> tuple[Tensor, Tensor]:
-        """q (B, H, Tq, D) at q_pos (B, Tq) -> (B, H, Tq, 2D); k (B, Hkv, Tk, D) -> (B, Hkv, Tk, 2D)."""
-        theta = self.inv_freq(q.device)
-        q_angles = q_pos[:, None, :, None].to(torch.float64) * theta  # (B, 1, Tq, D)
+    def angles(self, positions: Tensor, device: torch.device) -> Tensor:
+        """m theta_c at ``positions`` (B, T): (B, 1, T, D) float64. Positions must lie in
+        [0, 2**53 - 1] (float64 angles; checked in eager mode, as RoPE's)."""
+        check_positions(positions)
+        return positions[:, None, :, None].to(torch.float64) * self.inv_freq(device)  # (B, 1, T, D)
+
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """The angles at the query positions, for q and the new keys (self-attention), made
+        (and checked) once per forward."""
+        return self.angles(q_pos, q_pos.device)
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """q (B, H, Tq, D) at q_pos (B, Tq) -> (B, H, Tq, 2D); k (B, Hkv, Tk, D) -> (B, Hkv, Tk, 2D).
+        ``state``: :meth:`prepare`'s, for keys at the query positions."""
+        q_angles = self.angles(q_pos, q.device) if state is None else state.to(q.device)
+        k_angles = self.angles(k_pos, k.device) if state is None else q_angles
+        if k_angles.shape[-2] != k.shape[-2]:
+            raise ValueError(
+                f"state is prepare()'s, for keys at the {k_angles.shape[-2]} query positions, but k has {k.shape[-2]}; "
+                "pass state=None for keys at other positions"
+            )
         q_angles = q_angles - self.delta().to(torch.float64)[None, :, None, :]  # (B, H, Tq, D)
-        k_angles = k_pos[:, None, :, None].to(torch.float64) * theta  # (B, 1, Tk, D)
         return polar_embed(q, q_angles).to(q.dtype), polar_embed(k, k_angles).to(k.dtype)
