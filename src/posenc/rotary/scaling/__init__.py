@@ -8,7 +8,7 @@ Each scaling is one :class:`~.schema.Scaling` entry (:mod:`.schema`: its typed c
 function ``fn(inv_freq_base, cfg, *, base, seq_len=None) -> (inv_freq, attention_factor)``,
 its display label, its transformers spelling and its rule for "this scaling at factor f for a
 model trained at L"). The built-in entries live one module each beside this one (:mod:`.plain`,
-:mod:`.ntk`, :mod:`.yarn`, :mod:`.llama3`, :mod:`.longrope`, :mod:`.proportional`,
+:mod:`.ntk`, :mod:`.ntk_alpha`, :mod:`.yarn`, :mod:`.llama3`, :mod:`.longrope`, :mod:`.proportional`,
 :mod:`.hope`) and are registered here, in :data:`BUILTIN` order; :func:`register_scaling` adds
 another. Everything else is derived from the entries: the parameters ``RotaryConfig`` accepts,
 ``from_hf`` / ``to_hf``, the scalings ``posenc bench``, ``posenc bench --model`` and
@@ -33,6 +33,7 @@ from .hope import HOPE
 from .llama3 import LLAMA3
 from .longrope import LONGROPE
 from .ntk import DYNAMIC, NTK
+from .ntk_alpha import NTK_ALPHA
 from .plain import DEFAULT, LINEAR
 from .proportional import PROPORTIONAL
 from .schema import Scaling, ScalingConfig, ScalingFn
@@ -54,7 +55,8 @@ __all__ = [
 ]
 
 #: The built-in scalings, in the order listings, tables and figures show them.
-BUILTIN: tuple[Scaling, ...] = (DEFAULT, LINEAR, NTK, DYNAMIC, YARN, LLAMA3, LONGROPE, PROPORTIONAL, HOPE)
+BUILTIN: tuple[Scaling, ...] = (DEFAULT, LINEAR, NTK, DYNAMIC, NTK_ALPHA, YARN, LLAMA3, LONGROPE, PROPORTIONAL,
+                                 HOPE)
 
 
 def base_inv_freq(rotary_dim: int, base: float) -> Tensor:
