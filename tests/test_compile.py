@@ -1,6 +1,7 @@
 """torch.compile: a tiny model per hook kind compiles with fullgraph=True and dynamic lengths,
 gives the eager result, and never mutates a buffer or a Python-side cache in forward (caches
-are built outside forward)."""
+are built outside forward); every multi-axis encoding's whole model and every training-free
+method's positions, compiled with inductor, equal eager."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 import posenc
 from helpers import tiny_model
+from posenc.methods import METHODS, build_method
 
 pytestmark = pytest.mark.compile
 
@@ -116,3 +118,29 @@ def test_multi_axis_compiled_model_equals_eager(name, axes):
             want = run(x)
             got = torch.compile(run)(x)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# Every training-free method (posenc.methods.METHODS) with groups / windows / chunks of 16
+# positions, so that 20 and 37 positions end in a partial one; a new method fails here until
+# it has an entry (KeyError), it is not skipped.
+METHOD_PARAMS = {"self_extend": {"group_size": 16, "neighbor_window": 4}, "rerope": {"window": 16, "slope": 0.5},
+                 "dual_chunk": {"chunk_size": 16, "local_size": 4}}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_method_positions_compiled_equal_eager(name):
+    """A method's rotated positions and its choice of rotation per (query, key), computed inside
+    a compiled graph from arange positions: torch 2.13's inductor once left Self-Extend's
+    grouped positions (``torch.div(p, G, rounding_mode="floor")``) unwritten past the last full
+    group, uninitialised memory read as positions."""
+    method = build_method(name, **METHOD_PARAMS[name])
+
+    def run(x):
+        pos = torch.arange(x.shape[0])[None]  # (1, T), made in the graph as the model makes them
+        return [t for pair in method.rotations(pos, pos) for t in pair] + [method.select(pos, pos)]
+
+    for T in (20, 37):
+        torch._dynamo.reset()
+        x = torch.zeros(T)
+        for got, want in zip(torch.compile(run)(x), run(x), strict=True):
+            assert torch.equal(got, want)

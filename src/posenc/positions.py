@@ -33,7 +33,8 @@ from torch import Tensor
 from .config import check_int
 from .limits import MAX_TOKENS
 
-__all__ = ["SequenceInfo", "multimodal_axes", "raster_axes", "relative_positions", "contiguous_offset", "shared_rows"]
+__all__ = ["SequenceInfo", "floor_div", "multimodal_axes", "raster_axes", "relative_positions", "contiguous_offset",
+           "shared_rows"]
 
 
 def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -75,18 +76,22 @@ def shared_rows(q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
     return q_pos, k_pos
 
 
-def raster_axes(index: Tensor, width: int) -> Tensor:
-    """(row, column) = (index // width, index % width) of raster indices >= 0 (any shape) on a
-    grid ``width`` wide: (2, *index.shape).
+def floor_div(index: Tensor, divisor: int) -> Tensor:
+    """``index // divisor`` of an integer tensor, exact for every integer, and correct under
+    torch.compile: (index - index % divisor) is a multiple of the divisor, divided truncating.
 
-    The row is (index - column) / width, an exact division written as a truncating one. Not
-    ``index // width``: torch 2.13's inductor (CPU) compiles ``arange(T) // width`` into a loop
-    over the first (T // width) * width elements only, so a compiled model read uninitialised
-    memory as the rows of the last, partial grid row (tests/test_compile.py has the case).
+    Not ``index // divisor`` (nor ``torch.div(..., rounding_mode="floor")``): torch 2.13's
+    inductor (CPU) compiles ``arange(T) // d`` into a loop over the first (T // d) * d elements
+    only and leaves the rest unwritten, so a compiled model read uninitialised memory as the
+    rows of a partial last grid row (2-D RoPE) or the groups of Self-Extend's last positions.
     """
-    column = index % width
-    row = torch.div(index - column, width, rounding_mode="trunc")
-    return torch.stack([row, column])
+    return torch.div(index - index % divisor, divisor, rounding_mode="trunc")
+
+
+def raster_axes(index: Tensor, width: int) -> Tensor:
+    """(row, column) = (index // width, index % width) of raster indices (any shape) on a grid
+    ``width`` wide: (2, *index.shape), the row by :func:`floor_div` (correct when compiled)."""
+    return torch.stack([floor_div(index, width), index % width])
 
 
 def _check_tokens(name: str, n: int) -> None:

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..config import check_int
+from ..positions import floor_div
 from .base import AttentionMethod
 
 __all__ = ["SelfExtend"]
@@ -56,8 +57,9 @@ class SelfExtend(AttentionMethod):
 
     def rotations(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], ...]:
         G, W = self.group_size, self.neighbor_window
-        group_q = torch.div(q_pos, G, rounding_mode="floor").double() + (W - W / G)  # (B, Tq)
-        group_k = torch.div(k_pos, G, rounding_mode="floor").double()  # (B, Tk)
+        # floor_div, not torch.div(rounding_mode="floor"): inductor leaves the last partial group unwritten
+        group_q = floor_div(q_pos, G).double() + (W - W / G)  # (B, Tq)
+        group_k = floor_div(k_pos, G).double()  # (B, Tk)
         return (q_pos.double(), k_pos.double()), (group_q, group_k)
 
     def select(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
