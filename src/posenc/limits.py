@@ -105,13 +105,14 @@ def check_width(name: str, value: int) -> None:
     check_int(name, value, minimum=1, maximum=MAX_WIDTH)
 
 
-def check_positions(positions: Tensor, name: str = "positions") -> None:
-    """Integer ``positions`` (any shape) in [0, MAX_POSITION], checked with one host read.
+def check_positions(positions: Tensor, name: str = "positions") -> int | None:
+    """Integer ``positions`` (any shape) in [0, MAX_POSITION], checked with one host read;
+    returns the largest (what a RoPE table must reach).
 
-    Skipped under torch.compile (the read would break the graph) and for meta or empty
-    tensors, as :meth:`RotaryEmbedding.cos_sin <posenc.rotary.RotaryEmbedding.cos_sin>` does."""
+    Skipped (None) under torch.compile (the read would break the graph) and for meta or empty
+    tensors."""
     if torch.compiler.is_compiling() or positions.numel() == 0 or positions.device.type == "meta":
-        return
+        return None
     lo, hi = (int(v) for v in torch.aminmax(positions))
     if lo < 0:
         raise ValueError(f"{name} must be >= 0, got {lo}")
@@ -120,3 +121,4 @@ def check_positions(positions: Tensor, name: str = "positions") -> None:
             f"{name} must be <= {MAX_POSITION} (2**53 - 1: float64 angles hold every integer up to "
             f"there, no further), got {hi}"
         )
+    return hi

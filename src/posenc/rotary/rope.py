@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ..config import EncodingConfig, check_choice, check_even, check_positive, field_types
 from ..encoding import Dims, PositionalEncoding
+from ..limits import check_positions
 from ..literature import SU
 from ..registry import register
 from .angles import angles_cos_sin
@@ -46,9 +47,6 @@ __all__ = ["RotaryConfig", "RotaryEmbedding", "RotaryState"]
 # computed per token instead (a 2^18 x 32 table pair is 64 MiB).
 MAX_TABLE_POSITIONS = 1 << 18
 _MAX_TABLES = 4  # cached (device, frequency set) pairs per module
-#: Angles are float64: integers above 2**53 are not all representable there, so positions
-#: from 2**53 on would be rotated by the angle of a neighbouring position.
-MAX_POSITION = 2**53 - 1
 
 
 @dataclass(frozen=True)
@@ -279,14 +277,7 @@ class RotaryEmbedding(PositionalEncoding):
         if positions.numel() == 0:
             z = torch.zeros(*positions.shape, self.rotary_dim // 2, device=positions.device)
             return z, z
-        lo, hi = (int(v) for v in torch.aminmax(positions))
-        if lo < 0:
-            raise ValueError(f"positions must be >= 0, got {lo}")
-        if hi > MAX_POSITION:
-            raise ValueError(
-                f"positions must be <= {MAX_POSITION} (2**53 - 1: float64 angles hold every integer up to "
-                f"there, no further), got {hi}"
-            )
+        hi = check_positions(positions)  # float64 angles: every integer up to 2**53 - 1, no further
         if seq_len is None:
             seq_len = hi + 1
         inv_freq, factor = self.frequencies(seq_len if self._scaling_cfg.length_dependent else None)
