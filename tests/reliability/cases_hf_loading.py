@@ -10,34 +10,16 @@ takes a few seconds.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 from . import Case
+from .cases_real_models import in_tmp_cache
 from .gguf_files import write_llama, write_tensor_only
 
 A = "model loading"
-
-
-def _in_tmp(fn: Callable[[], object]) -> Callable[[], object]:
-    def run() -> object:
-        with tempfile.TemporaryDirectory() as d, contextlib.chdir(d):
-            old = os.environ.get("POSENC_CACHE")
-            os.environ["POSENC_CACHE"] = "cache"
-            try:
-                return fn()
-            finally:
-                if old is None:
-                    os.environ.pop("POSENC_CACHE", None)
-                else:
-                    os.environ["POSENC_CACHE"] = old
-
-    return run
 
 
 def _resolve(spec, **kw) -> object:
@@ -74,7 +56,7 @@ def _changed_cache(change: Callable[[Path], None]) -> Callable[[], object]:
         change(folder)
         return _resolve("m.gguf")
 
-    return _in_tmp(run)
+    return in_tmp_cache(run)
 
 
 def _edit_config(folder: Path) -> None:
@@ -100,7 +82,7 @@ def _cache_is(make: Callable[[], None]) -> Callable[[], object]:
         make()
         return _resolve(write_llama("m.gguf"))
 
-    return _in_tmp(run)
+    return in_tmp_cache(run)
 
 
 def _full_disk() -> object:
@@ -149,14 +131,14 @@ CASES = [
     Case(A, "a GGUF file with one tensor renamed (transformers would leave v_proj at random init)",
          r"^m\.gguf: the llama model transformers builds from it has 1 weight\(s\) the file does not provide "
          r"\(transformers initialised them at random\): model\.layers\.0\.self_attn\.v_proj\.weight; the file is "
-         r"incomplete or its tensors are misnamed$", _in_tmp(_renamed)),
+         r"incomplete or its tensors are misnamed$", in_tmp_cache(_renamed)),
     Case(A, "a 4 KB GGUF with a llama header and one 32x32 tensor (transformers would build its 6.7B default)",
          r"^m\.gguf: transformers would build a llama model of 6\.61B parameters from the GGUF metadata \(vocab_size "
          r"32000, hidden_size 4096, .*; the file's metadata lacks vocab_size, .* so these are transformers' "
          r"defaults\), but the file's 1 tensor\(s\) hold 1\.02K values: the rest would be initialised at random",
-         _in_tmp(_header_only)),
+         in_tmp_cache(_header_only)),
     Case(A, "a GGUF whose metadata claims 10**7 layers", r"^deep\.gguf: the GGUF metadata gives num_hidden_layers "
-         r"10000000; a model has 1 to 1024 layers", _in_tmp(_deep)),
+         r"10000000; a model has 1 to 1024 layers", in_tmp_cache(_deep)),
     Case(A, "a converted model's config.json edited in the cache",
          r"^cache/m-[0-9a-f]{12}-v1/config\.json has \d+ bytes but the conversion wrote \d+ \(truncated or edited "
          r"since\); remove the folder to convert it again: rm -r 'cache/m-[0-9a-f]{12}-v1'$",
@@ -174,16 +156,16 @@ CASES = [
          _cache_is(lambda: Path("cache").symlink_to("gone"))),
     Case(A, "a disk too full for the conversion, at the start",
          r"^POSENC_CACHE 'cache' has 0\.00 GiB free but converting m\.gguf \(float32 safetensors\) writes about "
-         r"0\.06 GiB; free space there or point POSENC_CACHE to another disk$", _in_tmp(_full_disk)),
+         r"0\.06 GiB; free space there or point POSENC_CACHE to another disk$", in_tmp_cache(_full_disk)),
     Case(A, "resolve_model('') (was: the current folder)", r"^MODEL is empty; give a save_pretrained folder, a "
-         r"\.gguf file or a named model", _in_tmp(lambda: _resolve(""))),
+         r"\.gguf file or a named model", in_tmp_cache(lambda: _resolve(""))),
     Case(A, "a named model already converted, its package not installed, install=False",
-         r"^the cached folder cache/tiny-named-[0-9a-f]{12}-v1$", _in_tmp(_named_from_cache), error=None),
+         r"^the cached folder cache/tiny-named-[0-9a-f]{12}-v1$", in_tmp_cache(_named_from_cache), error=None),
     Case(A, "a checkpoint folder with other.safetensors and pytorch_model.bin (transformers would load the .bin)",
          r"^MODEL_DIR 'ckpt' has no model\.safetensors or model\.safetensors\.index\.json, the weights transformers "
          r"reads \(found other\.safetensors, pytorch_model\.bin\): rename the safetensors file to model\.safetensors",
-         _in_tmp(lambda: _checkpoint("other+bin"))),
+         in_tmp_cache(lambda: _checkpoint("other+bin"))),
     Case(A, "config.json's transformers_weights naming a .bin",
          r"^ckpt/config\.json: transformers_weights must name a \.safetensors file or a \.safetensors\.index\.json in "
-         r"the folder, got 'pytorch_model\.bin'$", _in_tmp(lambda: _checkpoint("explicit bin"))),
+         r"the folder, got 'pytorch_model\.bin'$", in_tmp_cache(lambda: _checkpoint("explicit bin"))),
 ]

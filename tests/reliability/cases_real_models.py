@@ -34,7 +34,7 @@ _GEMMA4 = dict(model_type="gemma4_text", hidden_size=32, num_attention_heads=4, 
                                                    "rope_theta": 1e6}})
 
 
-def _in_tmp(fn: Callable[[], object]) -> Callable[[], object]:
+def in_tmp_cache(fn: Callable[[], object]) -> Callable[[], object]:
     """Run ``fn`` in a fresh folder that is also $POSENC_CACHE."""
 
     def run() -> object:
@@ -81,7 +81,7 @@ def _resolve(spec: str | Callable[[], object], **kw) -> Callable[[], object]:
 
         return resolve_model(spec() if callable(spec) else spec, **kw)
 
-    return _in_tmp(run)
+    return in_tmp_cache(run)
 
 
 def _truncated_gguf() -> object:
@@ -104,7 +104,7 @@ def _named(model, install: bool = False) -> Callable[[], object]:
         finally:
             del models.MODELS[model.name]
 
-    return _in_tmp(run)
+    return in_tmp_cache(run)
 
 
 def _missing_package() -> object:
@@ -129,7 +129,7 @@ def _bench_settings(config: dict, **kw) -> Callable[[], object]:
 
         return model_settings("micro", _folder(config), **kw)
 
-    return _in_tmp(run)
+    return in_tmp_cache(run)
 
 
 def _llama3_with_model() -> object:
@@ -169,7 +169,7 @@ def _run_extend(config: dict, to: int, settings: dict | None = None, **kw) -> ob
 
 
 def _extend(config: dict, to: int, **kw) -> Callable[[], object]:
-    return _in_tmp(lambda: _run_extend(config, to, **kw))
+    return in_tmp_cache(lambda: _run_extend(config, to, **kw))
 
 
 def _extend_out_not_empty() -> object:
@@ -187,7 +187,7 @@ CASES = [
     Case(A, "a .gguf file that is not GGUF (wrong magic)", r"bad\.gguf is not a GGUF file \(it starts with b'PK",
          _resolve(lambda: (Path("bad.gguf").write_bytes(b"PK\x03\x04rest"), "bad.gguf")[1])),
     Case(A, "a truncated .gguf file (40 bytes of a valid one)", r"m\.gguf: the GGUF header is unreadable \(truncated or corrupt",
-         _in_tmp(_truncated_gguf)),
+         in_tmp_cache(_truncated_gguf)),
     Case(A, "a .gguf of an architecture transformers cannot load (rwkv6)",
          r"GGUF architecture 'rwkv6' is not one transformers can load; it loads: llama, ",
          _resolve(lambda: str(_gguf("rwkv6")))),
@@ -223,7 +223,7 @@ CASES = [
          r"--to must exceed the trained length L = 64 \(a length the model already serves\), got 64", _extend(_LLAMA, 64)),
     Case(A, "`posenc extend` on a model without RoPE (GPT-2)", r"model_type 'gpt2' has no RoPE", _extend(_GPT2, 128)),
     Case(A, "`posenc extend --out` into a folder that holds files", r"--out 'taken' exists and is not empty",
-         _in_tmp(_extend_out_not_empty)),
+         in_tmp_cache(_extend_out_not_empty)),
     Case(A, "`posenc extend` settings: --factors holding 0", r"--factors must be .*0",
          _extend(_LLAMA, 128, settings=dict(factors=(1.0, 0.0)))),
     Case(A, "`posenc extend` on GPT-J (no rope dict in its config: a fixed RoPE)",
