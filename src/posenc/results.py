@@ -59,6 +59,8 @@ RESULTS_FORMAT = "posenc-bench-results-1"
 
 
 class Point(TypedDict):
+    """One evaluated value of a run: a variant at one length (and depth)."""
+
     variant: str  # "base", or a RoPE scaling's name
     length: int  # the evaluation length, in the task's units
     depth: float | None  # where a passkey sits (0: start, 1: end); None for tasks without one
@@ -66,6 +68,8 @@ class Point(TypedDict):
 
 
 class RunRecord(TypedDict):
+    """One trained run (task, encoding, seed) and its points: a run folder's result.json."""
+
     task: str
     encoding: str
     seed: int
@@ -78,6 +82,8 @@ class RunRecord(TypedDict):
 
 
 class Cell(TypedDict):
+    """One cell of the summary: a (task, encoding, variant, length, depth) over the seeds."""
+
     task: str
     encoding: str
     variant: str
@@ -93,6 +99,8 @@ class Cell(TypedDict):
 
 
 class CorpusRecord(TypedDict):
+    """The text a run read, so that two tables can say whether they read the same one."""
+
     source: str  # what the text is, in words (a path, or the pinned snapshot's name)
     sha256: str  # of the training bytes followed by the validation bytes read
     train_bytes: int
@@ -100,6 +108,8 @@ class CorpusRecord(TypedDict):
 
 
 class ResultsFile(TypedDict, total=False):
+    """results.json: the settings, every run and the summary (and the corpus, when recorded)."""
+
     format: str
     settings: dict[str, Any]
     runs: list[RunRecord]

@@ -119,6 +119,7 @@ def split_method_params(method: str | None, params: dict[str, Any]) -> tuple[Att
 
 
 def check_method_model(model_type: str) -> None:
+    """Refuse, in one line, a model type whose attention the methods' function cannot stand in for."""
     if model_type not in METHOD_MODEL_TYPES:
         raise ValueError(f"model_type must be one of {', '.join(METHOD_MODEL_TYPES)} for method=...; got "
                          f"{model_type!r}")
