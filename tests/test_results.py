@@ -56,7 +56,8 @@ def test_results_are_written_and_read_once(tmp_path):
     paths = write_results(tmp_path, results)
     assert paths == [tmp_path / "results.json", tmp_path / "results.csv"]
     rows = (tmp_path / "results.csv").read_text().splitlines()
-    assert rows[0] == "task,encoding,variant,seed,train_length,length,depth,metric,value" and len(rows) == 5
+    assert rows[0] == ("task,encoding,variant,seed,train_length,length,depth,metric,value,"
+                       "low,high,count,beyond,beyond_low,beyond_high") and len(rows) == 5
     back = read_results(tmp_path)  # a folder or the file
     assert back["settings"] == {"steps": 1} and len(back["runs"]) == 2
     (tmp_path / "results.json").write_text("{oops")

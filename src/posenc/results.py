@@ -45,12 +45,12 @@ import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from .files import write_json
 
 __all__ = [
-    "RESULTS_FORMAT", "Point", "RunRecord", "Cell", "CorpusRecord", "ResultsFile", "RunLayout", "RunFolder",
+    "RESULTS_FORMAT", "POINT_EXTRAS", "Point", "RunRecord", "Cell", "CorpusRecord", "ResultsFile", "RunLayout", "RunFolder",
     "run_record", "check_run", "check_corpus", "check_results", "read_results", "read_run", "read_points", "write_run",
     "write_points", "write_results", "check_out_dir", "check_run_dir", "settings_hash",
 ]
@@ -65,6 +65,14 @@ class Point(TypedDict):
     length: int  # the evaluation length, in the task's units
     depth: float | None  # where a passkey sits (0: start, 1: end); None for tasks without one
     value: float  # accuracy in [0, 1], or perplexity (NaN: diverged)
+    # optional (real-model bench): a 95 % interval of value, the count it rests on (prompts, or
+    # tokens scored), and for a perplexity the same over the tokens past the trained length alone
+    low: NotRequired[float]
+    high: NotRequired[float]
+    count: NotRequired[int]
+    beyond: NotRequired[float]
+    beyond_low: NotRequired[float]
+    beyond_high: NotRequired[float]
 
 
 class RunRecord(TypedDict):
@@ -121,11 +129,13 @@ class ResultsFile(TypedDict, total=False):
 
 _RUN_FIELDS = ("task", "encoding", "seed", "train_length", "metric", "points")
 _POINT_FIELDS = ("variant", "length", "depth", "value")
+#: the optional fields of a point (Point's NotRequired keys), kept in this order
+POINT_EXTRAS = ("low", "high", "count", "beyond", "beyond_low", "beyond_high")
 _CELL_FIELDS = ("task", "encoding", "variant", "metric", "in_mean", "beyond_mean")
 METRICS = ("accuracy", "ppl")
 
 # the numeric fields written as null where not finite, read back as NaN
-_NUMBERS = ("value", "train_loss", "in_mean", "in_std", "beyond_mean", "beyond_std")
+_NUMBERS = ("value", "low", "high", "beyond", "beyond_low", "beyond_high", "train_loss", "in_mean", "in_std", "beyond_mean", "beyond_std")
 _NUMBER_LISTS = ("in_seeds", "beyond_seeds")
 
 
@@ -136,8 +146,8 @@ def run_record(*, task: str, encoding: str, seed: int, train_length: int, metric
     _check_points(points, where)
     record = RunRecord(task=task, encoding=encoding, seed=seed, train_length=train_length, metric=metric,
                        train_loss=train_loss, train_seconds=train_seconds, parameters=parameters,
-                       points=[Point(variant=p["variant"], length=p["length"], depth=p["depth"], value=p["value"])
-                               for p in points])
+                       points=[Point(variant=p["variant"], length=p["length"], depth=p["depth"], value=p["value"],
+                                     **{k: p[k] for k in POINT_EXTRAS if k in p}) for p in points])
     return check_run(record, where)
 
 
@@ -260,11 +270,13 @@ def write_results(out: str | Path, results: ResultsFile) -> list[Path]:
     write_json(layout.results_json, results, indent=1)  # strict: NaN (no run beyond L) -> null
     with open(layout.results_csv, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["task", "encoding", "variant", "seed", "train_length", "length", "depth", "metric", "value"])
+        w.writerow(["task", "encoding", "variant", "seed", "train_length", "length", "depth", "metric", "value",
+                    *POINT_EXTRAS])
         for r in results["runs"]:
             for p in r["points"]:
                 w.writerow([r["task"], r["encoding"], p["variant"], r["seed"], r["train_length"], p["length"],
-                            "" if p["depth"] is None else p["depth"], r["metric"], p["value"]])
+                            "" if p["depth"] is None else p["depth"], r["metric"], p["value"],
+                            *("" if p.get(k) is None else p[k] for k in POINT_EXTRAS)])
     return [layout.results_json, layout.results_csv]
 
 

@@ -54,8 +54,8 @@ def _evaluate_variant(lm: HFCausalLM, s: ModelBenchSettings, task: ModelTask, va
     points: list[Point] = []
     for n in _rows(s, variant, lengths):
         with variant_patched(lm.model, variant, n / L, L, s.raised_base):
-            for depth, value in task.evaluate_at(lm, s, n):
-                points.append(Point(variant=variant, length=n, depth=depth, value=value))
+            for depth, value, *extras in task.evaluate_at(lm, s, n):
+                points.append(Point(variant=variant, length=n, depth=depth, value=value, **(extras[0] if extras else {})))
                 bar.update()
     return points
 

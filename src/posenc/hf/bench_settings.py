@@ -15,7 +15,7 @@ from ..config import check_choice, check_int, check_positive, check_range
 from ..rotary.mrope import MROPE_MODEL_TYPES
 from .checkpoint import Checkpoint, fingerprint, open_checkpoint
 from .evaluation import check_has_rope, stated_trained_length
-from .scalings import MODEL_SCALINGS, RAISED_BASE
+from .scalings import MODEL_METHODS, MODEL_SCALINGS, RAISED_BASE
 from .tasks import model_task, model_task_names
 
 __all__ = ["EVAL_FIELDS", "MODEL_PRESETS", "ModelBenchSettings", "model_settings"]
@@ -33,7 +33,7 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
 }
 #: the settings a flag of ``posenc bench`` may override with --model (the others train a model)
 EVAL_FIELDS = ("passkey_eval_factors", "passkey_depths", "passkey_examples", "lm_eval_factors", "lm_eval_tokens",
-               "scalings", "eval_seed")
+               "scalings", "methods", "eval_seed")
 _SIZE_FIELDS = ("passkey_eval_factors", "passkey_depths", "passkey_examples", "lm_eval_factors", "lm_eval_tokens")
 
 
@@ -60,6 +60,7 @@ class ModelBenchSettings:
     data: str | None = None
     corpus: str = "code"
     scalings: tuple[str, ...] = MODEL_SCALINGS
+    methods: tuple[str, ...] = ()
     raised_base: float = 16.0
     eval_seed: int = 1234
     seeds: int = 1  # no training: one "seed", kept for the bench's results format
@@ -82,6 +83,8 @@ class ModelBenchSettings:
             check_choice("tasks (with --model)", t, model_task_names())
         for s in self.scalings:
             check_choice("scalings (with --model: the registry's training-free scalings)", s, MODEL_SCALINGS)
+        for m in self.methods:
+            check_choice("methods (with --model: the training-free attention methods)", m, MODEL_METHODS)
         check_choice("dtype", self.dtype, ("float32", "bfloat16"))
         check_choice("corpus", self.corpus, CORPORA)
         if self.data is not None and self.corpus != "code":
@@ -91,8 +94,8 @@ class ModelBenchSettings:
             raise ValueError(f"raised_base must be 0 (no raised-base row) or > 1, got {self.raised_base}")
 
     def variants(self) -> list[str]:
-        """The rows beyond L: every scaling, then the raised base."""
-        return list(self.scalings) + ([RAISED_BASE] if self.raised_base else [])
+        """The rows beyond L: every scaling, the raised base, then every attention method."""
+        return list(self.scalings) + ([RAISED_BASE] if self.raised_base else []) + list(self.methods)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -139,6 +142,14 @@ def model_settings(preset: str, model: str | Path, *, tasks: list[str] | None = 
     else:  # the smoke preset: the synthetic bench's sizes, one scaling
         base = {k: PRESETS[preset][k] for k in _SIZE_FIELDS if k in PRESETS[preset]}
         base["scalings"] = tuple(s for s in PRESETS[preset].get("scalings", MODEL_SCALINGS) if s in MODEL_SCALINGS)
+        base["methods"] = ()  # the smoke preset: the scalings' rows only (a method is an override)
+    from .methods import METHOD_MODEL_TYPES
+
+    if model_type in METHOD_MODEL_TYPES:  # the attention methods stand in for these models' attention only
+        base.setdefault("methods", MODEL_METHODS)
+    elif (overrides or {}).get("methods"):
+        raise ValueError(f"methods with MODEL {str(model)!r}: model_type {model_type!r} is not one whose attention the "
+                         f"methods can replace ({', '.join(METHOD_MODEL_TYPES)})")
     if tasks:
         base["tasks"] = tuple(dict.fromkeys(tasks))
     name = str(model)

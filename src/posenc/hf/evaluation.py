@@ -88,18 +88,24 @@ class HFCausalLM(nn.Module):
         return logits
 
     @torch.no_grad()
-    def nll(self, ids: Tensor) -> tuple[float, int]:
-        """(sum of -log p(ids[:, t+1] | ids[:, :t+1]) over t, number of predicted tokens) for (B, T) ids:
-        the decoder once, then the LM head on ``head_chunk`` positions at a time."""
+    def token_losses(self, ids: Tensor) -> Tensor:
+        """-log p(ids[:, t+1] | ids[:, :t+1]) for every t, (B, T-1) float32, of (B, T) ids: the
+        decoder once, then the LM head on ``head_chunk`` positions at a time (the (T, V) logits
+        are never held)."""
         base = self.model.base_model
         decoder = self.model.model if base is self.model else base  # Llama4ForCausalLM is its own base_model
         hidden = decoder(input_ids=ids[:, :-1], use_cache=False).last_hidden_state  # (B, T-1, C)
-        total = 0.0
+        losses = []
         for i in range(0, hidden.shape[1], self.head_chunk):
             logits = self.head(hidden[:, i : i + self.head_chunk])  # (B, c, V)
             target = ids[:, i + 1 : i + 1 + self.head_chunk]  # (B, c)
-            total += float(F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="sum").double())
-        return total, ids[:, 1:].numel()
+            losses.append(F.cross_entropy(logits.transpose(1, 2), target, reduction="none"))  # (B, c)
+        return torch.cat(losses, dim=1) if losses else hidden.new_zeros(ids.shape[0], 0)
+
+    def nll(self, ids: Tensor) -> tuple[float, int]:
+        """(sum of the token losses of (B, T) ``ids``, in float64; the number of predicted tokens)."""
+        losses = self.token_losses(ids)
+        return float(losses.double().sum()), losses.numel()
 
     @torch.no_grad()
     def generate(self, prompts: Tensor, n: int) -> Tensor:
@@ -140,17 +146,29 @@ def token_stream(tokenizer: Any, data: str | None, need: int, corpus_name: str =
     return torch.tensor(ids, dtype=torch.long)
 
 
-def token_perplexity(lm: HFCausalLM, stream: Tensor, length: int, windows: int) -> dict[str, float]:
+def token_perplexity(lm: HFCausalLM, stream: Tensor, length: int, windows: int, *, trained: int | None = None,
+                     block: int = 256, reps: int = 1000) -> dict[str, float]:
     """Perplexity on the 1-D ``stream`` cut into ``windows`` non-overlapping windows of ``length``
     tokens, each read on its own (every token but each window's first is predicted):
-    ``{"ppl", "nll", "tokens", "windows"}``, as :func:`posenc.bench.evaluate.perplexity`."""
+    ``{"ppl", "nll", "tokens", "windows", "low", "high"}``, ``low``/``high`` the 95 % block-bootstrap
+    interval over the scored tokens (:func:`posenc.intervals.block_bootstrap_ppl`, blocks of
+    ``block`` consecutive scored tokens). With ``trained`` = L < ``length``, also ``beyond``,
+    ``beyond_low``, ``beyond_high`` and ``beyond_tokens``: the same over the tokens at positions
+    >= L alone (those predicted from more than L tokens of context)."""
+    from ..intervals import block_bootstrap_ppl
+
     check_int("length", length, minimum=2)
     windows = min(windows, len(stream) // length)
     if windows < 1:
         raise ValueError(f"the stream has {len(stream)} tokens; need at least one window of {length}")
-    total, count = 0.0, 0
-    for i in range(windows):
-        t, c = lm.nll(stream[None, i * length : (i + 1) * length])
-        total, count = total + t, count + c
-    nll = total / count
-    return {"ppl": math.exp(nll), "nll": nll, "tokens": count, "windows": windows}
+    losses = torch.stack([lm.token_losses(stream[None, i * length : (i + 1) * length])[0]
+                          for i in range(windows)]).double().cpu()  # (windows, length - 1)
+    ppl, low, high = block_bootstrap_ppl(losses.flatten(), block=block, reps=reps)
+    nll = float(losses.mean())
+    out = {"ppl": math.exp(nll), "nll": nll, "tokens": losses.numel(), "windows": windows, "low": low, "high": high}
+    if trained is not None and trained < length:
+        check_int("trained", trained, minimum=1)
+        past = losses[:, trained - 1:]  # the token at position t is loss t - 1
+        b, b_low, b_high = block_bootstrap_ppl(past.flatten(), block=block, reps=reps)
+        out |= {"beyond": b, "beyond_low": b_low, "beyond_high": b_high, "beyond_tokens": past.numel()}
+    return out

@@ -2,7 +2,10 @@
 (``base``), each training-free RoPE scaling of the registry (``list_scalings(extends=True)``)
 with the parameters of its own ``extension`` rule for ``factor = length / L``, and the model's
 own RoPE with its base multiplied by a factor (:data:`RAISED_BASE`: the same at every length,
-the way a practitioner raises ``rope_theta`` without a rule).
+the way a practitioner raises ``rope_theta`` without a rule), and each training-free attention
+method of :data:`posenc.methods.METHODS` (Self-Extend, ReRoPE, Dual Chunk Attention) at the
+settings its paper recommends for L and the length (``recommended``), on the model types whose
+attention it can stand in for (:data:`posenc.hf.methods.METHOD_MODEL_TYPES`).
 
 :func:`variant_patched` switches a row in place (:func:`posenc.hf.patch.patch_model`) and back
 (``unpatch_model``): one loaded model serves every row, no reload.
@@ -15,14 +18,18 @@ from typing import Any, Iterator
 
 from torch import nn
 
+from ..methods import METHODS
 from ..rotary.scaling import SCALINGS, list_scalings
 from .patch import patch_model, unpatch_model
 
-__all__ = ["MODEL_SCALINGS", "RAISED_BASE", "scaling_params", "variant_label", "variant_patched"]
+__all__ = ["MODEL_METHODS", "MODEL_SCALINGS", "RAISED_BASE", "method_params_at", "scaling_params", "variant_label",
+           "variant_patched"]
 
 #: training-free scalings evaluated beyond L: the registry's types with an ``extension`` rule
 #: (Llama 3's included; LongRoPE has none: its factors are searched per model).
 MODEL_SCALINGS = tuple(list_scalings(extends=True))
+#: training-free attention methods evaluated beyond L (rows named by the method)
+MODEL_METHODS = tuple(METHODS)
 #: the variant that multiplies the checkpoint's own RoPE base by ``raised_base`` (no rule, no factor)
 RAISED_BASE = "raised_base"
 
@@ -31,6 +38,12 @@ def scaling_params(variant: str, factor: float, L: int) -> dict[str, Any]:
     """The parameters that evaluate a model trained at ``L`` at ``factor * L`` with ``variant``
     (the scaling's own rule in the registry, :meth:`~posenc.rotary.scaling.schema.Scaling.at_factor`)."""
     return SCALINGS[variant].at_factor(float(factor), int(L))
+
+
+def method_params_at(method: str, factor: float, L: int) -> dict[str, Any]:
+    """The parameters of attention method ``method`` for a model trained at ``L`` read at
+    ``factor * L`` tokens: the method's ``recommended`` rule."""
+    return dict(METHODS[method].recommended(int(L), round(float(factor) * int(L))))
 
 
 @contextlib.contextmanager
@@ -46,6 +59,8 @@ def variant_patched(model: nn.Module, variant: str, factor: float, L: int, raise
         return
     if variant == "base":
         patch_model(model, scaling="default")
+    elif variant in METHODS:
+        patch_model(model, method=variant, **method_params_at(variant, factor, L))
     elif variant == RAISED_BASE:
         from ..rotary import from_hf
 
@@ -62,4 +77,6 @@ def variant_label(settings: dict[str, Any], variant: str) -> str:
     """A scaled row's name (``YaRN``, ``base x16``) from results.json's settings."""
     if variant == RAISED_BASE:
         return f"base x{settings['raised_base']:g}"
+    if variant in METHODS:
+        return METHODS[variant].label
     return SCALINGS[variant].label

@@ -36,6 +36,8 @@ class AttentionMethod:
     (a ``ValueError`` naming the parameter and its range)."""
 
     name: ClassVar[str] = ""
+    #: its name in tables
+    label: ClassVar[str] = ""
     #: the paper and the authors' code the formulas follow
     paper: ClassVar[str] = ""
 
@@ -56,6 +58,12 @@ class AttentionMethod:
 
     def select(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:  # pragma: no cover
         """The rotation index (int64) of each pair; q_pos (B, Tq, 1), k_pos (B, 1, Tk) int64."""
+        raise NotImplementedError
+
+    @classmethod
+    def recommended(cls, trained: int, target: int) -> dict[str, int | float]:  # pragma: no cover - overridden
+        """The parameters the method's paper or authors' code recommends for a model trained on
+        ``trained`` tokens serving ``target`` tokens (what ``bench --model`` and ``extend`` run)."""
         raise NotImplementedError
 
     def params(self) -> dict[str, object]:

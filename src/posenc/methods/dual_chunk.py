@@ -44,7 +44,16 @@ class DualChunk(AttentionMethod):
     local_size: int
 
     name: ClassVar[str] = "dual_chunk"
+    label: ClassVar[str] = "Dual Chunk"
     paper: ClassVar[str] = "An et al. 2024, Dual Chunk Attention (HKUNLP/ChunkLlama)"
+
+    @classmethod
+    def recommended(cls, trained: int, target: int) -> dict[str, int | float]:
+        """chunk_size = 3L / 4, local_size = L / 8: ChunkLlama's ``chunkllama_attn_replace.py``
+        (``pretraining_length * 3 // 4``, ``pretraining_length // 8``); whatever the target."""
+        check_int("trained", trained, minimum=8, maximum=MAX_WINDOW)
+        check_int("target", target, minimum=1, maximum=MAX_WINDOW)
+        return dict(chunk_size=trained * 3 // 4, local_size=trained // 8)
 
     def validate(self) -> None:
         check_int("chunk_size", self.chunk_size, minimum=2, maximum=MAX_WINDOW)

@@ -40,7 +40,17 @@ class ReRoPE(AttentionMethod):
     slope: float = 0.0
 
     name: ClassVar[str] = "rerope"
+    label: ClassVar[str] = "ReRoPE"
     paper: ClassVar[str] = "Su 2023, ReRoPE (bojone/rerope)"
+
+    @classmethod
+    def recommended(cls, trained: int, target: int) -> dict[str, int | float]:
+        """w = L / 8, ReRoPE proper (slope 0): the author's scripts (``rerope_patch.py``,
+        ``training_length = 4096``, ``window = 512``); whatever the target, no distance exceeds w.
+        (Leaky ReRoPE there: the same window, ``scaling_factor = 16``, slope 1/16.)"""
+        check_int("trained", trained, minimum=8, maximum=MAX_WINDOW)
+        check_int("target", target, minimum=1, maximum=MAX_WINDOW)
+        return dict(window=trained // 8, slope=0.0)
 
     def validate(self) -> None:
         check_int("window", self.window, minimum=1, maximum=MAX_WINDOW)

@@ -45,7 +45,19 @@ class SelfExtend(AttentionMethod):
     neighbor_window: int
 
     name: ClassVar[str] = "self_extend"
+    label: ClassVar[str] = "Self-Extend"
     paper: ClassVar[str] = "Jin et al. 2024, LLM Maybe LongLM (datamllab/LongLM)"
+
+    @classmethod
+    def recommended(cls, trained: int, target: int) -> dict[str, int | float]:
+        """W = L / 4 and the smallest G whose extended window (L - W) G + W (the paper's section 3.2)
+        reaches ``target``: the paper's Llama-2 runs (L = 4096) use W = 1024 with G large enough for
+        the target, and its ablation finds the smallest sufficient group best."""
+        check_int("trained", trained, minimum=4, maximum=MAX_WINDOW)
+        check_int("target", target, minimum=1, maximum=MAX_WINDOW)
+        W = trained // 4
+        G = max(1, -(-(target - W) // (trained - W)))  # ceil((N - W) / (L - W))
+        return dict(group_size=G, neighbor_window=W)
 
     def validate(self) -> None:
         check_int("group_size", self.group_size, minimum=1, maximum=MAX_WINDOW)

@@ -71,8 +71,12 @@ class ModelTask(Task):
         (for :func:`posenc.hf.cost.estimate_cost`)."""
         raise NotImplementedError
 
-    def evaluate_at(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
-        """(depth, value) of each point at length ``n`` of ``lm`` as it is patched now, as each is measured."""
+    def evaluate_at(self, lm: HFCausalLM, s: ModelBenchSettings, n: int
+                    ) -> Iterator[tuple[float | None, float] | tuple[float | None, float, dict[str, Any]]]:
+        """(depth, value) or (depth, value, extras) of each point at length ``n`` of ``lm`` as it is
+        patched now, as each is measured; ``extras``: the optional fields of a point
+        (:data:`posenc.results.POINT_EXTRAS`: its 95 % interval ``low``/``high``, the ``count`` it
+        rests on, a perplexity's ``beyond`` L)."""
         raise NotImplementedError
 
     def evaluate(self, model: nn.Module, s: Any, corpus: Any) -> list:

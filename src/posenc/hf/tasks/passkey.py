@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from ...bench.evaluate import exact_match
 from ...bench.tokens import Example
+from ...intervals import wilson
 from .base import ModelTask, register_model_task
 
 if TYPE_CHECKING:
@@ -116,9 +117,11 @@ class TextPasskey(ModelTask):
         return [(n, min(b, examples), 1)] * -(-examples // b) * len(self.eval_depths(s))
 
     def evaluate_at(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
+        examples = self.eval_examples(s)
         for d in self.eval_depths(s):
-            yield d, exact_match(lm, self, n, self.eval_examples(s), eval_seed=s.eval_seed, depth=d,
-                                 batch_size=self.batch(n))
+            acc = exact_match(lm, self, n, examples, eval_seed=s.eval_seed, depth=d, batch_size=self.batch(n))
+            low, high = wilson(round(acc * examples), examples)
+            yield d, acc, {"low": low, "high": high, "count": examples}
 
     @classmethod
     def title(cls, settings: dict[str, Any]) -> str:

@@ -66,7 +66,9 @@ class TokenPerplexity(ModelTask):
 
     def evaluate_at(self, lm: HFCausalLM, s: ModelBenchSettings, n: int) -> Iterator[tuple[float | None, float]]:
         assert self.stream is not None, "prepare() first"
-        yield None, token_perplexity(lm, self.stream, n, windows=max(1, s.lm_eval_tokens // n))["ppl"]
+        r = token_perplexity(lm, self.stream, n, windows=max(1, s.lm_eval_tokens // n), trained=self.train_length(s))
+        extras = {k: r[k] for k in ("low", "high", "beyond", "beyond_low", "beyond_high") if k in r}
+        yield None, r["ppl"], extras | {"count": r["tokens"]}
 
     @classmethod
     def title(cls, settings: dict[str, Any]) -> str:
