@@ -193,7 +193,8 @@ def test_a_huge_finite_mean_loss_gives_nan_not_an_overflow_error():
 
 
 @pytest.mark.parametrize("nll,kw,error,match", [
-    (torch.zeros(3, 4), {}, ValueError, r"^nll must be a non-empty 1-D tensor of per-token losses, got shape \(3, 4\)$"),
+    (torch.zeros(3, 4), {}, ValueError,
+     r"^nll must be a non-empty 1-D tensor of per-token losses, got shape \(3, 4\)$"),
     (torch.zeros(()), {}, ValueError, r"got shape \(\)$"),
     (torch.zeros(0), {}, ValueError, r"got shape \(0,\)$"),
     (torch.zeros(5), dict(block=0), ValueError, r"^block must be >= 1, got 0$"),

@@ -38,7 +38,7 @@ def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
     denom = 1.0 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denom
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))  # rounding: 0/n ends at 0, n/n at 1
 
 
 def block_bootstrap_ppl(nll: Tensor, block: int = 256, reps: int = 1000, seed: int = 0,
@@ -53,7 +53,7 @@ def block_bootstrap_ppl(nll: Tensor, block: int = 256, reps: int = 1000, seed: i
     check_int("reps", reps, minimum=1)
     check_range("confidence", confidence, 0.0, 1.0)
     x = nll.detach().to(torch.float64).cpu()
-    ppl = math.exp(x.mean().item())
+    ppl = x.mean().exp().item()  # inf past ~709.8 nats (math.exp raises OverflowError): NaN below
     if not math.isfinite(ppl):
         return float("nan"), float("nan"), float("nan")
     sums = torch.stack([c.sum() for c in x.split(block)])  # (blocks,)
