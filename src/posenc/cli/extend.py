@@ -5,19 +5,43 @@ from __future__ import annotations
 
 import argparse
 
-from .args import MAX_THREADS, STDOUT, add_json_option, emit_json, int_in, output_dir, positive_float
+from .args import MAX_THREADS, STDOUT, add_json_option, device, emit_json, int_in, output_dir, positive_float, unit_float
+
+
+def cpu_or_cuda(value: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N`` present on this machine (:func:`posenc.cli.args.device`,
+    without ``mps``: the real-model commands run on CPU or CUDA)."""
+    dev = device(value)
+    if dev.startswith("mps"):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {value!r}")
+    return dev
+
+
+def _name_in(names):
+    """A type accepting ``none`` or one of ``names()`` (read when parsing: registered ones count)."""
+
+    def parse(value: str) -> str:
+        valid = list(names())
+        if value != "none" and value not in valid:
+            raise argparse.ArgumentTypeError(f"must be none or one of {', '.join(valid)}, got {value!r}")
+        return value
+
+    return parse
 
 
 def _cmd(args: argparse.Namespace) -> int:
     import torch
 
     from ..hf.extend import ExtendSettings, extend
+    from ..hf.extend_grid import from_flag
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     settings = ExtendSettings(to=args.to, trained_length=args.trained_length, factors=tuple(args.factors),
                               windows=args.windows, passkey_examples=args.passkey_examples,
-                              data=None if args.data is None else str(args.data))
+                              data=None if args.data is None else str(args.data),
+                              scalings=from_flag("--scalings", args.scalings), methods=from_flag("--methods", args.methods),
+                              depths=tuple(dict.fromkeys(args.depths)), device=args.device, dtype=args.dtype)
     evidence = extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress,
                       table=args.json != STDOUT)
     emit_json(args.json, evidence)
@@ -26,6 +50,8 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..hf import extend as library
+    from ..hf.checkpoint import DTYPES
+    from ..hf.extend_grid import method_names, scaling_names
 
     p = subparsers.add_parser(
         "extend", help="measure training-free RoPE scalings of a checkpoint at length N and write the best as its config",
@@ -41,6 +67,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "the table and --json only, not --out)")
     p.add_argument("--factors", type=positive_float, nargs="+", default=[1.0, 2.0], metavar="M",
                    help="factor multipliers: each scaling at M * N / L (default 1 2)")
+    p.add_argument("--scalings", type=_name_in(scaling_names), nargs="+", default=None, metavar="NAME",
+                   help=f"the RoPE scalings in the grid (default: all: {', '.join(scaling_names())}; none: no scaling)")
+    p.add_argument("--methods", type=_name_in(method_names), nargs="+", default=None, metavar="NAME",
+                   help=f"the attention methods in the grid, each at its paper's recommended settings (default: all "
+                        f"the model type supports: {', '.join(method_names())}; none: no method)")
+    p.add_argument("--depths", type=unit_float, nargs="+", default=list(library.DEPTHS), metavar="D",
+                   help="passkey key depths in [0, 1] (0: start, 1: end; default 0 0.5 1)")
+    p.add_argument("--device", type=cpu_or_cuda, default="cpu",
+                   help="cpu, cuda or cuda:N: where the model runs (default cpu)")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
+                   help="the model's dtype (default float32; bfloat16 and float16 halve the memory)")
     p.add_argument("--windows", type=int_in(1, library.MAX_COUNT), default=1, metavar="W",
                    help=f"perplexity windows of N tokens (default 1, at most {library.MAX_COUNT})")
     p.add_argument("--passkey-examples", type=int_in(1, library.MAX_COUNT), default=1, metavar="E",

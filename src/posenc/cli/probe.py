@@ -10,6 +10,7 @@ Examples::
     posenc probe ./Llama-3.2-1B --out probe                 # layer 0, all heads, the stdlib as text
     posenc probe ./ckpt --out probe --layer 0 15 --heads 0 1 --text notes.txt
     posenc probe ./ckpt --out probe --extend 8 --base-factor 16 --dtype float32
+    posenc probe ./Llama-3.2-1B --out probe --device cuda     # the model's forward on the GPU
 
 Prints the verdicts on three claims of the RoPE-base literature (the score rises again past the
 trained length; a raised base brings the decay back; the low-frequency half keeps the decay),
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 
 from .args import MAX_THREADS, MAX_TOKENS, int_in, nonnegative_int, output_dir, positive_float
+from .extend import cpu_or_cuda
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -39,7 +41,7 @@ def _cmd(args: argparse.Namespace) -> int:
         tokens=args.tokens, extend=args.extend, base_factor=args.base_factor, points=args.points,
         scalings=None if args.scalings is None else tuple(args.scalings), dtype=args.dtype,
     )
-    result = probe(model_dir, args.out, settings, text=args.text, progress=not args.no_progress)
+    result = probe(model_dir, args.out, settings, text=args.text, progress=not args.no_progress, device=args.device)
     print("\n".join(summary_lines(result.data)))
     print(f"wrote {args.out}/probe.json and {', '.join(p.name for p in result.figures)}")
     return 0
@@ -70,6 +72,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--scalings", nargs="+", choices=probe_scalings(), default=None, help="training-free scalings drawn (default: all)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16",
                    help="model dtype while reading the text (default bfloat16: half the memory; q/k analysed in float32)")
+    p.add_argument("--device", type=cpu_or_cuda, default="cpu",
+                   help="cpu, cuda or cuda:N: where the model reads the text (default cpu; the curves are computed on the CPU)")
     p.add_argument("--threads", type=int_in(1, MAX_THREADS), metavar="N", help="CPU threads for torch (default: torch's)")
     p.add_argument("--no-install", action="store_true",
                    help="refuse to install a named model's package (print the command instead)")

@@ -6,29 +6,43 @@ Examples::
     posenc extend smollm2-135m --to 2048 --trained-length 1024     # a demonstration: the table only
     posenc extend ./ckpt --to 8192 --factors 1 1.5 2 --out ckpt-8k
 
-For a checkpoint trained at L, every candidate of a small grid is evaluated at length N on the
-local corpus (token perplexity, one or more windows of N tokens; the Python standard library's
-sources unless ``--data``) and on passkey retrieval (``--passkey-examples`` per depth, depths
-0, 0.5 and 1):
+For a checkpoint trained at L, every candidate of a small grid
+(:mod:`posenc.hf.extend_grid`) is evaluated at length N on the local corpus (token perplexity
+with its 95 % block-bootstrap interval, one or more windows of N tokens; the Python standard
+library's sources unless ``--data``) and on passkey retrieval (``--passkey-examples`` per depth
+of ``--depths``, default 0, 0.5 and 1; the accuracy with its 95 % Wilson interval):
 
-* the model as it is (``none``);
-* each training-free scaling of the registry (``list_scalings(extends=True)``) at the
-  factors ``m * N / L`` for each multiplier m of ``--factors`` (default 1 and 2), with the
-  parameters of the scaling's own ``extension`` rule; a type whose rule ignores the factor
-  (dynamic NTK, which rescales by the current length) is evaluated once. For static NTK the
-  factor is the raised base: ``base * s^(d/(d-2))``.
+* the model as it is (``none``), always;
+* each training-free scaling of the registry (``list_scalings(extends=True)``, or those of
+  ``--scalings``; ``--scalings none``: no scaling) at the factors ``m * N / L`` for each
+  multiplier m of ``--factors`` (default 1 and 2), with the parameters of the scaling's own
+  ``extension`` rule; a type whose rule ignores the factor (dynamic NTK, which rescales by the
+  current length) is evaluated once. For static NTK the factor is the raised base:
+  ``base * s^(d/(d-2))``;
+* each training-free attention method (:data:`posenc.methods.METHODS`: Self-Extend, ReRoPE,
+  Dual Chunk Attention, or those of ``--methods``; ``--methods none``: no method) at its paper's
+  ``recommended(L, N)``, on the model types whose attention they replace
+  (:data:`posenc.hf.methods.METHOD_MODEL_TYPES`).
 
-**The rule**: among the candidates whose passkey accuracy is at least the best one's minus one
-example (``1 / (examples * depths)``), the lowest perplexity wins; ties go to the earlier
-candidate in the table. The winner is written to ``--out`` as a Hugging Face checkpoint that
+**The rule**: the candidates not significantly worse at passkey than the best one (their
+accuracy's 95 % Wilson interval reaches the best accuracy) are eligible; among them the lowest
+perplexity wins; ties go to the earlier candidate in the table. The winner is written to
+``--out`` as a Hugging Face checkpoint that
 plain transformers loads unchanged: ``config.json`` with its ``rope_parameters`` from
 :func:`posenc.rotary.to_hf` of the patched RoPE (keyed by layer type for Gemma 3, whose
 scaling goes to its full layers; and ``max_position_embeddings = N``), the
 weights hard-linked (or copied across file systems) and the tokenizer files, beside
-``extend.json``, the evidence: settings, the rule, every candidate's numbers and the winner.
+``extend.json``, the evidence: settings, the rule, every candidate's numbers and intervals, the
+winner. An attention method is not a config entry transformers reads: when one wins, the folder
+gets the best RoPE candidate by the same rule (``written`` in extend.json) and the command says
+how to run the method (``posenc.hf.patch_model(model, method=..., **params)``).
+
+While it runs, one line per finished candidate goes to stderr (``[3/9] YaRN x1.5: ppl 12.3
+[12.1, 12.6], passkey 2/3; 41 s; ETA 6.2 min``), the ETA refined from the candidates already
+run (their seconds per FLOP times the FLOPs left); on a terminal a bar as well.
 
 Cost: one forward of N tokens per perplexity window and per passkey example, for every
-candidate; the command prints its estimate (:mod:`posenc.hf.cost`, measured on this machine)
+candidate (an attention method costs more: several q·k per pair); the command prints its estimate (:mod:`posenc.hf.cost`, measured on this machine)
 before the first forward. docs/real_models.md ("Cost") gives the FLOPs of a forward by length:
 at SmolLM2's L = 8192, 4.5 TFLOP at L and 14 TFLOP at 2L.
 
@@ -54,10 +68,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_COUNT", "MAX_TO", "ExtendSettings", "Candidate", "candidates", "check_writable", "choose",
+__all__ = ["DEVICES", "MAX_COUNT", "MAX_TO", "ExtendSettings", "check_device", "check_writable",
            "clean_stale_temporaries", "extend", "extended_config", "hf_entries", "write_extended"]
 
-_DEPTHS = (0.0, 0.5, 1.0)
+#: passkey depths by default: the key at the start, the middle and the end of the prompt
+DEPTHS = (0.0, 0.5, 1.0)
+#: the device types extend runs on (``cuda:N`` names one GPU)
+DEVICES = ("cpu", "cuda")
 #: the longest --to: 2^20 tokens, 8x Llama 3.1's 128K
 MAX_TO = 2**20
 #: the most --windows and --passkey-examples: each is a forward of N tokens per candidate
@@ -66,7 +83,10 @@ MAX_COUNT = 1000
 
 @dataclass(frozen=True)
 class ExtendSettings:
-    """What ``posenc extend`` measures (stored in extend.json)."""
+    """What ``posenc extend`` measures (stored in extend.json). ``scalings`` / ``methods``: the
+    families' names in the grid (None: all; (): none); ``depths``: the passkey depths in [0, 1];
+    ``device`` (cpu, cuda, cuda:N) and ``dtype`` (a key of :data:`posenc.hf.checkpoint.DTYPES`):
+    where and in what the model is loaded."""
 
     to: int
     trained_length: int | None = None
@@ -75,9 +95,14 @@ class ExtendSettings:
     passkey_examples: int = 1
     data: str | None = None
     eval_seed: int = 1234
+    scalings: tuple[str, ...] | None = None
+    methods: tuple[str, ...] | None = None
+    depths: tuple[float, ...] = DEPTHS
+    device: str = "cpu"
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        from ..config import check_int, check_positive
+        from ..config import check_choice, check_int, check_positive, check_range
 
         check_int("--to", self.to, minimum=2, maximum=MAX_TO)
         if self.trained_length is not None:
@@ -89,60 +114,40 @@ class ExtendSettings:
         check_int("--windows", self.windows, minimum=1, maximum=MAX_COUNT)
         check_int("--passkey-examples", self.passkey_examples, minimum=1, maximum=MAX_COUNT)
         check_int("eval_seed", self.eval_seed, minimum=0)
+        from .checkpoint import DTYPES
+        from .extend_grid import check_names, method_names, scaling_names
+
+        check_names("--scalings", self.scalings, scaling_names())
+        check_names("--methods", self.methods, method_names())
+        if not self.depths:
+            raise ValueError("--depths must hold at least one depth in [0, 1], got none")
+        for d in self.depths:
+            check_range("--depths", d, 0.0, 1.0)
+        check_choice("--dtype", self.dtype, tuple(DTYPES))
+        check_device(self.device, available=False)
+
+    @property
+    def samples(self) -> int:
+        """Passkey prompts per candidate."""
+        return self.passkey_examples * len(self.depths)
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One row of the table: a scaling and its parameters (``scaling`` None: the model as it is)."""
+def check_device(device: str, *, available: bool = True) -> None:
+    """``device`` must be cpu, cuda or cuda:N (``available``: and present on this machine), else
+    one ``ValueError`` naming ``--device``."""
+    import torch
 
-    label: str
-    scaling: str | None
-    params: dict[str, Any]
-
-
-def candidates(L: int, N: int, multipliers: tuple[float, ...]) -> list[Candidate]:
-    """The grid: the model as it is, then each training-free scaling at factor ``m * N / L``
-    (its ``extension`` rule's parameters); repeated parameter sets are evaluated once."""
-    from ..rotary.scaling import SCALINGS, list_scalings
-    from .scalings import scaling_params
-
-    out = [Candidate("none", None, {})]
-    seen = set()
-    for name in list_scalings(extends=True):
-        label = SCALINGS[name].label
-        # a rule that ignores the factor (dynamic NTK: the current length sets it) is named alone
-        by_factor = scaling_params(name, 2.0, L) != scaling_params(name, 3.0, L)
-        for m in multipliers:
-            params = scaling_params(name, m * N / L, L)
-            key = (name, json.dumps(params, sort_keys=True))
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(Candidate(f"{label} x{m * N / L:g}" if by_factor else label, name, params))
-    return out
-
-
-def choose(rows: list[dict[str, Any]], samples: int) -> tuple[int, str]:
-    """(index of the winner, the rule in words): lowest perplexity among the rows whose passkey
-    accuracy is at least the best minus one example (1 / samples)."""
-    best = max(r["passkey"] for r in rows)
-    floor = best - 1.0 / samples - 1e-12
-    eligible = [i for i, r in enumerate(rows) if r["passkey"] >= floor and r["ppl"] == r["ppl"]]
-    if not eligible:
-        raise ValueError("every candidate's perplexity is NaN: nothing to choose")
-    win = min(eligible, key=lambda i: (rows[i]["ppl"], i))
-    rule = (f"lowest token perplexity among the candidates with passkey >= best ({best:.2f}) minus one example "
-            f"(1/{samples}); ties: the earlier row")
-    return win, rule
-
-
-def _format_table(rows: list[dict[str, Any]], win: int, N: int) -> str:
-    width = max(len(r["label"]) for r in rows)
-    lines = [f"{'candidate':<{width}}  {'ppl@' + str(N):>12}  {'passkey %':>9}  {'seconds':>7}"]
-    for i, r in enumerate(rows):
-        mark = "  <- chosen" if i == win else ""
-        lines.append(f"{r['label']:<{width}}  {r['ppl']:>12.3f}  {100 * r['passkey']:>9.0f}  {r['seconds']:>7.1f}{mark}")
-    return "\n".join(lines)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in DEVICES:
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if available and dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device!r}: CUDA is not available on this machine; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
 def check_writable(config: dict[str, Any], where: str) -> None:
@@ -295,20 +300,18 @@ def write_extended(src: Path, out: Path, config: dict[str, Any], evidence: dict[
 def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.PathLike | None = None, *,
            install: bool = True, progress: bool = True, loaded: Any = None, table: bool = True) -> dict[str, Any]:
     """Measure the grid (module docstring) and, with ``out``, write the winner there.
-    Returns the evidence (extend.json's content). ``loaded``: the already loaded model (tests);
-    ``table``: print the table to stdout (False: stdout is left to the caller, e.g. JSON)."""
-    import torch
-
-    from ..bench.data import example_rng
-    from ..progress import bar as progress_bar
-    from .checkpoint import load_model, load_tokenizer, open_checkpoint, trained_length
-    from .cost import estimate_cost
-    from .evaluation import (HFCausalLM, check_finite_weights, check_has_rope, stated_trained_length, token_perplexity,
-                             token_stream)
+    Returns the evidence (extend.json's content). ``loaded``: the already loaded model (tests;
+    moved to ``settings.device`` and ``settings.dtype``); ``table``: print the table to stdout
+    (False: stdout is left to the caller, e.g. JSON); ``progress``: a line per candidate on stderr."""
+    from .checkpoint import DTYPES, load_model, load_tokenizer, open_checkpoint, trained_length
+    from .cost import estimate_cost, forward_flops
+    from .evaluation import HFCausalLM, check_finite_weights, check_has_rope, stated_trained_length, token_stream
+    from .extend_grid import candidates, choose, format_table
     from .models import resolve_model
     from .patch import patch_model, unpatch_model
     from .tasks import TextPasskey
 
+    check_device(settings.device)
     if out is not None:
         clean_stale_temporaries(out)
         if Path(out).exists() and any(Path(out).iterdir()):
@@ -327,23 +330,26 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
         raise ValueError(f"--out with --trained-length {L}, shorter than the model's own {own}: a demonstration's "
                          "config.json would look like a shipped extension; drop --out (the table is the result) "
                          "or --trained-length")
+    grid = candidates(L, N, settings.factors, scalings=settings.scalings, methods=settings.methods,
+                      model_type=ckpt.config.get("model_type"))
     tok = load_tokenizer(ckpt)
     passkey = TextPasskey(tok)
     if N < passkey.min_length:
         raise ValueError(f"--to {N} is shorter than a passkey prompt ({passkey.min_length} tokens)")
     stream = token_stream(tok, settings.data, settings.windows * N + 1,
                           asks=f"--to {N} with --windows {settings.windows} (windows of N tokens, and one more)")
-    lm_model = loaded if loaded is not None else load_model(ckpt, torch.float32, progress=progress)
+    dtype = DTYPES[settings.dtype]
+    if loaded is None:
+        lm_model = load_model(ckpt, dtype, device=settings.device, progress=progress)
+    else:
+        lm_model = loaded.to(device=settings.device, dtype=dtype)
     check_finite_weights(lm_model, where)
     lm = HFCausalLM(lm_model).eval()
-    grid = candidates(L, N, settings.factors)
-    samples = settings.passkey_examples * len(_DEPTHS)
-    seconds, peak, _ = estimate_cost(lm, ckpt.config, [(N, 1, N)] * (settings.windows * len(grid))
-                                     + [(N, 1, 1)] * (samples * len(grid)))
-    print(f"posenc extend: {len(grid)} candidates at N = {N} (L = {L}): estimated {seconds / 60:.1f} min, "
-          f"peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
-    examples = {d: [passkey.sample(N, example_rng("extend", passkey.name, settings.eval_seed, N, d), depth=d)
-                    for _ in range(settings.passkey_examples)] for d in _DEPTHS}
+    cells = [(N, 1, N)] * settings.windows + [(N, 1, 1)] * settings.samples  # one candidate's forwards
+    per_candidate = sum(b * forward_flops(ckpt.config, n, k) for n, b, k in cells)
+    seconds, peak, _ = estimate_cost(lm, ckpt.config, cells * len(grid))
+    print(f"posenc extend: {len(grid)} candidates at N = {N} (L = {L}) on {settings.device} in {settings.dtype}: "
+          f"estimated {seconds / 60:.1f} min, peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
     written = []  # each candidate's config entries, before any forward: what to_hf cannot spell fails now
     for c in grid:
         if c.scaling is None:
@@ -354,33 +360,74 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
             written.append(hf_entries(lm_model))
         finally:
             unpatch_model(lm_model)
-    rows = []
-    bar = progress_bar(len(grid), "extend", enabled=progress)
-    for c, hf in zip(grid, written):
-        t0 = time.perf_counter()
-        rope = patch_model(lm_model, scaling=c.scaling, **c.params) if c.scaling else None
-        try:
-            ppl = token_perplexity(lm, stream, N, settings.windows)["ppl"]
-            right = 0
-            for d, exs in examples.items():
-                for ex in exs:
-                    gen = lm.generate(torch.tensor([ex.prompt]), len(ex.target))[0, N:]
-                    right += gen.tolist() == list(ex.target)
-        finally:
-            if rope is not None:
-                unpatch_model(lm_model)
-        rows.append(dict(label=c.label, scaling=c.scaling, params=c.params, ppl=ppl, passkey=right / samples,
-                         seconds=round(time.perf_counter() - t0, 1), hf=hf))
-        bar.update()
-    bar.close()
-    win, rule = choose(rows, samples)
+    rows = _measure(lm, grid, written, settings, stream.to(settings.device), passkey, L,
+                    per_candidate, seconds, progress)
+    win, rule = choose(rows)
+    ropes = [i for i, r in enumerate(rows) if r["method"] is None]  # what config.json can say
+    ship = win if rows[win]["method"] is None else ropes[choose([rows[i] for i in ropes])[0]]
     if table:
-        print(_format_table(rows, win, N))
+        print(format_table(rows, win, N, written=ship))
     evidence = dict(model=str(model), checkpoint=str(ckpt.path), trained_length=L,
-                    settings=asdict(settings), depths=list(_DEPTHS), rule=rule, candidates=rows,
-                    winner=rows[win]["label"])
+                    settings=asdict(settings), depths=list(settings.depths), rule=rule, candidates=rows,
+                    winner=rows[win]["label"], written=rows[ship]["label"])
+    if ship != win:
+        params = ", ".join(f"{k}={v!r}" for k, v in rows[win]["params"].items())
+        print(f"posenc extend: {rows[win]['label']} wins by the rule but is an attention method, not a config entry: "
+              f"run it with posenc.hf.patch_model(model, method={rows[win]['method']!r}, {params}); "
+              f"{'the folder gets ' if out is not None else 'the best RoPE candidate is '}{rows[ship]['label']}",
+              file=sys.stderr)
     if out is not None:
-        write_extended(ckpt.path, Path(out), extended_config(ckpt.config, rows[win]["hf"], N), evidence)
-        print(f"wrote {out}/config.json ({rows[win]['label']}), the weights and extend.json",
+        write_extended(ckpt.path, Path(out), extended_config(ckpt.config, rows[ship]["hf"], N), evidence)
+        print(f"wrote {out}/config.json ({rows[ship]['label']}), the weights and extend.json",
               file=sys.stdout if table else sys.stderr)
     return evidence
+
+
+def _measure(lm: Any, grid: list[Any], written: list[Any], settings: ExtendSettings, stream: Any, passkey: Any,
+             L: int, per_candidate: float, estimate: float, progress: bool) -> list[dict[str, Any]]:
+    """Every candidate's row: perplexity at N with its interval (and past L), passkey successes of
+    ``settings.samples`` prompts with their Wilson interval; a line per candidate on stderr."""
+    import torch
+
+    from ..bench.data import example_rng
+    from ..intervals import wilson
+    from ..progress import Eta
+    from ..progress import bar as progress_bar
+    from .evaluation import token_perplexity
+    from .extend_grid import progress_line
+    from .patch import patch_model, unpatch_model
+
+    N = settings.to
+    examples = [passkey.sample(N, example_rng("extend", passkey.name, settings.eval_seed, N, d), depth=d)
+                for d in settings.depths for _ in range(settings.passkey_examples)]
+    rows = []
+    bar = progress_bar(len(grid), "extend", unit="candidate", enabled=progress)
+    eta = Eta(per_candidate * len(grid), prior_seconds=estimate)
+    device = next(lm.model.parameters()).device
+    for i, (c, hf) in enumerate(zip(grid, written)):
+        t0 = time.perf_counter()
+        if c.scaling is not None:
+            patch_model(lm.model, scaling=c.scaling, **c.params)
+        elif c.method is not None:
+            patch_model(lm.model, method=c.method, **c.params)
+        try:
+            ppl = token_perplexity(lm, stream, N, settings.windows, trained=L)
+            right = 0
+            for ex in examples:
+                gen = lm.generate(torch.tensor([ex.prompt], device=device), len(ex.target))[0, N:]
+                right += gen.tolist() == list(ex.target)
+        finally:
+            if c.scaling is not None or c.method is not None:
+                unpatch_model(lm.model)
+        took = time.perf_counter() - t0
+        low, high = wilson(right, settings.samples)
+        rows.append(dict(label=c.label, scaling=c.scaling, method=c.method, params=c.params, ppl=ppl["ppl"],
+                         ppl_low=ppl["low"], ppl_high=ppl["high"], ppl_beyond=ppl.get("beyond"),
+                         passkey=right / settings.samples, passkey_right=right, passkey_trials=settings.samples,
+                         passkey_low=low, passkey_high=high, seconds=round(took, 1), hf=hf))
+        eta.done(per_candidate, took)
+        bar.update()
+        if progress:
+            bar.write(progress_line(i + 1, len(grid), rows[-1], took, eta.remaining_seconds()), file=sys.stderr)
+    bar.close()
+    return rows

@@ -199,13 +199,13 @@ def _display_name(folder: str) -> str:
 
 def probe(
     model_dir: str | Path, out: str | Path, settings: ProbeSettings | None = None, *,
-    text: str | Path | None = None, progress: bool = True, model: Any = None,
+    text: str | Path | None = None, progress: bool = True, model: Any = None, device: str = "cpu",
 ) -> ProbeResult:
     """Run the probe (see :mod:`posenc.hf.probe`) and write ``out/probe.json`` and
     ``out/probe_layer<L>.png``, holding ``out``'s lock meanwhile.
 
     ``model``: an already loaded transformers model of ``model_dir`` (tests); else it is
-    loaded in ``settings.dtype`` after the memory check.
+    loaded in ``settings.dtype`` on ``device`` after the memory check (q and k come back to the CPU).
     """
     from ...files import write_json
     from ...progress import bar as progress_bar
@@ -234,9 +234,10 @@ def probe(
         # at most L tokens: q and k are read where the model was trained (the curves then go past L)
         ids = probe_text_ids(tokenizer, text, min(s.tokens, L))
         if model is None:
-            model = load_model(ckpt, DTYPES[s.dtype], progress=progress)
+            model = load_model(ckpt, DTYPES[s.dtype], device=device, progress=progress)
         taps = layer_taps(model)
-        captured = capture_qk(model, torch.tensor([ids]), layers)
+        captured = capture_qk(model, torch.tensor([ids], device=next(model.parameters()).device), layers)
+        captured = {layer: (q.cpu(), k.cpu()) for layer, (q, k) in captured.items()}
 
         # one grid for every layer: to extend * L, and as many points again to extend * Ld
         # for a layer whose trained distance Ld is shorter (a sliding window)
