@@ -331,3 +331,32 @@ def test_lm_factors_whole_stay_ints_fractions_need_a_model(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     assert main(["bench", "--preset", "micro", "--scalings", "llama3", "--out", str(tmp_path / "o")]) == 2
     assert "--scalings llama3: the synthetic bench evaluates linear, ntk, dynamic, yarn" in capsys.readouterr().err
+
+
+def test_model_methods_and_dtype_reach_the_model_settings(tmp_path, capsys, monkeypatch):
+    """bench --model --methods NAME... becomes the settings' methods override (nothing given: no
+    method rows); --dtype bfloat16 is --bf16; each refused where it cannot apply."""
+    import posenc.hf.bench_settings as bench_settings
+
+    seen = []
+
+    def recording(preset, model, **kw):
+        seen.append((kw["overrides"].get("methods"), kw["bf16"]))
+        raise ValueError("stopped after the settings")
+
+    monkeypatch.setattr(bench_settings, "model_settings", recording)
+    out = ["--out", str(tmp_path / "o")]
+    for argv, want in [(["--methods", "rerope", "dual_chunk"], (("rerope", "dual_chunk"), False)),
+                       (["--methods"], ((), False)), ([], (None, False)), (["--dtype", "bfloat16"], (None, True)),
+                       (["--bf16"], (None, True)), (["--dtype", "float32"], (None, False))]:
+        assert main(["bench", "--model", "m", *argv, *out]) == 2
+        assert seen.pop() == want, argv
+    capsys.readouterr()
+    assert main(["bench", "--model", "m", "--bf16", "--dtype", "float32", *out]) == 2
+    assert "--bf16 and --dtype float32 contradict each other: give one" in capsys.readouterr().err
+    assert main(["bench", "--methods", "rerope", *out]) == 2
+    assert "--methods apply to --model only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser([]).parse_args(["bench", "--model", "m", "--methods", "self-extend", *out])
+    assert "argument --methods: must be one of self_extend, rerope, dual_chunk" in capsys.readouterr().err
+    assert not seen

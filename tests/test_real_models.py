@@ -152,16 +152,17 @@ def test_extend_writes_a_checkpoint_transformers_loads(smol, smol_dir, tokens, t
     """extend at N = 128 with L stated as 64: the table, the rule's winner, and a folder that plain
     transformers loads with the winner's logits; every candidate's written config gives the
     patched model's logits."""
-    from posenc.hf.extend import ExtendSettings, choose, extend, extended_config, write_extended
+    from posenc.hf.extend import ExtendSettings, extend, extended_config, write_extended
+    from posenc.hf.extend_grid import choose
 
     out = tmp_path / "ext"  # a stated L writes no folder (a demonstration): written here as extend would
-    ev = extend(NAME, ExtendSettings(to=128, trained_length=64, factors=(1.0,)), progress=False, loaded=smol)
+    ev = extend(NAME, ExtendSettings(to=128, trained_length=64, factors=(1.0,), methods=()), progress=False, loaded=smol)
     winner = next(r for r in ev["candidates"] if r["label"] == ev["winner"])
     write_extended(smol_dir, out, extended_config(json.loads((smol_dir / "config.json").read_text()), winner["hf"], 128),
                    ev)
     rows = ev["candidates"]
     assert [r["label"] for r in rows][0] == "none" and len(rows) >= 4
-    assert ev["winner"] == rows[choose(rows, 3)[0]]["label"]
+    assert ev["winner"] == rows[choose(rows)[0]]["label"]
     ids = tokens[:, :128]
     for r in rows:
         if r["scaling"] is not None:
