@@ -178,3 +178,28 @@ def test_refusals_are_one_line_before_loading(argv, message, capsys, monkeypatch
     assert code == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln and not ln.startswith(("usage:", " "))]
     assert len(err) == 1 and message in err[0], err
+
+
+def test_a_winning_method_is_reported_and_the_best_rope_candidate_written(tiny, tmp_path, capsys, monkeypatch):
+    """config.json cannot say an attention method: when one wins by the rule, extend.json names it
+    as the winner, the folder gets the best RoPE candidate by the same rule, and stderr says how
+    to run the method."""
+    import posenc.hf.extend as library
+
+    def measured(lm, grid, written, settings, *a, **k):
+        ppl = {None: 30.0, "yarn": 20.0, "linear": 25.0}
+        return [dict(row(c.label, 3, 3, 10.0 if c.method else ppl.get(c.scaling, 40.0)), scaling=c.scaling,
+                     method=c.method, params=c.params, hf=hf) for c, hf in zip(grid, written)]
+
+    monkeypatch.setattr(library, "_measure", measured)
+    out = tmp_path / "ext"
+    assert main(["extend", str(tiny), "--to", str(N), "--factors", "1", "--scalings", "linear", "yarn",
+                 "--methods", "rerope", "--out", str(out), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    ev = json.loads((out / "extend.json").read_text())
+    yarn = next(r for r in ev["candidates"] if r["scaling"] == "yarn")
+    assert ev["winner"] == "ReRoPE window=8 slope=0" and ev["written"] == yarn["label"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["rope_parameters"] == yarn["hf"]["rope_parameters"] and config["rope_parameters"]["rope_type"] == "yarn"
+    assert "posenc.hf.patch_model(model, method='rerope', window=8, slope=0.0)" in captured.err
+    assert "<- chosen" in captured.out and "<- written (best RoPE candidate)" in captured.out
