@@ -152,12 +152,15 @@ def token_perplexity(lm: HFCausalLM, stream: Tensor, length: int, windows: int, 
     tokens, each read on its own (every token but each window's first is predicted):
     ``{"ppl", "nll", "tokens", "windows", "low", "high"}``, ``low``/``high`` the 95 % block-bootstrap
     interval over the scored tokens (:func:`posenc.intervals.block_bootstrap_ppl`, blocks of
-    ``block`` consecutive scored tokens). With ``trained`` = L < ``length``, also ``beyond``,
-    ``beyond_low``, ``beyond_high`` and ``beyond_tokens``: the same over the tokens at positions
-    >= L alone (those predicted from more than L tokens of context)."""
+    ``block`` consecutive scored tokens). With ``trained`` = L < ``length`` - 1 (some query sits at
+    a position >= L), also ``beyond``, ``beyond_low``, ``beyond_high`` and ``beyond_tokens``: the
+    same over the tokens predicted by the queries at positions >= L alone, the predictions that
+    attend over a distance the model was never trained on."""
     from ..intervals import block_bootstrap_ppl
 
     check_int("length", length, minimum=2)
+    if trained is not None:
+        check_int("trained", trained, minimum=1)
     windows = min(windows, len(stream) // length)
     if windows < 1:
         raise ValueError(f"the stream has {len(stream)} tokens; need at least one window of {length}")
@@ -165,10 +168,9 @@ def token_perplexity(lm: HFCausalLM, stream: Tensor, length: int, windows: int, 
                           for i in range(windows)]).double().cpu()  # (windows, length - 1)
     ppl, low, high = block_bootstrap_ppl(losses.flatten(), block=block, reps=reps)
     nll = float(losses.mean())
-    out = {"ppl": math.exp(nll), "nll": nll, "tokens": losses.numel(), "windows": windows, "low": low, "high": high}
-    if trained is not None and trained < length:
-        check_int("trained", trained, minimum=1)
-        past = losses[:, trained - 1:]  # the token at position t is loss t - 1
+    out = {"ppl": ppl, "nll": nll, "tokens": losses.numel(), "windows": windows, "low": low, "high": high}
+    if trained is not None and trained < length - 1:  # some query sits at a position >= L
+        past = losses[:, trained:]  # loss t: the query at position t, whose keys reach distance t (>= L: untrained)
         b, b_low, b_high = block_bootstrap_ppl(past.flatten(), block=block, reps=reps)
         out |= {"beyond": b, "beyond_low": b_low, "beyond_high": b_high, "beyond_tokens": past.numel()}
     return out
