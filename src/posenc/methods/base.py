@@ -10,7 +10,10 @@ modulo a chunk. Each is therefore described by
   the positions q and k are rotated to for the r-th logit (positions may be fractional: leaky
   ReRoPE's slope, Self-Extend's shift W - W / G);
 * ``select(q_pos, k_pos)``: for broadcasting (B, Tq, 1) and (B, 1, Tk) integer positions, the
-  index r in [0, R) of the rotation whose logit the pair takes (int64, pointwise).
+  index r in [0, R) of the rotation whose logit the pair takes (an integer tensor, pointwise),
+  nondecreasing in the query's position and nonincreasing in the key's: farther pairs take
+  later rotations. The fused path (:mod:`posenc.methods.fused`) relies on this to read a tile
+  of pairs off its two corners.
 
 :func:`posenc.methods.blockwise.method_attention` computes the R logits of a block of queries,
 merges them by ``select``, then takes one softmax. A method holds no state: positions arrive per
@@ -57,7 +60,8 @@ class AttentionMethod:
         raise NotImplementedError
 
     def select(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:  # pragma: no cover
-        """The rotation index (int64) of each pair; q_pos (B, Tq, 1), k_pos (B, 1, Tk) int64."""
+        """The rotation index of each pair (integer; monotone, see the module docstring);
+        q_pos (B, Tq, 1), k_pos (B, 1, Tk) int64."""
         raise NotImplementedError
 
     @classmethod

@@ -138,6 +138,7 @@ def method_attention(
     segment_ids: Tensor | None = None,
     dropout: float = 0.0,
     block_rows: int | None = None,
+    fused: bool | None = None,
 ) -> Tensor:
     """Attention of unrotated q, k, v under ``method`` (see the module docstring for shapes):
     (B, H, Tq, Dv) in v's dtype.
@@ -154,25 +155,22 @@ def method_attention(
         segment_ids: (B, Tk) document ids of the stream; a query sees its own document only.
         dropout: attention dropout probability (training).
         block_rows: query rows per block; None: :func:`block_rows_for` (about 64 MiB of logits).
+        fused: None (automatic): the fused kernel (:mod:`posenc.methods.fused`) wherever it can run
+            (inference on the CPU), else this module's blocks; False: this module's blocks.
     """
+    from .fused import fused_available, method_attention_fused  # fused.py uses this module's rotations
+
     _check(q, k, v, q_pos, k_pos, inv_freq)
     B, H, Tq, _ = q.shape
     Tk = k.shape[2]
-    if block_rows is None:
-        block_rows = block_rows_for(B, H, Tk)
-    if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
+    if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1):
         raise ValueError(f"block_rows must be an int >= 1 (or None for automatic), got {block_rows!r}")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     offset = Tk - Tq  # stream index of the first query
     qp, kp = q_pos.expand(B, Tq), k_pos.expand(B, Tk)  # (B, Tq), (B, Tk) int64
-    rotations = method.rotations(qp, kp)
-    tables_q = [cos_sin(rq, inv_freq, attention_factor, q.dtype) for rq, _ in rotations]  # R x 2 x (B, Tq, r/2)
-    keys = [rotate_half_layout(k, *cos_sin(rk, inv_freq, attention_factor, k.dtype)) for _, rk in rotations]
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    out = []
-    for i0 in range(0, Tq, block_rows):
-        i1 = min(i0 + block_rows, Tq)
-        end = offset + i1 if causal else Tk  # the keys a query of this block can see
+
+    def visible_of(i0: int, i1: int, end: int) -> Tensor:
+        """Which keys 0..end-1 the queries i0..i1-1 may see: (B|1, 1|H, rows, end) bool."""
         rows = torch.arange(offset + i0, offset + i1, device=q.device)  # stream indices of the block's queries
         cols = torch.arange(end, device=q.device)
         visible = (cols[None] <= rows[:, None]) if causal else torch.ones(i1 - i0, end, dtype=torch.bool,
@@ -185,6 +183,25 @@ def method_attention(
         if segment_ids is not None:
             seg = segment_ids[:, :end]
             visible = visible & (segment_ids[:, None, offset + i0: offset + i1, None] == seg[:, None, None, :])
+        return visible
+
+    if fused not in (None, False):
+        raise ValueError(f"fused must be None (automatic) or False (the blockwise path), got {fused!r}")
+    if Tq and fused is None and fused_available(q, k, v, dropout):  # inference on the CPU: the fused kernel (posenc.methods.fused)
+        return method_attention_fused(q, k, v, method, qp, kp, inv_freq, attention_factor=attention_factor,
+                                      scale=scale, causal=causal, visible_of=visible_of, block_rows=block_rows,
+                                      masked=mask is not None or key_valid is not None or segment_ids is not None)
+    if block_rows is None:
+        block_rows = block_rows_for(B, H, Tk)
+    rotations = method.rotations(qp, kp)
+    tables_q = [cos_sin(rq, inv_freq, attention_factor, q.dtype) for rq, _ in rotations]  # R x 2 x (B, Tq, r/2)
+    keys = [rotate_half_layout(k, *cos_sin(rk, inv_freq, attention_factor, k.dtype)) for _, rk in rotations]
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    out = []
+    for i0 in range(0, Tq, block_rows):
+        i1 = min(i0 + block_rows, Tq)
+        end = offset + i1 if causal else Tk  # the keys a query of this block can see
+        visible = visible_of(i0, i1, end)
         sel = method.select(qp[:, i0:i1, None], kp[:, None, :end])[:, None]  # (B, 1, rows, Tk')
         q_rot = [rotate_half_layout(q[:, :, i0:i1], cos[:, i0:i1], sin[:, i0:i1]) for cos, sin in tables_q]
         args = (q_rot, [key[:, :, :end] for key in keys], v[:, :, :end], sel, visible, scale, dropout)
