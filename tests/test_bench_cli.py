@@ -355,7 +355,7 @@ def test_model_methods_and_dtype_reach_the_model_settings(tmp_path, capsys, monk
     assert main(["bench", "--model", "m", "--bf16", "--dtype", "float32", *out]) == 2
     assert "--bf16 and --dtype float32 contradict each other: give one" in capsys.readouterr().err
     assert main(["bench", "--methods", "rerope", *out]) == 2
-    assert "--methods apply to --model only" in capsys.readouterr().err
+    assert "--methods applies to --model only" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         build_parser([]).parse_args(["bench", "--model", "m", "--methods", "self-extend", *out])
     assert "argument --methods: must be one of self_extend, rerope, dual_chunk" in capsys.readouterr().err

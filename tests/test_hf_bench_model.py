@@ -268,7 +268,9 @@ def test_corpus_and_raised_base_flags_are_checked(ckpt, tmp_path, capsys, argv, 
 
 def test_corpus_flag_needs_a_model(tmp_path, capsys):
     assert main(["bench", "--corpus", "prose", "--out", str(tmp_path / "o")]) == 2
-    assert "--corpus and --raised-base apply to --model only" in capsys.readouterr().err
+    assert "--corpus applies to --model only" in capsys.readouterr().err
+    assert main(["bench", "--corpus", "prose", "--methods", "rerope", "--out", str(tmp_path / "o")]) == 2
+    assert "--corpus, --methods apply to --model only" in capsys.readouterr().err
 
 
 def test_the_cli_corpus_choices_are_the_registry(tmp_path):

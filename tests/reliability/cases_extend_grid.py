@@ -54,7 +54,7 @@ CASES = [
     Case(A, "ExtendSettings(dtype='float64')", r"--dtype must be one of", lambda: _settings(dtype="float64")),
     Case(A, "`posenc bench --model M --bf16 --dtype float32`", r"--bf16 and --dtype float32 contradict each other",
          argv=["bench", "--model", "/no/such/model", "--bf16", "--dtype", "float32", "--out", "/no/such/dir/b"]),
-    Case(A, "`posenc bench --methods rerope` without --model", r"--methods apply to --model only",
+    Case(A, "`posenc bench --methods rerope` without --model", r"--methods applies to --model only",
          argv=["bench", "--methods", "rerope", "--out", "/no/such/dir/b"]),
     Case(A, "`posenc bench --model M --methods foo`", r"argument --methods: must be one of self_extend, rerope, "
          r"dual_chunk, got 'foo'", argv=["bench", "--model", "/no/such/model", "--methods", "foo", "--out", "/no/such/dir/b"]),

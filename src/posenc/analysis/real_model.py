@@ -97,6 +97,18 @@ def model_bench_cells(results: dict[str, Any]) -> dict[str, dict[str, dict[int, 
     return out
 
 
+def own_length(settings: dict[str, Any]) -> bool:
+    """Whether the results' L is the checkpoint's own trained length (a real extension test), not
+    a shorter one stated for a quick run (older files, which did not record it: stated)."""
+    return settings.get("checkpoint_length", 0) == settings["trained_length"]
+
+
+def length_words(settings: dict[str, Any]) -> str:
+    """L in words: ``L = 8192, the checkpoint's own`` or ``L stated as 1024``."""
+    L = settings["trained_length"]
+    return f"L = {L}, the checkpoint's own" if own_length(settings) else f"L stated as {L}"
+
+
 def model_concerns(results: dict[str, Any] | None, probe: dict[str, Any] | None) -> set[str]:
     """What a real model's results are about: its encoding (RoPE) and every scaling evaluated."""
     names = {"rope"}
@@ -116,7 +128,7 @@ def model_bench_summary(results: dict[str, Any]) -> list[str]:
         at = {name: r[n] for name, r in rows.items() if n in r}
         kind = model_task(task)
         order = sorted(at, key=lambda k: at[k], reverse=kind.higher_is_better)
-        lines.append(f"{kind.value_label} at {n} tokens ({n / L:g} L, L stated as {L}): "
+        lines.append(f"{kind.value_label} at {n} tokens ({n / L:g} L, {length_words(results['settings'])}): "
                      + ", ".join(f"{k} {kind.value_format.format(at[k])}" for k in order))
     return lines
 
@@ -148,7 +160,7 @@ def plot_model_bench(results: dict[str, Any], out_dir: Path) -> PlotResult:
                 "" if len(group) == 1 else " (equal)" if exact else " (within 0.1 % of the largest value)"), 38)
             ax.plot([lengths[j] for j in range(len(lengths)) if ok[j]], y[ok].tolist(), "o-", color=f"C{i}", lw=1.2,
                     ms=4, label=label)
-        ax.axvline(L, color="k", ls="--", lw=1, label=f"L = {L} (stated)")
+        ax.axvline(L, color="k", ls="--", lw=1, label=f"L = {L} ({'its own' if own_length(results['settings']) else 'stated'})")
         ax.set_xticks(lengths, [f"{n}\n{n / L:g} L" for n in lengths], fontsize=8)
         ax.set_xlabel("tokens")
         kind = model_task(task)
@@ -158,5 +170,6 @@ def plot_model_bench(results: dict[str, Any], out_dir: Path) -> PlotResult:
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=7)
         ax.set_title(task, fontsize=10)
-    title = f"{model_name(results['settings'])} beyond a stated L, with each training-free scaling"
+    title = (f"{model_name(results['settings'])} beyond {'its own' if own_length(results['settings']) else 'a stated'} "
+             "L, with each training-free scaling and method")
     return save(plt, fig, prepare_out_dir(out_dir), "model_bench", title, {"cells": cells, "lines": lines})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..bench.report import figure_captions, settings_text, significance_lines, table_cells
 from ..results import RunLayout, read_results
-from .real_model import model_bench_summary, model_name, plot_model_bench
+from .real_model import model_bench_summary, model_name, own_length, plot_model_bench
 from .report_page import Section, img
 
 __all__ = ["BenchFolder", "bench_section", "load_bench", "load_model_bench", "model_bench_section"]
@@ -144,8 +144,11 @@ def model_bench_section(results: dict, bench_dir: Path, fig_dir: Path) -> tuple[
     s = results["settings"]
     name = model_name(s)
     png = plot_model_bench(results, fig_dir).path
-    note = (f"L is stated as {s['trained_length']} tokens (the checkpoint was trained longer): the procedure at a "
-            f"small size, not a measurement of length extension. Passkey: {s['passkey_examples']} example(s) per "
+    scope = (f"L = {s['trained_length']} tokens, the checkpoint's own trained length: every length past it is a "
+             "real extension" if own_length(s) else
+             f"L is stated as {s['trained_length']} tokens (the checkpoint was trained longer): the procedure at a "
+             "small size, not a measurement of length extension")
+    note = (f"{scope}. Passkey: {s['passkey_examples']} example(s) per "
             f"depth at depths {', '.join(f'{d:g}' for d in s['passkey_depths'])}. Data in "
             f"{RunLayout(bench_dir).results_json}.")
     body = (f'<section id="model-bench-{html.escape(name)}"><h2>Real model: {html.escape(name)} beyond its length</h2>'

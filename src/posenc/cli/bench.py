@@ -155,9 +155,12 @@ def _cmd(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     for module in ("safetensors", "matplotlib"):  # checkpoints and plots/: before any training
         require(module, extra="bench")
-    if args.model is None and (args.trained_length is not None or args.no_install or args.corpus is not None
-                               or args.raised_base is not None or args.set_methods is not None):
-        raise ValueError("--trained-length, --no-install, --corpus, --raised-base and --methods apply to --model only")
+    model_only = {"--trained-length": args.trained_length is not None, "--no-install": args.no_install,
+                  "--corpus": args.corpus is not None, "--raised-base": args.raised_base is not None,
+                  "--methods": args.set_methods is not None}
+    given = [flag for flag, on in model_only.items() if on]
+    if args.model is None and given:
+        raise ValueError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --model only")
     if args.dtype is not None:  # the general form of --bf16
         if args.bf16 and args.dtype != "bfloat16":
             raise ValueError(f"--bf16 and --dtype {args.dtype} contradict each other: give one")

@@ -24,6 +24,7 @@ headers), so a resume on a replaced checkpoint is refused.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,9 @@ from ..results import (Point, ResultsFile, RunLayout, check_out_dir, check_run_d
                        run_record, write_points, write_run)
 from .bench_settings import ModelBenchSettings
 from .checkpoint import fingerprint, load_model, load_tokenizer, open_checkpoint
-from .cost import estimate_cost
+from .cost import estimate_cost, forward_flops
 from .evaluation import HFCausalLM, check_finite_weights, check_has_rope
-from .scalings import variant_patched
+from .scalings import variant_label, variant_patched
 from .tasks import ModelTask, model_task
 
 __all__ = ["run_model_bench"]
@@ -49,15 +50,48 @@ def _rows(s: ModelBenchSettings, variant: str, lengths: list[int]) -> list[int]:
 
 
 def _evaluate_variant(lm: HFCausalLM, s: ModelBenchSettings, task: ModelTask, variant: str, lengths: list[int],
-                      bar: Any) -> list[Point]:
+                      bar: Any, clock: _Clock) -> list[Point]:
     L = s.trained_length
     points: list[Point] = []
     for n in _rows(s, variant, lengths):
+        t0 = time.perf_counter()
         with variant_patched(lm.model, variant, n / L, L, s.raised_base):
             for depth, value, *extras in task.evaluate_at(lm, s, n):
                 points.append(Point(variant=variant, length=n, depth=depth, value=value, **(extras[0] if extras else {})))
                 bar.update()
+        clock.finished(f"{task.name} {variant_label(s.to_json(), variant) if variant != 'base' else 'base'} at {n}",
+                       task.cells(s, n), time.perf_counter() - t0, points[-len(task.eval_depths(s)):], bar)
     return points
+
+
+class _Clock:
+    """The per-cell log line of a long run: what finished, its value(s), how long it took and the
+    time left, refined from the cells run so far (:class:`posenc.progress.Eta` over FLOPs)."""
+
+    def __init__(self, cfg: dict[str, Any], cells: list[tuple[int, int, int]], prior_seconds: float | None):
+        from ..progress import Eta
+
+        self.cfg = cfg
+        self.groups = 0
+        self.eta = Eta(self._flops(cells), prior_seconds)
+
+    def _flops(self, cells: list[tuple[int, int, int]]) -> float:
+        return sum(b * forward_flops(self.cfg, n, k) for n, b, k in cells)
+
+    def finished(self, what: str, cells: list[tuple[int, int, int]], seconds: float, points: list[Point],
+                 bar: Any) -> None:
+        from ..progress import format_minutes
+
+        self.groups += 1
+        self.eta.done(self._flops(cells), seconds)
+        shown = ", ".join(f"{p['value']:.4g}" + (f" [{p['low']:.4g}, {p['high']:.4g}]" if "low" in p else "")
+                          for p in points)
+        line = (f"posenc bench: {what}: {shown}; {seconds:.0f} s; "
+                f"ETA {format_minutes(self.eta.remaining_seconds())}")
+        if bar.enabled:
+            bar.write(line, file=sys.stderr)
+        else:  # the log of a run without bars: one line per cell, flushed
+            print(line, file=sys.stderr, flush=True)
 
 
 def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = False, overwrite: bool = False,
@@ -103,11 +137,13 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
             todo = [v for v in variants if not run.variant(v).exists()]
             cells += [c for v in todo for n in _rows(s, v, lengths) for c in task.cells(s, n)]
             plans.append((task, run, lengths, variants))
+        seconds = None
         if cells:
             seconds, peak, rate = estimate_cost(lm, ckpt.config, cells)
             print(f"posenc bench: {label}: {len(cells)} forwards of up to {max(n for n, _, _ in cells)} tokens; "
                   f"estimated {seconds / 60:.1f} min at {rate / 1e9:.0f} GFLOP/s (measured here), "
                   f"peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
+        clock = _Clock(ckpt.config, cells, seconds)
         for task, run, lengths, variants in plans:
             points: list[Point] = []
             per_len = len(task.eval_depths(s))
@@ -119,7 +155,7 @@ def run_model_bench(s: ModelBenchSettings, out: str | Path, *, resume: bool = Fa
                     vpoints = read_points(vfile)
                     bar.update(per_len * len(_rows(s, variant, lengths)))
                 else:
-                    vpoints = _evaluate_variant(lm, s, task, variant, lengths, bar)
+                    vpoints = _evaluate_variant(lm, s, task, variant, lengths, bar, clock)
                     vfile.parent.mkdir(exist_ok=True)
                     write_points(vfile, vpoints)
                 points += vpoints
