@@ -14,9 +14,10 @@ from ..bench.data import CORPORA
 from ..config import check_choice, check_int, check_positive, check_range
 from ..rotary.mrope import MROPE_MODEL_TYPES
 from .checkpoint import Checkpoint, fingerprint, open_checkpoint
+from .checkpoint import trained_length as own_length
 from .evaluation import check_has_rope, stated_trained_length
 from .scalings import MODEL_METHODS, MODEL_SCALINGS, RAISED_BASE
-from .tasks import model_task, model_task_names
+from .tasks import default_model_task_names, model_task, model_task_names
 
 __all__ = ["EVAL_FIELDS", "MODEL_PRESETS", "ModelBenchSettings", "model_settings"]
 
@@ -43,6 +44,7 @@ class ModelBenchSettings:
 
     ``label``: the model's name in tables (a named model's name, else the folder's);
     ``trained_length``: L, the checkpoint's own unless stated shorter for a quick run;
+    ``checkpoint_length``: the checkpoint's own trained length (0: not recorded, older files);
     ``corpus``: the lm task's text when ``data`` is None (:data:`posenc.bench.data.CORPORA`);
     ``raised_base``: the factor of the raised-base row (0: no such row)."""
 
@@ -50,7 +52,8 @@ class ModelBenchSettings:
     fingerprint: str
     trained_length: int
     label: str = ""
-    tasks: tuple[str, ...] = model_task_names()
+    checkpoint_length: int = 0
+    tasks: tuple[str, ...] = default_model_task_names()  # a task with default False runs when named
     dtype: str = "float32"
     passkey_eval_factors: tuple[float, ...] = MODEL_PRESETS["quick"]["passkey_eval_factors"]
     passkey_depths: tuple[float, ...] = MODEL_PRESETS["quick"]["passkey_depths"]
@@ -155,7 +158,7 @@ def model_settings(preset: str, model: str | Path, *, tasks: list[str] | None = 
     name = str(model)
     s = ModelBenchSettings(
         model=str(ckpt.path.resolve()), fingerprint=fingerprint(ckpt),
-        trained_length=stated_trained_length(ckpt, trained_length),
+        trained_length=stated_trained_length(ckpt, trained_length), checkpoint_length=own_length(ckpt.config),
         label=name if name in MODELS else ckpt.name, dtype="bfloat16" if bf16 else "float32", data=data, corpus=corpus,
         **({} if raised_base is None else dict(raised_base=raised_base)),
         **(base | dict(overrides or {})),

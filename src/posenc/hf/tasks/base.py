@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..bench_settings import ModelBenchSettings
     from ..evaluation import HFCausalLM
 
-__all__ = ["ModelTask", "model_task", "model_task_names", "register_model_task"]
+__all__ = ["ModelTask", "default_model_task_names", "model_task", "model_task_names", "register_model_task"]
 
 
 class ModelTask(Task):
@@ -34,9 +34,12 @@ class ModelTask(Task):
     Class attributes say how its values read (without a tokenizer, e.g. for the report):
     ``metric`` (results.json's name for it), ``value_label`` (an axis or summary label),
     ``higher_is_better``, ``scale`` (a value as shown: 100 for a fraction in %),
-    ``value_format`` (a shown value in a summary) and ``value_range`` (a figure's y limits, or None).
+    ``value_format`` (a shown value in a summary) and ``value_range`` (a figure's y limits, or None);
+    ``default``: whether ``bench --model`` runs it when ``--tasks`` is not given (False: a task
+    asked for by name, so that a new task does not change what a plain run costs and measures).
     """
 
+    default: ClassVar[bool] = True
     value_label: ClassVar[str] = ""
     higher_is_better: ClassVar[bool] = True
     scale: ClassVar[float] = 1.0
@@ -114,6 +117,11 @@ def register_model_task(cls: M) -> M:
 def model_task_names() -> tuple[str, ...]:
     """Every task ``bench --model`` can run, in registration order (the built-ins first)."""
     return tuple(_MODEL_TASKS)
+
+
+def default_model_task_names() -> tuple[str, ...]:
+    """The tasks ``bench --model`` runs without ``--tasks``: those whose ``default`` is True."""
+    return tuple(name for name, cls in _MODEL_TASKS.items() if cls.default)
 
 
 def model_task(name: str) -> type[ModelTask]:
