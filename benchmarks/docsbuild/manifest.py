@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import bench_tables as bench
+from . import extension_tables as extension
 from . import model_tables as models
 from . import speed_tables as speed
 from .captions import duration, machine_of, md_table
@@ -45,13 +46,18 @@ class Table:
 
 
 _SMOLLM2 = tuple(dict.fromkeys(f for files in models.SMOLLM2_FILES.values() for f in files))
+_EXTENSION = tuple(extension.EXTENSION_FILES.values())
 
 TABLES: dict[str, Table] = {
     "results_files": Table(results_files, ("benchmarks/results/README.md",), tuple(RESULTS)),
     # README headlines: one per topic, each with a short caption pointing to the full one
     "demo_time": Table(bench.demo_headline, ("README.md",), ("demo_cpu",)),
     "bench_quick": Table(bench.quick, ("README.md",), ("bench_quick",)),
-    "bench_model_smollm2_readme": Table(models.smollm2_headline, ("README.md",), _SMOLLM2),
+    "smollm2_extension_readme": Table(extension.extension_headline, ("README.md",), _EXTENSION),
+    # docs/choosing_an_extension.md
+    "smollm2_extension": Table(extension.smollm2_extension, ("docs/choosing_an_extension.md",), _EXTENSION),
+    "extension_claims": Table(extension.extension_claims, ("docs/choosing_an_extension.md",), _EXTENSION),
+    "method_cost": Table(extension.method_cost, ("docs/choosing_an_extension.md",), ("method_cost_cpu",)),
     # docs/bench.md
     "bench_quick_text": Table(bench.quick_text, ("docs/bench.md",), ("bench_quick",)),
     "bench_standard": Table(bench.standard, ("docs/bench.md",), ("bench_standard",)),

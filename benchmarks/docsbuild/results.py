@@ -137,6 +137,16 @@ RESULTS: dict[str, Result] = {
     **{f"bench_model_smollm2_{corpus}_4L": _smollm2(
         f"bench_model_smollm2_{corpus}_4L", "--tasks", "lm", "--lm-eval-factors", "4", "--lm-eval-tokens", "4096",
         "--corpus", corpus) for corpus in ("prose", "code")},
+    # SmolLM2 past its own L = 8192: every scaling and method at 1.5L and 2L, one process per corpus
+    **{f"bench_model_smollm2_L8192_{corpus}": _bench(
+        f"bench_model_smollm2_L8192_{corpus}",
+        ("bench", "--model", "smollm2-135m", "--preset", "standard", "--tasks", "lm", "--corpus", corpus,
+         "--lm-eval-factors", "1", "1.5", "2", "--lm-eval-tokens", "16384", *_QUIET, "--resume", "--no-progress",
+         "--out", f"out/ext/lm_{corpus}"), f"out/ext/lm_{corpus}",
+        note="one of two 1-thread processes (code, prose) side by side; about an hour each on a quiet 2-core CPU")
+        for corpus in ("code", "prose")},
+    "method_cost_cpu": Result(
+        "method_cost_cpu.json", ("python", "benchmarks/method_cost.py", "--out", "benchmarks/results/method_cost_cpu.json")),
     # the code file's passkey at 1.5L, run apart (the main run has L and 2L)
     "bench_model_smollm2_passkey_1.5L": _smollm2("bench_model_smollm2_passkey_1.5L", "--tasks", "passkey",
                                                  "--passkey-eval-factors", "1.5"),
