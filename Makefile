@@ -54,8 +54,6 @@ test: install-test
 # report (which runs the checks too, and draws the figures) run side by side, one thread each.
 BENCH = $(VENV)/bin/posenc bench --preset quick --threads $(THREADS) --resume
 DEMO_BACKGROUND = passkey copy lm
-DEMO_MODEL_BENCH = --lm-eval-factors 1.5 --lm-eval-tokens 12288 --passkey-eval-factors 1.5 --passkey-depths 0.5 \
-	--passkey-examples 1 --scalings yarn --methods self_extend --raised-base 0
 demo: install
 	$(VENV)/bin/posenc list --short
 	mkdir -p $(OUT)/bench/runs $(OUT)/bench_bg
@@ -64,7 +62,7 @@ demo: install
 	@$(BENCH) --tasks $(DEMO_BACKGROUND) --no-progress --out $(OUT)/bench_bg > $(OUT)/bench_bg.log 2>&1 & pid=$$!; \
 	trap 'kill -TERM $$pid 2>/dev/null' INT TERM; \
 	$(VENV)/bin/posenc probe smollm2-135m --out $(OUT)/probe --threads $(THREADS) --no-progress && \
-	$(VENV)/bin/posenc bench --model smollm2-135m $(DEMO_MODEL_BENCH) --threads $(THREADS) --resume --out $(OUT)/model_bench --no-progress; a=$$?; \
+	$(VENV)/bin/posenc bench --model smollm2-135m --lm-eval-factors 1.5 --lm-eval-tokens 12288 --passkey-eval-factors 1.5 --passkey-depths 0.5 --passkey-examples 1 --scalings yarn --methods self_extend --raised-base 0 --threads $(THREADS) --resume --out $(OUT)/model_bench --no-progress; a=$$?; \
 	wait $$pid; b=$$?; \
 	if [ $$b -ne 0 ]; then tail -n 5 $(OUT)/bench_bg.log; fi; \
 	[ $$a -eq 0 ] && [ $$b -eq 0 ]

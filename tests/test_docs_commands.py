@@ -101,8 +101,9 @@ SMOKE: dict[str, Smoke] = {
         set={"--out": ["{tmp}/report"], "--bench": ["{bench}"], "--probe": ["{tmp}/probe"], "--model-bench": ["{tmp}/bm"]},
         add=("--encodings", "rope", "--plots", "rope-score"), expect=("{tmp}/report/report.html",), real=True,
         before=("posenc probe smollm2-135m --out out/probe --threads 1 --no-progress",
-                "posenc bench --model smollm2-135m --trained-length 1024 --lm-eval-factors 1 2 --passkey-eval-factors 1 2 "
-                "--passkey-depths 0.5 --threads 1 --resume --out out/model_bench --no-progress")),
+                "posenc bench --model smollm2-135m --lm-eval-factors 1.5 --lm-eval-tokens 12288 --passkey-eval-factors 1.5 "
+                "--passkey-depths 0.5 --passkey-examples 1 --scalings yarn --methods self_extend --raised-base 0 "
+                "--threads 1 --resume --out out/model_bench --no-progress")),
     "posenc list": Smoke(),
     # make demo's last step; a micro run against itself agrees
     "python benchmarks/compare_bench.py out/bench/results.json benchmarks/results/bench_quick.json": Smoke(
@@ -113,10 +114,12 @@ SMOKE: dict[str, Smoke] = {
     "python benchmarks/tables.py --check": Smoke(how="tables"),
     "posenc probe smollm2-135m --out out/probe --threads 1 --no-progress": Smoke(
         set=_REAL_PROBE, expect=("{tmp}/probe/probe.json",), real=True),
-    "posenc bench --model smollm2-135m --trained-length 1024 --lm-eval-factors 1 2 --passkey-eval-factors 1 2 "
-    "--passkey-depths 0.5 --threads 1 --resume --out out/model_bench --no-progress": Smoke(
-        set={"--trained-length": ["48"], "--passkey-eval-factors": ["2"], "--out": ["{tmp}/bm"]},
-        expect=("{tmp}/bm/results.json",), real=True),
+    # make demo's real model past its own L, run small: L stated as 48, the passkey at 2L (a prompt needs ~80 tokens)
+    "posenc bench --model smollm2-135m --lm-eval-factors 1.5 --lm-eval-tokens 12288 --passkey-eval-factors 1.5 "
+    "--passkey-depths 0.5 --passkey-examples 1 --scalings yarn --methods self_extend --raised-base 0 "
+    "--threads 1 --resume --out out/model_bench --no-progress": Smoke(
+        set={"--lm-eval-tokens": ["96"], "--lm-eval-factors": ["2"], "--passkey-eval-factors": ["2"],
+             "--out": ["{tmp}/bm"]}, add=("--trained-length", "48"), expect=("{tmp}/bm/results.json",), real=True),
     "posenc extend smollm2-135m --to 2048 --trained-length 1024 --json out/smollm2-2k.json": Smoke(
         set=_REAL_EXTEND, add=("--no-progress",), expect=("{tmp}/ext.json",), real=True),
 }
@@ -186,6 +189,13 @@ RESULT_SMOKE: dict[str, Smoke] = {
         set={"--trained-length": ["64"], "--out": ["{tmp}/bm"]},
         add=("--preset", "micro", "--passkey-examples", "1", "--passkey-depths", "0.5"),
         expect=("{tmp}/bm/results.json",), real=True),
+    # SmolLM2 past its own L, run small: L stated as 48, one window of 96 tokens at each length
+    **{f"bench_model_smollm2_L8192_{corpus}": Smoke(
+        set={"--preset": ["micro"], "--lm-eval-tokens": ["96"], "--out": ["{tmp}/bm"]},
+        add=("--trained-length", "48", "--methods", "self_extend"), expect=("{tmp}/bm/results.json",), real=True)
+       for corpus in ("code", "prose")},
+    "method_cost_cpu": Smoke(set={"--lengths": ["64"], "--methods": ["rerope"], "--out": ["{tmp}/mc.json"]},
+                             expect=("{tmp}/mc.json",), how="script", real=True),
     "bench_model_smollm2_code_4L": Smoke(
         set={"--trained-length": ["32"], "--lm-eval-tokens": ["128"], "--out": ["{tmp}/bm"]},
         add=("--preset", "micro"), expect=("{tmp}/bm/results.json",), real=True),

@@ -155,6 +155,9 @@ NOT_MEASUREMENTS = {
     ("docs/bench.md", "× 64"),  # batch shape
     ("docs/bench.md", "× 5"),  # passkey depths
     ("docs/bench.md", "95 %"),  # the confidence level of the intervals
+    ("docs/choosing_an_extension.md", "95 %"),
+    ("README.md", "95 %"),  # the confidence level of the intervals  # the confidence level of the intervals
+    ("docs/real_models.md", "95 %"),  # the confidence level of the intervals
     ("docs/bench.md", "× 3"),  # tasks x seeds, depths: counts
     ("docs/bench.md", "× 32"),  # batch shape, examples per length
     ("docs/bench.md", "× 8"),  # encodings x tasks: a count
