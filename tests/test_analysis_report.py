@@ -155,8 +155,8 @@ def model_page(tmp_path_factory):
 
 def test_page_leads_with_the_real_model(model_page):
     text = model_page.read_text()
-    order = [text.index(s) for s in ('<h2 id="summary">', '<nav id="contents">', "<h2>Checkpoint probe:",
-                                     "beyond its length</h2>", '<h2 id="properties">', '<h2 id="figures">')]
+    order = [text.index(s) for s in ('<h2 id="summary">', '<nav id="contents">', "beyond its length</h2>",
+                                     "<h2>Checkpoint probe:", '<h2 id="properties">', '<h2 id="figures">')]
     assert order == sorted(order), order
     summary = text[text.index('<ul class="summary">'):text.index("</ul>", text.index('<ul class="summary">'))]
     assert "layer 0" in summary and ("holds" in summary or "does not hold" in summary)

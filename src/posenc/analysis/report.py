@@ -159,16 +159,16 @@ def build_report(
         probe_dirs.append(out_dir / "probe")
     sections: list[Section] = []
     summary: list[str] = []
+    if model_bench is not None:  # the report leads with the real model past its length
+        section, lines = model_bench_section(bench_results, Path(model_bench), out_dir / "figures")
+        sections.append(section)
+        summary += lines
     probe_data = []
     for d in probe_dirs:
         section, lines, data = _probe_section(d)
         sections.append(section)
         summary += lines
         probe_data.append(data)
-    if model_bench is not None:
-        section, lines = model_bench_section(bench_results, Path(model_bench), out_dir / "figures")
-        sections.append(section)
-        summary += lines
     if bench_folder is not None:
         sections.append(Section("benchmark", "Benchmark", bench_section(bench_folder)))
         summary += bench_folder.summary()
