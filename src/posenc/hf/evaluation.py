@@ -99,7 +99,8 @@ class HFCausalLM(nn.Module):
         for i in range(0, hidden.shape[1], self.head_chunk):
             logits = self.head(hidden[:, i : i + self.head_chunk])  # (B, c, V)
             target = ids[:, i + 1 : i + 1 + self.head_chunk]  # (B, c)
-            losses.append(F.cross_entropy(logits.transpose(1, 2), target, reduction="none"))  # (B, c)
+            # over the last (contiguous) dim, as transformers' own loss: a strided class dim sums in another order
+            losses.append(F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape))
         return torch.cat(losses, dim=1) if losses else hidden.new_zeros(ids.shape[0], 0)
 
     def nll(self, ids: Tensor) -> tuple[float, int]:
