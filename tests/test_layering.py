@@ -6,8 +6,8 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "src" / "posenc"
-PACKAGES = ("analysis", "bench", "hf")
-ALLOWED = {("analysis", "bench"), ("analysis", "hf"), ("hf", "bench")}
+PACKAGES = ("analysis", "bench", "engines", "hf")
+ALLOWED = {("analysis", "bench"), ("analysis", "hf"), ("hf", "bench"), ("analysis", "engines"), ("hf", "engines")}
 
 
 def imported_modules(path: pathlib.Path) -> list[str]:
@@ -47,7 +47,7 @@ def test_application_packages_form_layers():
     assert not bad, f"imports against the layering (analysis > hf > bench): {bad}"
 
 
-WINGS = ("analysis", "bench", "hf", "cli", "speed")
+WINGS = ("analysis", "bench", "engines", "hf", "cli", "speed")
 
 
 def test_the_core_and_the_neutral_services_import_no_wing():

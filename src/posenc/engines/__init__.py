@@ -1,0 +1,8 @@
+"""What each inference engine computes as RoPE from a model file, re-derived from its source:
+:class:`EngineRope` and the rules registered in :data:`ENGINES` (transformers, vLLM, SGLang,
+llama.cpp, mlx-lm), and where they disagree. No engine needs to be installed."""
+
+from .base import ENGINES, EngineRope, EngineRule, Unsupported, engine_names, engine_rule, register_engine
+from . import transformers as _transformers  # noqa: F401  (registers the rule)
+
+__all__ = ["ENGINES", "EngineRope", "EngineRule", "Unsupported", "engine_names", "engine_rule", "register_engine"]
