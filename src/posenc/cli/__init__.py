@@ -47,6 +47,7 @@ SUBCOMMANDS: dict[str, str] = {
     "report": "posenc.cli.report",
     "probe": "posenc.cli.probe",
     "extend": "posenc.cli.extend",
+    "rope": "posenc.cli.rope",
 }
 
 
