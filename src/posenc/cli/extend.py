@@ -28,6 +28,16 @@ def _name_in(names):
     return parse
 
 
+def _targets(value: str) -> tuple[str, ...]:
+    """``--export``: a comma list of :data:`posenc.hf.export.TARGETS`."""
+    from ..hf.export import parse_targets
+
+    try:
+        return parse_targets(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--export ")) from None
+
+
 def _cmd(args: argparse.Namespace) -> int:
     import torch
 
@@ -42,7 +52,7 @@ def _cmd(args: argparse.Namespace) -> int:
                               scalings=from_flag("--scalings", args.scalings), methods=from_flag("--methods", args.methods),
                               depths=tuple(dict.fromkeys(args.depths)), device=args.device, dtype=args.dtype)
     evidence = extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress,
-                      table=args.json != STDOUT)
+                      table=args.json != STDOUT, export=args.export, gguf=args.gguf)
     emit_json(args.json, evidence)
     return 0
 
@@ -61,6 +71,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help=f"the target length in tokens (> L, at most {library.MAX_TO})")
     p.add_argument("--out", type=output_dir, default=None, metavar="DIR",
                    help="write the winner here as a transformers checkpoint (default: only print the table)")
+    p.add_argument("--export", type=_targets, default=("hf",), metavar="TARGETS",
+                   help="what --out gets, a comma list of hf (the transformers checkpoint), vllm (vllm.json, vllm.sh: "
+                        "the serve line) and llama.cpp (llama.cpp.sh: the flags; with --gguf a GGUF); default hf")
+    p.add_argument("--gguf", default=None, metavar="PATH",
+                   help="a GGUF of the same checkpoint: --export llama.cpp writes a copy with the winner's rope metadata")
     p.add_argument("--trained-length", type=int_in(2, library.MAX_TO), default=None, metavar="L",
                    help="a shorter L than the checkpoint's own, for a quick run (a demonstration, not a measurement: "
                         "the table and --json only, not --out)")

@@ -298,20 +298,26 @@ def write_extended(src: Path, out: Path, config: dict[str, Any], evidence: dict[
 
 
 def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.PathLike | None = None, *,
-           install: bool = True, progress: bool = True, loaded: Any = None, table: bool = True) -> dict[str, Any]:
+           install: bool = True, progress: bool = True, loaded: Any = None, table: bool = True,
+           export: tuple[str, ...] = ("hf",), gguf: str | os.PathLike | None = None) -> dict[str, Any]:
     """Measure the grid (module docstring) and, with ``out``, write the winner there.
-    Returns the evidence (extend.json's content). ``loaded``: the already loaded model (tests;
-    moved to ``settings.device`` and ``settings.dtype``); ``table``: print the table to stdout
-    (False: stdout is left to the caller, e.g. JSON); ``progress``: a line per candidate on stderr."""
+    Returns the evidence (extend.json's content; with engine exports, ``exports``: what each
+    wrote). ``loaded``: the already loaded model (tests; moved to ``settings.device`` and
+    ``settings.dtype``); ``table``: print the table to stdout (False: stdout is left to the
+    caller, e.g. JSON); ``progress``: a line per candidate on stderr; ``export``: the targets of
+    :mod:`posenc.hf.export` (``hf``: the checkpoint folder), ``gguf``: the llama.cpp export's GGUF."""
+    from .export import Winner, check_export, export_engines
+    from .export.gguf_rope import check_gguf
     from .checkpoint import DTYPES, load_model, load_tokenizer, open_checkpoint, trained_length
     from .cost import estimate_cost, forward_flops
     from .evaluation import HFCausalLM, check_finite_weights, check_has_rope, stated_trained_length, token_stream
-    from .extend_grid import candidates, choose, format_table
+    from .extend_grid import NONE, candidates, choose, format_table
     from .models import resolve_model
     from .patch import patch_model, unpatch_model
     from .tasks import TextPasskey
 
     check_device(settings.device)
+    check_export(tuple(export), out, gguf)
     if out is not None:
         clean_stale_temporaries(out)
         if Path(out).exists() and any(Path(out).iterdir()):
@@ -330,6 +336,9 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
         raise ValueError(f"--out with --trained-length {L}, shorter than the model's own {own}: a demonstration's "
                          "config.json would look like a shipped extension; drop --out (the table is the result) "
                          "or --trained-length")
+    if gguf is not None:  # its context length and base against config.json, before any weight is read
+        check_gguf(gguf, Winner(({"label": NONE, "scaling": None, "method": None, "params": {}},), 0,
+                                ckpt.config, L, N, str(ckpt.path)))
     grid = candidates(L, N, settings.factors, scalings=settings.scalings, methods=settings.methods,
                       model_type=ckpt.config.get("model_type"))
     tok = load_tokenizer(ckpt)
@@ -377,9 +386,20 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
               f"{'the folder gets ' if out is not None else 'the best RoPE candidate is '}{rows[ship]['label']}",
               file=sys.stderr)
     if out is not None:
-        write_extended(ckpt.path, Path(out), extended_config(ckpt.config, rows[ship]["hf"], N), evidence)
-        print(f"wrote {out}/config.json ({rows[ship]['label']}), the weights and extend.json",
-              file=sys.stdout if table else sys.stderr)
+        stream = sys.stdout if table else sys.stderr
+        if "hf" in export:
+            write_extended(ckpt.path, Path(out), extended_config(ckpt.config, rows[ship]["hf"], N), evidence)
+            print(f"wrote {out}/config.json ({rows[ship]['label']}), the weights and extend.json", file=stream)
+        else:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            (Path(out) / "extend.json").write_text(json.dumps(evidence, indent=2) + "\n")
+        done = export_engines(tuple(export), Winner(tuple(rows), win, ckpt.config, L, N, str(ckpt.path)), out, gguf)
+        for e in done:
+            for note in e["notes"]:
+                print(f"posenc extend: {e['target']}: {note}", file=sys.stderr)
+            print(f"wrote {', '.join(e['files'])} ({e['written']}); {e['target']}:\n  {e['command']}", file=stream)
+        if done:
+            evidence = dict(evidence, exports=done)
     return evidence
 
 
