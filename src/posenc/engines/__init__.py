@@ -6,6 +6,7 @@ from .base import ENGINES, EngineRope, EngineRule, Unsupported, engine_names, en
 from . import transformers as _transformers  # noqa: F401  (registers the rule)
 from . import vllm as _vllm  # noqa: F401  (registers the rule)
 from . import llamacpp as _llamacpp  # noqa: F401  (registers the rule)
+from . import mlx_lm as _mlx_lm  # noqa: F401  (registers the rule)
 from . import sglang as _sglang  # noqa: F401  (registers the rule)
 
 __all__ = ["ENGINES", "EngineRope", "EngineRule", "Unsupported", "engine_names", "engine_rule", "register_engine"]
