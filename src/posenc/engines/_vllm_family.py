@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import torch
 from torch import Tensor
 
-from .base import Unsupported
+from ..rotary.hf_config import layer_ropes
+from .base import EngineRope, Unsupported
+from .transformers import ropes_of
 
 __all__ = ["FAMILIES", "Family", "Group", "dynamic_base", "linear", "llama3", "longrope", "plain", "read_groups",
-           "yarn", "yarn_mscale"]
+           "through_transformers", "yarn", "yarn_mscale"]
 
 ORIGINAL = "original_max_position_embeddings"
 #: keys transformers' validate_rope requires per type (KeyError otherwise), as of 5.19-5.24
@@ -272,6 +274,15 @@ def read_groups(config: Mapping[str, Any], engine: str, strict_type: bool,
         groups.append(Group(p, head, rotary, family.layout, max_position, name if len(names) > 1 else None,
                             None if len(layers) == n else layers))
     return model_type, groups
+
+
+def through_transformers(config: dict[str, Any], engine: str, source: str, note: str) -> list[EngineRope]:
+    """The engine's Transformers backend (a family without its own model file): transformers'
+    RoPE, labelled as the engine's, each entry naming the layers that rotate."""
+    ropes = ropes_of(config, engine, source, notes=(note,))
+    rotating = [i for i, rope in enumerate(layer_ropes(config)) if rope is not None]
+    n = len(layer_ropes(config))
+    return [r if r.layers is not None or len(rotating) == n else replace(r, layers=tuple(rotating)) for r in ropes]
 
 
 def number(p: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:

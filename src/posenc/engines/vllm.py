@@ -25,7 +25,6 @@ from typing import Any, Mapping
 
 from . import _vllm_family as fam
 from .base import EngineRope, Unsupported, register_engine
-from .transformers import ropes_of
 
 __all__ = ["vllm_rope", "vllm_ropes"]
 
@@ -213,9 +212,9 @@ def vllm_ropes(config: Mapping[str, Any], *, max_model_len: int | None = None) -
         raise ValueError(f"max_model_len must be an int >= 1 or None, got {max_model_len!r}")
     cfg = fam.text_config(config)
     if cfg.get("model_type") == "smollm3":
-        return ropes_of(cfg, "vllm", f"vLLM {VERSION}: model_executor/models/registry.py (Transformers backend)",
-                        notes=("vLLM runs SmolLM3ForCausalLM through its Transformers backend: the RoPE is "
-                               "transformers' own",))
+        return fam.through_transformers(
+            cfg, "vllm", f"vLLM {VERSION}: model_executor/models/registry.py (Transformers backend)",
+            "vLLM runs SmolLM3ForCausalLM through its Transformers backend: the RoPE is transformers' own")
     model_type, groups = fam.read_groups(cfg, "vLLM", strict_type=True, overrides=_FAMILIES)
     return [_group(model_type, g, cfg, max_model_len) for g in groups]
 
