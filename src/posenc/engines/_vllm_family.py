@@ -211,7 +211,7 @@ def normalise(params: dict[str, Any], where: str, config: Mapping[str, Any], the
 def _layers_rotating(config: Mapping[str, Any], family: Family, n: int, engine: str) -> list[bool]:
     if family.nope != "llama4":
         return [True] * n
-    if engine == "sglang":  # llama4.py: use_rope = (layer_id + 1) % 4 != 0, whatever the config says
+    if engine.lower() == "sglang":  # llama4.py: use_rope = (layer_id + 1) % 4 != 0, whatever the config says
         return [(i + 1) % 4 != 0 for i in range(n)]
     flags = config.get("no_rope_layers")  # vLLM: via transformers' Llama4TextConfig (empty: every 4th)
     if not flags:
