@@ -139,6 +139,8 @@ def _initialize_rope(d: int, theta: float, traditional: bool, cfg: Mapping[str, 
         if len(cfg.get("mrope_section", [])) != 3:
             raise Unsupported("mlx-lm 0.32.2 asserts: MRoPE currently only supports 3 sections")
         return make(_base(d, theta))
+    if kind == "proportional":
+        raise ValueError("mlx-lm's 'proportional' RoPE (ProportionalRoPE) is not modelled here")
     raise Unsupported(f"mlx-lm 0.32.2 raises ValueError: Unsupported RoPE type {kind} "
                       "(initialize_rope knows default, linear, dynamic, llama3, yarn, longrope, proportional, mrope)")
 
