@@ -9,7 +9,7 @@ function ``fn(inv_freq_base, cfg, *, base, seq_len=None) -> (inv_freq, attention
 its display label, its transformers spelling and its rule for "this scaling at factor f for a
 model trained at L"). The built-in entries live one module each beside this one (:mod:`.plain`,
 :mod:`.ntk`, :mod:`.ntk_alpha`, :mod:`.yarn`, :mod:`.llama3`, :mod:`.longrope`, :mod:`.proportional`,
-:mod:`.hope`) and are registered here, in :data:`BUILTIN` order; :func:`register_scaling` adds
+:mod:`.hope`, :mod:`.clipped`) and are registered here, in :data:`BUILTIN` order; :func:`register_scaling` adds
 another. Everything else is derived from the entries: the parameters ``RotaryConfig`` accepts,
 ``from_hf`` / ``to_hf``, the scalings ``posenc bench``, ``posenc bench --model`` and
 ``posenc probe`` evaluate and how they set them, the labels of their tables and figures, the
@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ...config import check_choice, check_even, check_positive
+from .clipped import CLIPPED
 from .hope import HOPE
 from .llama3 import LLAMA3
 from .longrope import LONGROPE
@@ -56,7 +57,7 @@ __all__ = [
 
 #: The built-in scalings, in the order listings, tables and figures show them.
 BUILTIN: tuple[Scaling, ...] = (DEFAULT, LINEAR, NTK, DYNAMIC, NTK_ALPHA, YARN, LLAMA3, LONGROPE, PROPORTIONAL,
-                                 HOPE)
+                                 HOPE, CLIPPED)
 
 
 def base_inv_freq(rotary_dim: int, base: float) -> Tensor:
