@@ -273,3 +273,10 @@ def test_refusals():
         rope_from_gguf_metadata(gguf_rope_metadata(SMOLLM2_135M), {"--rope-sclae": 2})
     (plain,) = llamacpp_rope({**SMOLLM2_135M, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
     assert close(plain.inv_freq, ref_ggml(64, 100000.0)) and any("dynamic" in n for n in plain.notes)
+
+
+def test_llama3_scaling_outside_the_llama_converters_is_dropped_with_a_note():
+    cfg = {**QWEN25_7B_YARN, "rope_scaling": LLAMA31_8B["rope_scaling"]}
+    assert "rope_freqs" not in gguf_rope_metadata(cfg)
+    (r,) = llamacpp_rope(cfg)
+    assert close(r.inv_freq, ref_ggml(128, 1e6)) and any("llama3 scaling is dropped" in n for n in r.notes)

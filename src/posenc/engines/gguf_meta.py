@@ -236,7 +236,9 @@ def gguf_rope_metadata(config: Mapping[str, Any]) -> dict[str, Any]:
             meta["rope_freqs"] = _llama3_factors(h, p)
         if arch == "smollm3" and "no_rope_layers" in h:
             notes.append("no_rope_layers is not written: llama.cpp's smollm3 skips RoPE on every 4th layer")
-    elif arch == "deepseek2":
+    elif str(p.get("rope_type", "")).lower() == "llama3":
+        notes.append(f"llama3 scaling is dropped: only LlamaModel writes rope_freqs, {arch}'s converter does not")
+    if arch == "deepseek2":
         for key in ("qk_rope_head_dim", "qk_nope_head_dim", "kv_lora_rank"):
             if key not in h:
                 raise Unsupported(f"convert_hf_to_gguf.py's DeepseekV2 converter needs {key} (KeyError)")
