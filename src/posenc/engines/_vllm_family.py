@@ -141,6 +141,7 @@ class Group:
     max_position: int
     layer_type: str | None = None
     layers: tuple[int, ...] | None = None
+    where: str = "rope_parameters"  # the dict's name in the file, for messages
 
 
 def _int(config: Mapping[str, Any], key: str) -> int:
@@ -190,6 +191,9 @@ def normalise(params: dict[str, Any], where: str, config: Mapping[str, Any], the
     p["rope_type"] = kind
     p.pop("type", None)
     p.setdefault("rope_theta", config.get("rope_theta", theta))
+    base = p["rope_theta"]
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < math.inf:
+        raise ValueError(f"rope_theta ({where} or the top level) must be a finite number > 1, got {base!r}")
     for key in ("partial_rotary_factor", "rotary_pct", "rotary_emb_fraction"):
         if key in config and config[key] is not None:
             p.setdefault("partial_rotary_factor", config[key])
@@ -272,7 +276,7 @@ def read_groups(config: Mapping[str, Any], engine: str, strict_type: bool,
             raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction!r}")
         rotary = int(p.get("rope_dim") or int(head * fraction))
         groups.append(Group(p, head, rotary, family.layout, max_position, name if len(names) > 1 else None,
-                            None if len(layers) == n else layers))
+                            None if len(layers) == n else layers, label))
     return model_type, groups
 
 

@@ -131,8 +131,7 @@ def _dynamic(g: fam.Group, where: str, notes: list[str]) -> EngineRope:
 
 def _group(model_type: str, g: fam.Group, cfg: Mapping[str, Any]) -> EngineRope:
     p, d = g.params, g.rotary_dim
-    kind, base = p["rope_type"], fam.number(p, "rope_theta", "rope_theta")
-    where = f"rope_parameters[{g.layer_type!r}]" if g.layer_type else "rope_parameters"
+    kind, base, where = p["rope_type"], float(p["rope_theta"]), g.where
     notes: list[str] = []
     if model_type == "llama4_text":
         notes.append("NoPE on every 4th layer (llama4.py use_rope), no_rope_layers not read; rotate_half on q/k "
