@@ -6,7 +6,7 @@ relative_key_query, transformer_xl, deberta. Their distance buckets and skew/gat
 are :mod:`.distance`.
 
 Content-independent (the ``logit_bias`` hook, a :class:`~posenc.terms.BiasTerm` taken once
-per forward and shared by the layers): t5, alibi, kerple, fire.
+per forward and shared by the layers): t5, alibi, kerple, fire, sandwich.
 """
 
 from . import shaw, relative_key, transformer_xl, deberta  # noqa: F401
@@ -14,6 +14,7 @@ from . import t5, alibi, kerple, fire  # noqa: F401
 from . import dynamic_bias  # noqa: F401
 from . import cope  # noqa: F401
 from . import fox  # noqa: F401
+from . import sandwich  # noqa: F401
 
 from .alibi import ALiBi, alibi_bias, alibi_slopes
 from .deberta import DebertaRelative, log_bucket_position
