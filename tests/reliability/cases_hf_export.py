@@ -9,6 +9,8 @@ from pathlib import Path
 from . import Case
 
 A = "hf export: extend --export, --gguf"
+#: the page's text of a message naming a temporary file (its folder differs every run)
+_DOC = "--gguf 'TMP/m.gguf'{}"
 _X = ["extend", "/no/such/model", "--to", "256"]
 _CONFIG = dict(model_type="llama", hidden_size=32, num_attention_heads=4, head_dim=8, rope_theta=10000.0,
                max_position_embeddings=64)
@@ -74,15 +76,21 @@ CASES = [
     Case(A, "`posenc extend --export llama.cpp --gguf /no/such.gguf`", r"--gguf '/no/such\.gguf': no such file",
          argv=[*_X, "--out", "/tmp/posenc-never-written", "--export", "llama.cpp", "--gguf", "/no/such.gguf"]),
     Case(A, "--gguf naming a file that is not a GGUF", r"--gguf '.*m\.gguf' is not a GGUF file \(it starts with b'not ', ",
-         run=_not_gguf_flag),
+         run=_not_gguf_flag, doc=_DOC.format(" is not a GGUF file (it starts with b'not ', not b'GGUF')")),
     Case(A, "--gguf naming a truncated GGUF (the magic alone)", r"is not a readable GGUF file",
-         run=lambda: _check(raw=b"GGUF\x03\x00")),
+         run=lambda: _check(raw=b"GGUF\x03\x00"), doc=_DOC.format(" is not a readable GGUF file (...)")),
     Case(A, "--gguf of another checkpoint: its context_length is not L", r"llama\.context_length is 128, not the "
-         r"checkpoint's L = 64 \(give a GGUF of the same checkpoint\)", run=lambda: _check(ctx=128)),
+         r"checkpoint's L = 64 \(give a GGUF of the same checkpoint\)", run=lambda: _check(ctx=128),
+         doc=_DOC.format(": llama.context_length is 128, not the checkpoint's L = 64 (give a GGUF of the same "
+                         "checkpoint)")),
     Case(A, "--gguf of another checkpoint: its rope base differs", r"llama\.rope\.freq_base is 500000, not the "
-         r"checkpoint's rope base 10000", run=lambda: _check(base=500000.0)),
+         r"checkpoint's rope base 10000", run=lambda: _check(base=500000.0),
+         doc=_DOC.format(": llama.rope.freq_base is 500000, not the checkpoint's rope base 10000 (give a GGUF of "
+                         "the same checkpoint)")),
     Case(A, "--gguf that already has rope_freqs.weight (per-pair factors)", r"already has rope_freqs\.weight",
-         run=lambda: _check(rope_freqs=True)),
+         run=lambda: _check(rope_freqs=True),
+         doc=_DOC.format(" already has rope_freqs.weight (per-pair RoPE factors): the export writes the winner's "
+                         "RoPE over a GGUF whose RoPE is plain")),
     Case(A, "parse_targets('') (an empty --export)", r"--export must be a comma list of hf, vllm, llama\.cpp; got ''",
          run=lambda: _parse("")),
     Case(A, "Winner with an index past its rows", r"index must be in \[0, 0\], got 3", run=lambda: _winner(index=3)),
