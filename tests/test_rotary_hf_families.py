@@ -65,6 +65,12 @@ CASES = {
                                            max_position_embeddings=8192), None),
     "gemma2": ("gemma2", "Gemma2Config", dict(hidden_size=128, num_attention_heads=2, head_dim=64, rope_theta=1e4,
                                               max_position_embeddings=8192), None),
+    "gpt_oss-yarn": ("gpt_oss", "GptOssConfig", dict(hidden_size=128, num_attention_heads=2, head_dim=64,
+                                                     rope_theta=150000.0, max_position_embeddings=131072,
+                                                     rope_scaling={"rope_type": "yarn", "factor": 32.0,
+                                                                   "beta_fast": 32.0, "beta_slow": 1.0,
+                                                                   "truncate": False,
+                                                                   "original_max_position_embeddings": 4096}), None),
     "gemma3-global": ("gemma3_text", "Gemma3TextConfig",
                       dict(hidden_size=128, num_attention_heads=2, head_dim=64, rope_theta=1e6,
                            rope_local_base_freq=1e4, max_position_embeddings=131072,
@@ -140,6 +146,9 @@ def hf_rotate(name, q, k, pos):
         cos, sin = rotary(q, pos)
         inv, scaling = rotary.inv_freq, rotary.attention_scaling
     r = cos.shape[-1]
+    if model_type == "gpt_oss":  # its cos/sin hold one column per pair (the halves are rotated apart)
+        hq, hk = mod.apply_rotary_pos_emb(q[..., :2 * r], k[..., :2 * r], cos, sin)
+        return inv, scaling, cos, sin, hq, hk
     if model_type == "deepseek_v3" and cfg.rope_interleave:
         hq, hk = mod.apply_rotary_pos_emb_interleave(q[..., :r], k[..., :r], cos, sin)
         # transformers returns the pairs de-interleaved (even channels, then odd): back to pairs.
@@ -153,7 +162,7 @@ def hf_rotate(name, q, k, pos):
 def test_every_family_and_scaling_is_covered():
     families = {c[0] for c in CASES.values()}
     assert families == {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
-                        "gpt_neox", "gptj", "stablelm", "deepseek_v3"}
+                        "gpt_neox", "gptj", "stablelm", "deepseek_v3", "gpt_oss"}
     types = {(c[2].get("rope_scaling") or {}).get("rope_type", (c[2].get("rope_scaling") or {}).get("type", "default"))
              for c in CASES.values()}
     assert types == {"default", "linear", "dynamic", "yarn", "llama3", "longrope"}

@@ -37,16 +37,18 @@ Reading = list[EngineRope] | Unsupported
 
 def read_all(config: Mapping[str, Any], engines: list[str] | None = None) -> dict[str, Reading]:
     """Every engine's reading of ``config`` (default: all registered, transformers first); an
-    engine that cannot run the file gives its :class:`Unsupported` (the one line to show).
+    engine that cannot run the file (or a part of it posenc's rule does not model) gives an
+    :class:`Unsupported` (the one line to show).
     transformers' own errors (a malformed file) propagate: nothing is read from a bad file."""
     out: dict[str, Reading] = {}
     for name in engines or engine_names():
         try:
             out[name] = engine_rule(name)(config)
-        except Unsupported as e:
+        except (Unsupported, ValueError, TypeError) as e:
             if name == "transformers":
                 raise
-            out[name] = e
+            # an engine that cannot read a file transformers reads: its line is the finding
+            out[name] = e if isinstance(e, Unsupported) else Unsupported(str(e))
     return out
 
 

@@ -38,13 +38,15 @@ def deepseek_softmax_scale(config: Mapping[str, Any]) -> float:
     return m * m
 
 
-def _groups(config: Mapping[str, Any]) -> list[tuple[RotaryEmbedding, tuple[int, ...]]]:
-    """The distinct RoPEs of a config and the layers using each, in first-use order."""
+def _groups(config: Mapping[str, Any]) -> tuple[list[tuple[RotaryEmbedding, tuple[int, ...]]], int]:
+    """The distinct RoPEs of a config and the layers using each, in first-use order, and the
+    number of decoder layers (NoPE ones included)."""
     groups: dict[int, tuple[RotaryEmbedding, list[int]]] = {}
-    for i, rope in enumerate(layer_ropes(dict(config))):
+    ropes = layer_ropes(dict(config))
+    for i, rope in enumerate(ropes):
         if rope is not None:
             groups.setdefault(id(rope), (rope, []))[1].append(i)
-    return [(rope, tuple(layers)) for rope, layers in groups.values()]
+    return [(rope, tuple(layers)) for rope, layers in groups.values()], len(ropes)
 
 
 def ropes_of(config: Mapping[str, Any], engine: str, source: str, softmax_scale: float = 1.0,
@@ -52,9 +54,8 @@ def ropes_of(config: Mapping[str, Any], engine: str, source: str, softmax_scale:
     """One :class:`EngineRope` per distinct posenc RoPE of ``config`` (what transformers
     builds), labelled as ``engine``'s: for the engines whose reading equals transformers' for
     a given file, with their own notes."""
-    groups = _groups(config)
+    groups, n_layers = _groups(config)
     types = config.get("layer_types")
-    n_layers = sum(len(layers) for _, layers in groups)
     out = []
     for rope, layers in groups:
         dynamic = getattr(rope._scaling_cfg, "length_dependent", False)

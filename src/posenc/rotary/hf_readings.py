@@ -135,6 +135,7 @@ HF_READINGS: dict[str | None, HFReading] = {
     "qwen3": _FULL,
     "gemma": _FULL,
     "gemma2": _FULL,
+    "gpt_oss": _FULL,  # GptOssConfig: head_dim 64, rotate-half over the halves (_apply_rotary_emb), YaRN
     # Gemma3TextConfig.default_theta; on the Hub rope_scaling applies to the global layers only.
     "gemma3_text": HFReading(per_layer=(("full_attention", "rope_theta", 1_000_000.0),
                                         ("sliding_attention", "rope_local_base_freq", 10_000.0)),
