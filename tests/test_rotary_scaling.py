@@ -212,10 +212,8 @@ BAD = [
     (dict(scaling="llama3", factor=8.0), ValueError, "original_max_position_embeddings is required"),
     (dict(scaling="yarn", factor=2.0, original_max_position_embeddings=64, beta_fast=1.0, beta_slow=2.0),
      ValueError, "beta_fast must be > beta_slow"),
-    (dict(scaling="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0, original_max_position_embeddings=64),
-     ValueError, "low_freq_factor must be < high_freq_factor"),
     (dict(scaling="llama3", factor=8.0, low_freq_factor=5.0, high_freq_factor=4.0, original_max_position_embeddings=64),
-     ValueError, "low_freq_factor must be < high_freq_factor"),
+     ValueError, "low_freq_factor must be <= high_freq_factor"),
     (dict(scaling="longrope", short_factor=(1.0,) * 3, long_factor=(1.0,) * 4, original_max_position_embeddings=64,
           factor=2.0),
      ValueError, r"short_factor must have rotary_dim/2 = 4 entries .*got 3"),
@@ -270,3 +268,23 @@ def test_cos_sin_memo_is_keyed_on_positions_versions_and_scaling():
     ref = fresh()
     ref.set_scaling("linear", factor=2.0)
     torch.testing.assert_close(enc.rotate(q, k, pos, pos)[0], ref.rotate(q, k, pos, pos)[0], rtol=0, atol=0)
+
+
+def test_llama3_with_equal_factors_is_a_step_as_transformers_reads_llama4_scout():
+    """Llama 4 Scout publishes low_freq_factor == high_freq_factor == 1 (factor 16, L 8192):
+    transformers reads it (no smooth band); so does posenc, with transformers' frequencies."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from posenc.rotary import from_hf
+
+    scaling = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+               "original_max_position_embeddings": 8192}
+    cfg = dict(model_type="llama", hidden_size=1024, num_attention_heads=8, rope_theta=500000.0,
+               max_position_embeddings=10485760, rope_scaling=scaling)
+    ours = from_hf(cfg)
+    theirs, factor = ROPE_INIT_FUNCTIONS["llama3"](LlamaConfig(**{k: v for k, v in cfg.items() if k != "model_type"}),
+                                                   "cpu")
+    assert torch.allclose(ours.inv_freq.float(), theirs.float(), rtol=1e-6, atol=0) and factor == 1.0
+    step = 2 * math.pi / ours._base_inv_freq > 8192  # wavelengths past L are divided by 16, the rest kept
+    assert torch.allclose(ours.inv_freq, torch.where(step, ours._base_inv_freq / 16, ours._base_inv_freq))

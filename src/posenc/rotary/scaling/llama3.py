@@ -29,9 +29,9 @@ class Llama3Scaling(ScalingConfig):
         check_factor(self.factor)
         check_positive("low_freq_factor", self.low_freq_factor)
         check_positive("high_freq_factor", self.high_freq_factor)
-        if self.low_freq_factor >= self.high_freq_factor:
+        if self.low_freq_factor > self.high_freq_factor:  # equal: a step at L/low_freq_factor (Llama 4 Scout)
             raise ValueError(
-                f"low_freq_factor must be < high_freq_factor ({self.high_freq_factor}), got {self.low_freq_factor}"
+                f"low_freq_factor must be <= high_freq_factor ({self.high_freq_factor}), got {self.low_freq_factor}"
             )
         check_original(self.original_max_position_embeddings)
 
@@ -41,7 +41,8 @@ def _llama3(inv_freq: Tensor, cfg: Llama3Scaling, *, base: float, seq_len: int |
     s, lo, hi = cfg.factor, cfg.low_freq_factor, cfg.high_freq_factor
     wavelen = 2 * math.pi / inv_freq
     low_freq_wavelen, high_freq_wavelen = L / lo, L / hi
-    smooth = (L / wavelen - lo) / (hi - lo)  # 0 at L/lo, 1 at L/hi
+    # 0 at L/lo, 1 at L/hi; with lo == hi no wavelength lies strictly between: a step, no band
+    smooth = (L / wavelen - lo) / (hi - lo) if hi > lo else torch.zeros_like(inv_freq)
     medium = (1 - smooth) * inv_freq / s + smooth * inv_freq
     out = torch.where(wavelen > low_freq_wavelen, inv_freq / s, inv_freq)
     is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
