@@ -13,7 +13,7 @@ from . import shaw, relative_key, transformer_xl, deberta  # noqa: F401
 from . import t5, alibi, kerple, fire  # noqa: F401
 from . import dynamic_bias  # noqa: F401
 from . import cope  # noqa: F401
-from . import fox  # noqa: F401
+from . import fox, per_row_alibi  # noqa: F401
 from . import sandwich  # noqa: F401
 
 from .alibi import ALiBi, alibi_bias, alibi_slopes
