@@ -50,3 +50,18 @@ SMOLLM2_135M = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "h
                 "max_position_embeddings": 8192, "rope_theta": 100000, "rope_scaling": None}
 SMOLLM2_YARN = {**SMOLLM2_135M, "max_position_embeddings": 16384,
                 "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8192}}
+QWEN25_7B_1M = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+                "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28,
+                "max_position_embeddings": 1010000, "rope_theta": 10000000.0,
+                "dual_chunk_attention_config": {"chunk_size": 262144, "local_size": 8192,
+                                                "original_max_position_embeddings": 262144}}
+LLAMA4_SCOUT = {"architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", "hidden_size": 5120,
+                "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 48,
+                "max_position_embeddings": 10485760, "rope_theta": 500000.0,
+                "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)],
+                "rope_scaling": {"factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                                 "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+#: the ten families ``posenc rope`` is shown on (name -> published config)
+FAMILIES = {"Llama 3.1": LLAMA31_8B, "Qwen2.5 YaRN": QWEN25_7B_YARN, "Qwen2.5-1M DCA": QWEN25_7B_1M,
+            "DeepSeek-V3": DEEPSEEK_V3, "Phi-3 LongRoPE": PHI3_128K, "Gemma 3": GEMMA3_4B, "gpt-oss": GPT_OSS_20B,
+            "Mistral": MISTRAL_7B, "SmolLM3": SMOLLM3_3B, "Llama 4 Scout": LLAMA4_SCOUT}

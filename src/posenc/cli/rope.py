@@ -125,7 +125,7 @@ def _to_json(readings: dict[str, Reading], found: list, length: int) -> dict[str
 def run(args: argparse.Namespace) -> int:
     config, metadata = read_file(args.file)
     readings = _readings(config, metadata, args.engines)
-    length = args.length or _original(config)
+    length = args.length or config.get("max_position_embeddings")
     if not isinstance(length, int) or length < 2:
         raise ValueError(f"{args.file}: no max_position_embeddings to compare at; give --length N")
     found = disagreements(readings, length)
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     where = [d for d in found if d.kind != "refuses"]
     print(f"where the engines disagree with transformers ({len(where)}):" if where else
           "every engine that runs this file computes transformers' RoPE (frequencies within "
-          f"1e-9 relative, the same logit scale, the same behaviour past the original length)")
+          "1e-6 relative, the same logit scale, the same behaviour past the original length)")
     for d in where:
         layer = f" [{d.layer_type}]" if d.layer_type else ""
         print(f"  {d.engine}{layer}: {d.line}")
