@@ -1,8 +1,8 @@
 """Per-row data-dependent ALiBi: FoX-style forget gates that each query computes for itself.
 
 From x-transformers (lucidrains), ``PerRowDataDependentAlibi`` in x_transformers/x_transformers.py
-(version 2.31.10; commit b8a9add6bb5eb6099e0755869d0caeeda4b1eb31 of lucidrains/x-transformers),
-enabled by ``attn_data_dependent_alibi=True, attn_data_dependent_alibi_per_row=True``. There
+(the same class in release 2.31.10, which the tests run, and at commit
+b8a9add6bb5eb6099e0755869d0caeeda4b1eb31 of github.com/lucidrains/x-transformers), enabled by ``attn_data_dependent_alibi=True, attn_data_dependent_alibi_per_row=True``. There
 is no paper; its docstring calls it FoX's data-dependent ALiBi (Lin et al. 2025, "Forgetting
 Transformer", :mod:`posenc.relative.fox`) with the gates "derived by queries and keys with a
 small head dimension".
