@@ -94,6 +94,7 @@ SMOKE: dict[str, Smoke] = {
     "make test": Smoke(how="make"),
     "posenc list --short": Smoke(),
     "posenc check": Smoke(add=("rope",)),
+    "posenc rope FILE": Smoke(argv=("rope", "{hf}", "--json", "{tmp}/rope.json"), expect=("{tmp}/rope.json",)),
     "posenc bench --preset quick --threads 1 --out out/bench --resume": Smoke(
         set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
     # make demo's report: the real model's folders come from the two commands below, run small
