@@ -108,7 +108,7 @@ def test_a_line_per_candidate_with_a_decreasing_eta(tiny, tmp_path, capsys, monk
     takes 10 s and the ETA is exactly 20 s, 10 s, 0 s."""
     import types
 
-    import posenc.hf.extend as library
+    import posenc.hf.extend_measure as library
 
     ticks = iter(range(0, 10**6, 10))
     monkeypatch.setattr(library, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
@@ -203,3 +203,35 @@ def test_a_winning_method_is_reported_and_the_best_rope_candidate_written(tiny, 
     assert config["rope_parameters"] == yarn["hf"]["rope_parameters"] and config["rope_parameters"]["rope_type"] == "yarn"
     assert "posenc.hf.patch_model(model, method='rerope', window=8, slope=0.0)" in captured.err
     assert "<- chosen" in captured.out and "<- written (best RoPE candidate)" in captured.out
+
+
+def test_torchrun_two_ranks_give_one_process_rows(tiny, tmp_path):
+    """``torchrun --nproc_per_node 2 -m posenc extend``: the units (each candidate's perplexity,
+    each passkey prompt) split over two gloo ranks, gathered, give one process's rows exactly."""
+    import os
+    import subprocess
+    import sys
+
+    argv = ["extend", str(tiny), "--to", str(N), "--factors", "1", "--scalings", "yarn", "--methods", "self_extend",
+            "--depths", "0", "0.5", "1", "--no-progress"]
+    assert main([*argv, "--json", str(tmp_path / "one.json")]) == 0
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "posenc",
+           *argv, "--json", str(tmp_path / "two.json")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("candidates at N") == 1  # the estimate from rank 0 alone
+    one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert drop(two["candidates"]) == drop(one["candidates"]) and len(one["candidates"]) == 3
+    assert two["winner"] == one["winner"]
+
+
+def test_units_split_over_ranks_cover_the_grid_once():
+    from posenc.hf.extend_measure import units
+
+    all_units = units(3, 4)
+    assert len(all_units) == 3 * 5 and all_units[:2] == [(0, None), (0, 0)]
+    shares = [[u for k, u in enumerate(all_units) if k % 4 == r] for r in range(4)]
+    assert sum(len(s) for s in shares) == len(all_units) and len({u for s in shares for u in s}) == len(all_units)
+    assert all(len(s) in (3, 4) for s in shares)  # balanced to one unit

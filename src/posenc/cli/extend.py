@@ -53,7 +53,10 @@ def _cmd(args: argparse.Namespace) -> int:
                               depths=tuple(dict.fromkeys(args.depths)), device=args.device, dtype=args.dtype)
     evidence = extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress,
                       table=args.json != STDOUT, export=args.export, gguf=args.gguf)
-    emit_json(args.json, evidence)
+    from ..bench.train import distributed_info
+
+    if distributed_info()[0] == 0:  # under torchrun every rank holds the evidence; rank 0 writes it
+        emit_json(args.json, evidence)
     return 0
 
 

@@ -37,6 +37,11 @@ winner. An attention method is not a config entry transformers reads: when one w
 gets the best RoPE candidate by the same rule (``written`` in extend.json) and the command says
 how to run the method (``posenc.hf.patch_model(model, method=..., **params)``).
 
+On several processes: ``torchrun --nproc_per_node R -m posenc extend ...`` splits the
+candidates' perplexities and passkey prompts over the R ranks (gloo on a CPU, NCCL with
+``--device cuda``, each rank on its own GPU) and gives one process's rows exactly; rank 0 prints
+and writes (:mod:`posenc.hf.extend_measure`).
+
 While it runs, one line per finished candidate goes to stderr (``[3/9] YaRN x1.5: ppl 12.3
 [12.1, 12.6], passkey 2/3; 41 s; ETA 6.2 min``), the ETA refined from the candidates already
 run (their seconds per FLOP times the FLOPs left); on a terminal a bar as well.
@@ -63,10 +68,11 @@ import json
 import os
 import shutil
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from .extend_measure import measure_grid as _measure
 
 __all__ = ["DEVICES", "MAX_COUNT", "MAX_TO", "ExtendSettings", "check_device", "check_writable",
            "clean_stale_temporaries", "extend", "extended_config", "hf_entries", "write_extended"]
@@ -318,6 +324,9 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
 
     check_device(settings.device)
     check_export(tuple(export), out, gguf)
+    settings, rank = _join_ranks(settings)
+    if rank:  # under torchrun: every rank measures its share; rank 0 alone prints and writes
+        out, table, progress, export = None, False, False, ()
     if out is not None:
         clean_stale_temporaries(out)
         if Path(out).exists() and any(Path(out).iterdir()):
@@ -357,8 +366,9 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
     cells = [(N, 1, N)] * settings.windows + [(N, 1, 1)] * settings.samples  # one candidate's forwards
     per_candidate = sum(b * forward_flops(ckpt.config, n, k) for n, b, k in cells)
     seconds, peak, _ = estimate_cost(lm, ckpt.config, cells * len(grid))
-    print(f"posenc extend: {len(grid)} candidates at N = {N} (L = {L}) on {settings.device} in {settings.dtype}: "
-          f"estimated {seconds / 60:.1f} min, peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
+    if not rank:
+        print(f"posenc extend: {len(grid)} candidates at N = {N} (L = {L}) on {settings.device} in {settings.dtype}: "
+              f"estimated {seconds / 60:.1f} min, peak memory about {peak / 2**30:.2f} GiB", file=sys.stderr, flush=True)
     written = []  # each candidate's config entries, before any forward: what to_hf cannot spell fails now
     for c in grid:
         if c.scaling is None:
@@ -379,7 +389,7 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
     evidence = dict(model=str(model), checkpoint=str(ckpt.path), trained_length=L,
                     settings=asdict(settings), depths=list(settings.depths), rule=rule, candidates=rows,
                     winner=rows[win]["label"], written=rows[ship]["label"])
-    if ship != win:
+    if ship != win and not rank:
         params = ", ".join(f"{k}={v!r}" for k, v in rows[win]["params"].items())
         print(f"posenc extend: {rows[win]['label']} wins by the rule but is an attention method, not a config entry: "
               f"run it with posenc.hf.patch_model(model, method={rows[win]['method']!r}, {params}); "
@@ -403,51 +413,15 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
     return evidence
 
 
-def _measure(lm: Any, grid: list[Any], written: list[Any], settings: ExtendSettings, stream: Any, passkey: Any,
-             L: int, per_candidate: float, estimate: float, progress: bool) -> list[dict[str, Any]]:
-    """Every candidate's row: perplexity at N with its interval (and past L), passkey successes of
-    ``settings.samples`` prompts with their Wilson interval; a line per candidate on stderr."""
+def _join_ranks(settings: ExtendSettings) -> tuple[ExtendSettings, int]:
+    """Join the process group ``torchrun`` describes (gloo on a CPU, NCCL on GPUs), if any:
+    ``(settings, rank)``, the device made this rank's own GPU (``cuda:LOCAL_RANK``)."""
     import torch
 
-    from ..bench.data import example_rng
-    from ..intervals import wilson
-    from ..progress import Eta
-    from ..progress import bar as progress_bar
-    from .evaluation import token_perplexity
-    from .extend_grid import progress_line
-    from .patch import patch_model, unpatch_model
+    from ..bench.train import init_distributed
 
-    N = settings.to
-    examples = [passkey.sample(N, example_rng("extend", passkey.name, settings.eval_seed, N, d), depth=d)
-                for d in settings.depths for _ in range(settings.passkey_examples)]
-    rows = []
-    bar = progress_bar(len(grid), "extend", unit="candidate", enabled=progress)
-    eta = Eta(per_candidate * len(grid), prior_seconds=estimate)
-    device = next(lm.model.parameters()).device
-    for i, (c, hf) in enumerate(zip(grid, written)):
-        t0 = time.perf_counter()
-        if c.scaling is not None:
-            patch_model(lm.model, scaling=c.scaling, **c.params)
-        elif c.method is not None:
-            patch_model(lm.model, method=c.method, **c.params)
-        try:
-            ppl = token_perplexity(lm, stream, N, settings.windows, trained=L)
-            right = 0
-            for ex in examples:
-                gen = lm.generate(torch.tensor([ex.prompt], device=device), len(ex.target))[0, N:]
-                right += gen.tolist() == list(ex.target)
-        finally:
-            if c.scaling is not None or c.method is not None:
-                unpatch_model(lm.model)
-        took = time.perf_counter() - t0
-        low, high = wilson(right, settings.samples)
-        rows.append(dict(label=c.label, scaling=c.scaling, method=c.method, params=c.params, ppl=ppl["ppl"],
-                         ppl_low=ppl["low"], ppl_high=ppl["high"], ppl_beyond=ppl.get("beyond"),
-                         passkey=right / settings.samples, passkey_right=right, passkey_trials=settings.samples,
-                         passkey_low=low, passkey_high=high, seconds=round(took, 1), hf=hf))
-        eta.done(per_candidate, took)
-        bar.update()
-        if progress:
-            bar.write(progress_line(i + 1, len(grid), rows[-1], took, eta.remaining_seconds()), file=sys.stderr)
-    bar.close()
-    return rows
+    device = torch.device(settings.device)
+    rank, world = init_distributed(device)
+    if world > 1 and device.type == "cuda":
+        settings = dataclasses.replace(settings, device=f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
+    return settings, rank
