@@ -119,6 +119,8 @@ BAD = [
     (["extend", "smollm2-135m", "--to", "1"], "argument --to: must be an int in [2, 1048576], got 1"),
     (["extend", "smollm2-135m", "--to", "64", "--factors", "0"], "argument --factors: must be a positive finite float, got 0"),
     (["extend", "smollm2-135m", "--to", "64", "--out", "FILE"], "argument --out: must be a directory, got"),
+    (["rope", "/no/such/config.json"], "/no/such/config.json: no such file"),
+    (["rope", "/no/such/config.json", "--length", "1"], "argument --length: must be an int >= 2"),
     # the command itself
     (["banana"], "argument COMMAND: invalid choice: 'banana'"),
     (["--import", "no_such_module_h8", "list"], "--import no_such_module_h8: No module named 'no_such_module_h8'"),
