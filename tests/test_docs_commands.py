@@ -74,6 +74,7 @@ class Smoke:
     how: str = "posenc"
     real: bool = False
     before: tuple[str, ...] = ()
+    needs: str = ""  # a path that must exist (a benchmark-only build), else the smoke is skipped
 
 
 _TINY_RELATIVE = {"--lengths": ["16"], "--repeat": ["1"]}
@@ -195,6 +196,14 @@ RESULT_SMOKE: dict[str, Smoke] = {
         set={"--preset": ["micro"], "--lm-eval-tokens": ["96"], "--out": ["{tmp}/bm"]},
         add=("--trained-length", "48", "--methods", "self_extend"), expect=("{tmp}/bm/results.json",), real=True)
        for corpus in ("code", "prose")},
+    # the needle tasks past its own L, run small: L stated as 128 (prompts of 256 tokens), one row of each kind
+    **{f"bench_model_smollm2_L8192_tasks_s{seed}": Smoke(
+        set={"--preset": ["micro"], "--scalings": ["yarn"], "--methods": ["self_extend"], "--out": ["{tmp}/bm"]},
+        add=("--trained-length", "128"), expect=("{tmp}/bm/results.json",), real=True) for seed in (0, 1)},
+    # llama.cpp against posenc: run where llama-cpp-python was built (`engine_llamacpp.py build`), never in CI
+    "engine_llamacpp_cpu": Smoke(set={"--lengths": ["64"], "--scalings": ["none"], "--out": ["{tmp}/lc.json"]},
+                                 expect=("{tmp}/lc.json",), how="script", real=True,
+                                 needs="~/.cache/posenc/llama-cpp-python-0.3.36/site/llama_cpp"),
     "method_cost_cpu": Smoke(set={"--lengths": ["64"], "--methods": ["rerope"], "--out": ["{tmp}/mc.json"]},
                              expect=("{tmp}/mc.json",), how="script", real=True),
     "bench_model_smollm2_code_4L": Smoke(
@@ -365,6 +374,8 @@ def test_quoted_command_runs(command, tmp_path, request, keep_threads):
     if smoke.real:
         for module in ("transformers", "gguf", "accelerate"):
             pytest.importorskip(module)
+    if smoke.needs and not Path(smoke.needs).expanduser().exists():
+        pytest.skip(f"{smoke.needs} is not built here (a benchmark-only dependency)")
     subs = {"tmp": str(tmp_path)}
     if "{bench}" in json.dumps([smoke.argv, smoke.set]):
         subs["bench"] = str(request.getfixturevalue("micro_bench"))

@@ -174,3 +174,62 @@ def extension_claims(page: str, load) -> str:
     return md_table(["source", "claim (no fine-tuning)",
                      *(f"ppl past L at {columns[c][1]} tokens, {CORPUS_WORDS[c]}" for c in columns),
                      f"on SmolLM2 (L = {s['trained_length']}, its own)"], body)
+
+
+#: the needle tasks past L, measured in shards of disjoint prompts (one ``--eval-seed`` each)
+TASK_SHARDS = ("bench_model_smollm2_L8192_tasks_s0", "bench_model_smollm2_L8192_tasks_s1")
+TASK_WORDS = {"passkey": "passkey", "multikey": "multi-key needle (RULER)", "vartrack": "variable tracking (RULER)"}
+
+
+def smollm2_tasks(page: str, load) -> str:
+    """The needle tasks at 2L: each row's matches out of its prompts (the shards pooled, every
+    depth together) with the 95 % Wilson interval of the pool."""
+    from posenc.hf.bench_merge import merge_shards
+    from posenc.intervals import wilson
+
+    files = [(name, load(name), "") for name in TASK_SHARDS]
+    settings, runs = merge_shards([data for _, data, _ in files])
+    L = settings["trained_length"]
+    lengths = sorted({p["length"] for r in runs for p in r["points"] if p["length"] > L})
+    variants = list(dict.fromkeys(p["variant"] for r in runs for p in r["points"]))
+    head = ["row"] + [f"{TASK_WORDS.get(r['task'], r['task'])} at {n} ({n / L:g}L)" for n in lengths for r in runs]
+    rows = []
+    for v in variants:
+        row = [_label(settings, v, lengths[-1])]
+        for n in lengths:
+            for r in runs:
+                pts = [p for p in r["points"] if p["variant"] == v and p["length"] == n]
+                trials = sum(p["count"] for p in pts)
+                hits = sum(round(p["value"] * p["count"]) for p in pts)
+                lo, hi = wilson(hits, trials)
+                row.append(f"{hits}/{trials} [{100 * lo:.0f}, {100 * hi:.0f}] %")
+        rows.append(row)
+    depths = ", ".join(f"{d:g}" for d in settings["passkey_depths"])
+    extra = (f"{settings['passkey_examples']} prompts per depth ({depths}), {len(files)} shards of disjoint prompts "
+             f"(eval seeds {', '.join(str(s['eval_seed']) for s in settings['shards'])})")
+    return md_table(head, rows) + "\n\n" + captions(page, [(*files[0][:2], extra), *files[1:]], notes=True)
+
+
+def engine_llamacpp(page: str, load) -> str:
+    """llama.cpp against transformers + posenc on SmolLM2 past L: per length and scaling, the
+    per-token NLL difference and each side's perplexity of the tokens past L."""
+    from posenc.hf.scalings import variant_label
+
+    data = load("engine_llamacpp_cpu")
+    rows_in = data["rows"]
+    assert rows_in, "engine_llamacpp_cpu.json has no rows"
+    L = data["trained_length"]
+    rows = []
+    for r in rows_in:
+        name = "the model as it is" if r["scaling"] == "none" else variant_label({}, r["scaling"])
+        control = r.get("unscaled_llamacpp_mean_abs")
+        rows.append([f"{r['length']} ({r['length'] / L:g}L)", name, f"{r['mean_abs']:.1e}", f"{r['max_abs']:.1e}",
+                     f"{r['ppl_past_llamacpp']:.3f}", f"{r['ppl_past_posenc']:.3f}",
+                     f"{control:.2f}" if control is not None else "",
+                     "yes" if r["matches"] else "no"])
+    extra = (f"llama-cpp-python {data['llama_cpp_python']} built from source, the GGUF {data['gguf']}, the KV cache "
+             f"in {data['kv_cache']}; a row matches when the mean |NLL difference| is under {data['match_mean']:g} "
+             "nats per token")
+    head = ["tokens", "scaling (llama.cpp flags / posenc)", "mean |dNLL|, nats", "max |dNLL|",
+            "ppl past L, llama.cpp", "ppl past L, posenc", "the unscaled llama.cpp against it, mean |dNLL|", "matches"]
+    return md_table(head, rows) + "\n\n" + caption("engine_llamacpp_cpu", page, data, extra)

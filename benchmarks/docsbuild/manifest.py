@@ -58,6 +58,8 @@ TABLES: dict[str, Table] = {
     "smollm2_extension": Table(extension.smollm2_extension, ("docs/choosing_an_extension.md",), _EXTENSION),
     "extension_claims": Table(extension.extension_claims, ("docs/choosing_an_extension.md",), _EXTENSION),
     "method_cost": Table(extension.method_cost, ("docs/choosing_an_extension.md",), ("method_cost_cpu",)),
+    "smollm2_tasks": Table(extension.smollm2_tasks, ("docs/choosing_an_extension.md",), extension.TASK_SHARDS),
+    "engine_llamacpp": Table(extension.engine_llamacpp, ("docs/engines.md",), ("engine_llamacpp_cpu",)),
     # docs/bench.md
     "bench_quick_text": Table(bench.quick_text, ("docs/bench.md",), ("bench_quick",)),
     "bench_standard": Table(bench.standard, ("docs/bench.md",), ("bench_standard",)),

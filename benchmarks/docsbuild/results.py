@@ -145,6 +145,21 @@ RESULTS: dict[str, Result] = {
          "--out", f"out/ext/lm_{corpus}"), f"out/ext/lm_{corpus}",
         note="one of two 1-thread processes (code, prose) side by side; about an hour each on a quiet 2-core CPU")
         for corpus in ("code", "prose")},
+    # the needle tasks at 2L, in two shards of disjoint prompts (one eval seed each, one process per core)
+    **{f"bench_model_smollm2_L8192_tasks_s{seed}": _bench(
+        f"bench_model_smollm2_L8192_tasks_s{seed}",
+        ("bench", "--model", "smollm2-135m", "--preset", "standard", "--tasks", "passkey", "multikey", "vartrack",
+         "--passkey-eval-factors", "2", "--passkey-depths", "0.25", "0.75", "--passkey-examples", "1",
+         "--eval-seed", str(seed), "--scalings", "yarn", "ntk", "--methods", "self_extend", "dual_chunk", "rerope",
+         "--raised-base", "0", *_QUIET, "--resume", "--no-progress", "--out", f"out/tasks/seed{seed}"),
+        f"out/tasks/seed{seed}",
+        note="one of two 1-thread processes (eval seeds 0 and 1: disjoint prompts) side by side; pooled by "
+             "posenc.hf.bench_merge")
+        for seed in (0, 1)},
+    # llama.cpp (llama-cpp-python 0.3.36, a float32 GGUF) against transformers + posenc past SmolLM2's L
+    "engine_llamacpp_cpu": Result(
+        "engine_llamacpp_cpu.json", ("python", "benchmarks/engine_llamacpp.py", "run", "--threads", "1", "--out",
+                                     "benchmarks/results/engine_llamacpp_cpu.json"), threads=1),
     "method_cost_cpu": Result(
         "method_cost_cpu.json", ("python", "benchmarks/method_cost.py", "--out", "benchmarks/results/method_cost_cpu.json")),
     # the code file's passkey at 1.5L, run apart (the main run has L and 2L)
