@@ -297,3 +297,17 @@ def number(p: Mapping[str, Any], key: str, where: str, default: Any = None) -> A
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{where}[{key!r}] must be a finite number, got {value!r}")
     return float(value)
+
+
+def dual_chunk_notes(cfg: Mapping[str, Any], kind: str, model_type: str | None) -> list[str] | None:
+    """The notes of a Qwen2 config with ``dual_chunk_attention_config`` (vLLM's and SGLang's
+    get_rope take it first: the rope is the plain one, attention is dual-chunk); None without it."""
+    dca = cfg.get("dual_chunk_attention_config")
+    if dca is None or model_type != "qwen2":
+        return None
+    if not isinstance(dca, Mapping):
+        raise TypeError(f"dual_chunk_attention_config must be a dict, got {type(dca).__name__}")
+    notes = [f"rope_type {kind!r} is ignored: dual_chunk_attention_config takes precedence in get_rope"] \
+        if kind != "default" else []
+    return notes + [f"attention is dual-chunk (chunk_size {dca.get('chunk_size')}, local_size "
+                    f"{dca.get('local_size')}): keys' positions are taken modulo chunk_size - local_size"]

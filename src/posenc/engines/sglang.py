@@ -143,15 +143,9 @@ def _group(model_type: str, g: fam.Group, cfg: Mapping[str, Any]) -> EngineRope:
             notes.append(f"rope_type {kind!r} (factor {p.get('factor')}) is not applied: gemma3_causal.py passes "
                          "rope_scaling={'rope_type': 'default'} to every layer")
         return _rope(g, fam.plain(base, d), "models/gemma3_causal.py", notes)
-    dca = cfg.get("dual_chunk_attention_config")
-    if dca is not None and model_type == "qwen2":
-        if not isinstance(dca, Mapping):
-            raise TypeError(f"dual_chunk_attention_config must be a dict, got {type(dca).__name__}")
-        if kind != "default":
-            notes.append(f"rope_type {kind!r} is ignored: dual_chunk_attention_config takes precedence in get_rope")
-        notes.append(f"attention is dual-chunk (chunk_size {dca.get('chunk_size')}, local_size {dca.get('local_size')}),"
-                     " as vLLM: keys' positions are taken modulo chunk_size - local_size")
-        return _rope(g, fam.plain(base, d), "rope_variant.py DualChunkRotaryEmbedding, models/qwen2.py", notes)
+    dca_notes = fam.dual_chunk_notes(cfg, kind, model_type)
+    if dca_notes is not None:
+        return _rope(g, fam.plain(base, d), "rope_variant.py DualChunkRotaryEmbedding, models/qwen2.py", notes + dca_notes)
     if "mrope_section" in p:
         if kind not in ("default", "yarn"):
             raise ValueError(f"posenc's SGLang rule does not model M-RoPE with rope_type {kind!r}")

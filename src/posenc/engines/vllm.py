@@ -153,15 +153,9 @@ def _group(model_type: str, g: fam.Group, cfg: Mapping[str, Any], max_model_len:
                      "checkpoint's pairs (2i, 2i+1) rotate")
     if model_type in ("deepseek_v2", "deepseek_v3"):
         return _deepseek(g, where, notes)
-    dca = cfg.get("dual_chunk_attention_config")
-    if dca is not None and model_type == "qwen2":
-        if not isinstance(dca, Mapping):
-            raise TypeError(f"dual_chunk_attention_config must be a dict, got {type(dca).__name__}")
-        if kind != "default":
-            notes.append(f"rope_type {kind!r} is ignored: dual_chunk_attention_config takes precedence in get_rope")
-        notes.append(f"attention is dual-chunk (chunk_size {dca.get('chunk_size')}, local_size {dca.get('local_size')}):"
-                     " keys' positions are taken modulo chunk_size - local_size, queries' per chunk relation")
-        return _rope(g, fam.plain(base, d), "dual_chunk_rope.py, models/qwen2.py", notes)
+    dca_notes = fam.dual_chunk_notes(cfg, kind, model_type)
+    if dca_notes is not None:
+        return _rope(g, fam.plain(base, d), "dual_chunk_rope.py, models/qwen2.py", notes + dca_notes)
     if model_type == "gpt_oss":  # gpt_oss.py l. 111-127 rebuilds the dict: no mscale / attention_factor
         missing = [k for k in ("factor", fam.ORIGINAL, "beta_fast", "beta_slow") if k not in p]
         if kind != "yarn" or missing:
