@@ -47,6 +47,9 @@ from typing import Any
 
 import torch
 
+from .attention import attention_for
+from .attention import register as register_attention
+
 __all__ = [
     "DTYPES",
     "ByteTokenizer",
@@ -325,7 +328,9 @@ def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str
     """The checkpoint as a transformers causal LM in eval mode (after :func:`check_fits`).
     ``attn_implementation``: None takes transformers' choice for the architecture (SDPA where
     the family has it, eager else: GPT-J has no SDPA path). ``progress=False`` also hides
-    transformers' own weight-loading bar."""
+    transformers' own weight-loading bar. A float32 model on CUDA for which transformers chose
+    SDPA is switched to :data:`posenc.hf.attention.ATTENTION_NAME` (its SDPA with the key/value
+    heads expanded: otherwise the math kernel's (H, T, T) scores)."""
     transformers = _transformers()
     for path in ckpt.weights:  # a truncated file: one line naming it, not transformers' SafetensorError
         check_safetensors(path)
@@ -351,7 +356,12 @@ def load_model(ckpt: Checkpoint, dtype: torch.dtype, *, attn_implementation: str
         raise ValueError(f"MODEL_DIR {str(ckpt.path)!r} lacks {len(missing)} weight(s) its "
                          f"{ckpt.config.get('model_type')} model needs ({shown}): the checkpoint is incomplete "
                          "or of another architecture")
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    switch = attention_for(device, dtype, model.config._attn_implementation) if attn_implementation is None else None
+    if switch is not None:  # float32 SDPA on CUDA: the key/value heads expanded (posenc.hf.attention)
+        register_attention()
+        model.set_attn_implementation(switch)
+    return model
 
 
 class ByteTokenizer:
