@@ -200,6 +200,12 @@ RESULT_SMOKE: dict[str, Smoke] = {
     **{f"bench_model_smollm2_L8192_tasks_s{seed}": Smoke(
         set={"--preset": ["micro"], "--scalings": ["yarn"], "--methods": ["self_extend"], "--out": ["{tmp}/bm"]},
         add=("--trained-length", "128"), expect=("{tmp}/bm/results.json",), real=True) for seed in (0, 1)},
+    # the same within L and at 1.5L, measured on a GPU: run here on the CPU, L stated as 128 (1.5L too short for
+    # the RULER prompts, so 2L)
+    **{f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}": Smoke(
+        set={"--preset": ["micro"], "--scalings": ["yarn"], "--methods": ["self_extend"], "--device": ["cpu"],
+             "--passkey-eval-factors": ["1", "2"], "--out": ["{tmp}/bm"]},
+        add=("--trained-length", "128"), expect=("{tmp}/bm/results.json",), real=True) for seed in (0, 1)},
     # llama.cpp against posenc: run where llama-cpp-python was built (`engine_llamacpp.py build`), never in CI
     "engine_llamacpp_cpu": Smoke(set={"--lengths": ["64"], "--scalings": ["none"], "--out": ["{tmp}/lc.json"]},
                                  expect=("{tmp}/lc.json",), how="script", real=True,

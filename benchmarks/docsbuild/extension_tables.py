@@ -178,19 +178,23 @@ def extension_claims(page: str, load) -> str:
 
 #: the needle tasks past L, measured in shards of disjoint prompts (one ``--eval-seed`` each)
 TASK_SHARDS = ("bench_model_smollm2_L8192_tasks_s0", "bench_model_smollm2_L8192_tasks_s1")
+#: the same tasks at L and 1.5L, and passkey at 4L (on a GPU; pooled the same way)
+TASK_SHARDS_15L = ("bench_model_smollm2_L8192_tasks_1.5L_s0", "bench_model_smollm2_L8192_tasks_1.5L_s1")
+PASSKEY_SHARDS_4L = ("bench_model_smollm2_L8192_passkey_4L_s0", "bench_model_smollm2_L8192_passkey_4L_s1")
 TASK_WORDS = {"passkey": "passkey", "multikey": "multi-key needle (RULER)", "vartrack": "variable tracking (RULER)"}
 
 
-def smollm2_tasks(page: str, load) -> str:
-    """The needle tasks at 2L: each row's matches out of its prompts (the shards pooled, every
-    depth together) with the 95 % Wilson interval of the pool."""
+def _tasks_table(page: str, load, shards: tuple[str, ...]) -> str:
+    """Needle tasks from ``shards`` (one eval seed each): each row's matches out of its prompts
+    (the shards pooled, every depth together) with the 95 % Wilson interval of the pool, per
+    length (within L only the model as it is runs) and task."""
     from posenc.hf.bench_merge import merge_shards
     from posenc.intervals import wilson
 
-    files = [(name, load(name), "") for name in TASK_SHARDS]
+    files = [(name, load(name), "") for name in shards]
     settings, runs = merge_shards([data for _, data, _ in files])
     L = settings["trained_length"]
-    lengths = sorted({p["length"] for r in runs for p in r["points"] if p["length"] > L})
+    lengths = sorted({p["length"] for r in runs for p in r["points"]})
     variants = list(dict.fromkeys(p["variant"] for r in runs for p in r["points"]))
     head = ["row"] + [f"{TASK_WORDS.get(r['task'], r['task'])} at {n} ({n / L:g}L)" for n in lengths for r in runs]
     rows = []
@@ -199,6 +203,9 @@ def smollm2_tasks(page: str, load) -> str:
         for n in lengths:
             for r in runs:
                 pts = [p for p in r["points"] if p["variant"] == v and p["length"] == n]
+                if not pts:  # a scaling or method is not run within L
+                    row.append("")
+                    continue
                 trials = sum(p["count"] for p in pts)
                 hits = sum(round(p["value"] * p["count"]) for p in pts)
                 lo, hi = wilson(hits, trials)
@@ -208,6 +215,21 @@ def smollm2_tasks(page: str, load) -> str:
     extra = (f"{settings['passkey_examples']} prompts per depth ({depths}), {len(files)} shards of disjoint prompts "
              f"(eval seeds {', '.join(str(s['eval_seed']) for s in settings['shards'])})")
     return md_table(head, rows) + "\n\n" + captions(page, [(*files[0][:2], extra), *files[1:]], notes=True)
+
+
+def smollm2_tasks(page: str, load) -> str:
+    """The needle tasks at 2L (the CPU run)."""
+    return _tasks_table(page, load, TASK_SHARDS)
+
+
+def smollm2_tasks_15L(page: str, load) -> str:
+    """The needle tasks within L and at 1.5L (the GPU run)."""
+    return _tasks_table(page, load, TASK_SHARDS_15L)
+
+
+def smollm2_passkey_4L(page: str, load) -> str:
+    """Passkey at 4L (the GPU run, its method rows finished on the CPU)."""
+    return _tasks_table(page, load, PASSKEY_SHARDS_4L)
 
 
 def engine_llamacpp(page: str, load) -> str:

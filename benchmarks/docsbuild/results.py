@@ -156,6 +156,16 @@ RESULTS: dict[str, Result] = {
         note="one of two 1-thread processes (eval seeds 0 and 1: disjoint prompts) side by side; pooled by "
              "posenc.hf.bench_merge")
         for seed in (0, 1)},
+    # the needle tasks within L and at 1.5L, on one GPU (benchmarks/extension_gpu.sh; two shards as above)
+    **{f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}": _bench(
+        f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}",
+        ("bench", "--model", "smollm2-135m", "--preset", "standard", "--device", "cuda", "--threads", "2",
+         "--tasks", "passkey", "multikey", "vartrack", "--passkey-depths", "0.25", "0.75", "--passkey-examples", "1",
+         "--scalings", "yarn", "ntk", "--methods", "self_extend", "dual_chunk", "rerope", "--raised-base", "0",
+         "--passkey-eval-factors", "1", "1.5", "--eval-seed", str(seed), "--resume", "--no-progress",
+         "--out", f"out/gpu/tasks_1.5L_s{seed}"), f"out/gpu/tasks_1.5L_s{seed}", rerun=False,
+        note="needs a CUDA GPU: bash benchmarks/extension_gpu.sh out/gpu runs it")
+        for seed in (0, 1)},
     # llama.cpp (llama-cpp-python 0.3.36, a float32 GGUF) against transformers + posenc past SmolLM2's L
     "engine_llamacpp_cpu": Result(
         "engine_llamacpp_cpu.json", ("python", "benchmarks/engine_llamacpp.py", "run", "--threads", "1", "--out",
