@@ -149,6 +149,9 @@ TABLES = _load_tables()
 # write it, so a re-run cannot put an untested command under a table.
 RESULT_SMOKE: dict[str, Smoke] = {
     "rope_cpu": Smoke(set=_TINY_RELATIVE),
+    # measured on a GPU; here on the CPU with the implementations a CPU has (no Triton)
+    "rope_h100": Smoke(set={**_TINY_RELATIVE, "--device": ["cpu"], "--impls": ["copy", "hf", "posenc"],
+                            "--json": ["{tmp}/rope.json"]}, expect=("{tmp}/rope.json",)),
     "relative_cpu": Smoke(set={**_TINY_RELATIVE, "--json": ["{tmp}/relative.json"]}, expect=("{tmp}/relative.json",)),
     "relative_cpu_8192": Smoke(set={**_TINY_RELATIVE, "--einsum-max-length": ["8"], "--json": ["{tmp}/r8192.json"]},
                                expect=("{tmp}/r8192.json",)),

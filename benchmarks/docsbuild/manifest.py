@@ -70,6 +70,7 @@ TABLES: dict[str, Table] = {
     "demo_timing": Table(bench.demo_timing, ("docs/bench.md",), ("demo_cpu", "bench_quick")),
     # speed: docs/speed.md, and each family's page
     "rope_cpu": Table(speed.rope, ("docs/speed.md", "docs/rotary.md"), ("rope_cpu",)),
+    "rope_h100": Table(speed.rope_cuda, ("docs/speed.md",), ("rope_h100",)),
     "relative_scores": Table(speed.relative_scores, ("docs/speed.md", "docs/relative.md"), ("relative_cpu",)),
     "relative_bias": Table(speed.relative_bias, ("docs/speed.md",), ("relative_cpu",)),
     "relative_8192": Table(speed.relative_long, ("docs/speed.md",), ("relative_cpu_8192",)),

@@ -76,6 +76,11 @@ RESULTS: dict[str, Result] = {
     "rope_cpu": Result(
         "rope_cpu.json", ("speed", "rope", "--device", "cpu", "--lengths", "512", "2048", "8192", "--repeat", "7", "--json"),
         stdout="json"),
+    "rope_h100": Result(
+        "rope_h100.json", ("speed", "rope", "--device", "cuda", "--lengths", "4096", "32768", "--dtypes", "bfloat16",
+                           "float32", "--impls", "copy", "hf", "posenc", "posenc-triton-table", "posenc-triton-angles",
+                           "--json", "benchmarks/results/rope_h100.json"), rerun=False,
+        note="needs a CUDA GPU"),
     "relative_cpu": Result(
         "relative_cpu.json",
         ("speed", "relative", "--device", "cpu", "--lengths", "512", "1024", "2048", "4096", "--repeat", "3",

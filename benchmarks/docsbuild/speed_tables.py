@@ -11,19 +11,33 @@ ROPE_IMPLS = {"posenc": "posenc (auto)", "posenc-interleaved": "posenc-interleav
               "hf": "transformers `apply_rotary_pos_emb`", "ret": "rotary-embedding-torch"}
 
 
+ROPE_IMPLS_CUDA = {"posenc": "posenc (auto)", "posenc-triton-table": "posenc Triton (cos/sin tables)",
+                   "posenc-triton-angles": "posenc Triton (angles in the kernel)",
+                   "hf": "transformers `apply_rotary_pos_emb`"}
+
+
 def rope(page: str, load) -> str:
     """Every posenc kernel and layout beside the peers, as a multiple of a plain copy of q and k."""
-    data = load("rope_cpu")
+    return _rope(page, load, "rope_cpu", ROPE_IMPLS)
+
+
+def rope_cuda(page: str, load) -> str:
+    """The same on one GPU, with posenc's Triton kernel."""
+    return _rope(page, load, "rope_h100", ROPE_IMPLS_CUDA)
+
+
+def _rope(page: str, load, name: str, impls: dict[str, str]) -> str:
+    data = load(name)
     blocks: dict[tuple[str, str, int], dict[str, dict]] = {}
     for r in data["rows"]:  # files from before forward+backward timing are "fwd"
         blocks.setdefault((r["dtype"], r.get("mode", "fwd"), r["T"]), {})[r["impl"]] = r
-    assert blocks, "rope_cpu.json has no rows"
+    assert blocks, f"{name}.json has no rows"
     with_mode = len({mode for _, mode, _ in blocks}) > 1  # a mode column only when there is a choice
     rows = [[dtype, *([mode] if with_mode else []), str(T), f"{b['copy']['ms']:.3f}"]
-            + [ratio(b[i]["x_copy"]) if i in b else "–" for i in ROPE_IMPLS] for (dtype, mode, T), b in blocks.items()]
-    header = ["dtype", *(["mode"] if with_mode else []), "T", "copy ms", *ROPE_IMPLS.values()]
+            + [ratio(b[i]["x_copy"]) if i in b else "–" for i in impls] for (dtype, mode, T), b in blocks.items()]
+    header = ["dtype", *(["mode"] if with_mode else []), "T", "copy ms", *impls.values()]
     shape = f"B={data['B']}, H={data['H']}, D={data['D']}"
-    return md_table(header, rows) + "\n\n" + caption("rope_cpu", page, data,
+    return md_table(header, rows) + "\n\n" + caption(name, page, data,
                                                      f"Rotate q and k ({shape}); time as a multiple of the copy")
 
 
