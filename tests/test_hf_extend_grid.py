@@ -235,3 +235,15 @@ def test_units_split_over_ranks_cover_the_grid_once():
     shares = [[u for k, u in enumerate(all_units) if k % 4 == r] for r in range(4)]
     assert sum(len(s) for s in shares) == len(all_units) and len({u for s in shares for u in s}) == len(all_units)
     assert all(len(s) in (3, 4) for s in shares)  # balanced to one unit
+
+
+def test_the_small_method_grid_starts_at_the_recommended_set():
+    small = candidates(L, N, (1.0,), scalings=(), model_type="llama", method_grid="small")
+    rec = candidates(L, N, (1.0,), scalings=(), model_type="llama")
+    for name, cls in METHODS.items():
+        rows = [c for c in small if c.method == name]
+        assert [c.params for c in rows] == [dict(p) for p in cls.grid(L, N)]
+        assert rows[0].params == cls.recommended(L, N) == next(c.params for c in rec if c.method == name)
+        assert len(rows) >= 3 and len({c.label for c in rows}) == len(rows)  # distinct, labelled by parameters
+    with pytest.raises(ValueError, match=r"--method-grid must be one of 'recommended', 'small'"):
+        candidates(L, N, (1.0,), model_type="llama", method_grid="large")

@@ -138,3 +138,32 @@ def test_the_smallest_trained_length_still_builds(cls, minimum):
     """The minimum is the smallest L whose rule gives valid parameters (one below would give a
     zero window)."""
     build_method(cls.name, **cls.recommended(minimum, 10 * minimum))
+
+
+@pytest.mark.parametrize("L,N", PAIRS)
+def test_the_small_grid_is_the_recommended_set_and_its_stated_neighbours(L, N):
+    """``grid``: the recommended set first, then the neighbours each docstring names (spelt out
+    here from the rule, not by calling it again), repeats dropped, every set a valid method."""
+    def want(name):
+        rec = METHODS[name].recommended(L, N)
+        if name == "self_extend":
+            W = max(1, L // 8)
+            G = next(g for g in range(1, 40 * N + 2) if (L - W) * g + W >= N)
+            sets = [rec, dict(group_size=G, neighbor_window=W), dict(rec, group_size=2 * rec["group_size"])]
+        elif name == "rerope":
+            w = L // 8
+            sets = [rec, dict(window=max(1, w // 2), slope=0.0), dict(window=2 * w, slope=0.0),
+                    dict(window=w, slope=1 / 16)]
+        else:
+            sets = [rec, dict(rec, chunk_size=L // 2), dict(rec, local_size=L // 16)]
+        out = []
+        for s in sets:
+            if s not in out:
+                out.append(s)
+        return out
+
+    for name, cls in METHODS.items():
+        got = cls.grid(L, N)
+        assert list(got) == want(name)
+        for params in got:
+            build_method(name, **params)

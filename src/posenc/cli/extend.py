@@ -50,6 +50,7 @@ def _cmd(args: argparse.Namespace) -> int:
                               windows=args.windows, passkey_examples=args.passkey_examples,
                               data=None if args.data is None else str(args.data),
                               scalings=from_flag("--scalings", args.scalings), methods=from_flag("--methods", args.methods),
+                              method_grid=args.method_grid,
                               depths=tuple(dict.fromkeys(args.depths)), device=args.device, dtype=args.dtype)
     evidence = extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress,
                       table=args.json != STDOUT, export=args.export, gguf=args.gguf)
@@ -63,7 +64,7 @@ def _cmd(args: argparse.Namespace) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..hf import extend as library
     from ..hf.checkpoint import DTYPES
-    from ..hf.extend_grid import method_names, scaling_names
+    from ..hf.extend_grid import METHOD_GRIDS, method_names, scaling_names
 
     p = subparsers.add_parser(
         "extend", help="measure training-free RoPE scalings of a checkpoint at length N and write the best as its config",
@@ -89,6 +90,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--methods", type=_name_in(method_names), nargs="+", default=None, metavar="NAME",
                    help=f"the attention methods in the grid, each at its paper's recommended settings (default: all "
                         f"the model type supports: {', '.join(method_names())}; none: no method)")
+    p.add_argument("--method-grid", choices=METHOD_GRIDS, default="recommended",
+                   help="recommended: each method at its paper's parameters (default); small: also at the few "
+                        "neighbours its paper or code varies (a window halved or doubled, a larger group, leaky "
+                        "ReRoPE: 3 or 4 rows a method)")
     p.add_argument("--depths", type=unit_float, nargs="+", default=list(library.DEPTHS), metavar="D",
                    help="passkey key depths in [0, 1] (0: start, 1: end; default 0 0.5 1)")
     p.add_argument("--device", type=cpu_or_cuda, default="cpu",

@@ -21,7 +21,8 @@ of ``--depths``, default 0, 0.5 and 1; the accuracy with its 95 % Wilson interva
   ``base * s^(d/(d-2))``;
 * each training-free attention method (:data:`posenc.methods.METHODS`: Self-Extend, ReRoPE,
   Dual Chunk Attention, or those of ``--methods``; ``--methods none``: no method) at its paper's
-  ``recommended(L, N)``, on the model types whose attention they replace
+  ``recommended(L, N)`` (with ``--method-grid small``, also at the few neighbours its paper or
+  code varies: the method's ``grid(L, N)``), on the model types whose attention they replace
   (:data:`posenc.hf.methods.METHOD_MODEL_TYPES`).
 
 **The rule**: the candidates not significantly worse at passkey than the best one (their
@@ -103,6 +104,7 @@ class ExtendSettings:
     eval_seed: int = 1234
     scalings: tuple[str, ...] | None = None
     methods: tuple[str, ...] | None = None
+    method_grid: str = "recommended"
     depths: tuple[float, ...] = DEPTHS
     device: str = "cpu"
     dtype: str = "float32"
@@ -121,10 +123,11 @@ class ExtendSettings:
         check_int("--passkey-examples", self.passkey_examples, minimum=1, maximum=MAX_COUNT)
         check_int("eval_seed", self.eval_seed, minimum=0)
         from .checkpoint import DTYPES
-        from .extend_grid import check_names, method_names, scaling_names
+        from .extend_grid import METHOD_GRIDS, check_names, method_names, scaling_names
 
         check_names("--scalings", self.scalings, scaling_names())
         check_names("--methods", self.methods, method_names())
+        check_choice("--method-grid", self.method_grid, METHOD_GRIDS)
         if not self.depths:
             raise ValueError("--depths must hold at least one depth in [0, 1], got none")
         for d in self.depths:
@@ -349,7 +352,7 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
         check_gguf(gguf, Winner(({"label": NONE, "scaling": None, "method": None, "params": {}},), 0,
                                 ckpt.config, L, N, str(ckpt.path)))
     grid = candidates(L, N, settings.factors, scalings=settings.scalings, methods=settings.methods,
-                      model_type=ckpt.config.get("model_type"))
+                      model_type=ckpt.config.get("model_type"), method_grid=settings.method_grid)
     tok = load_tokenizer(ckpt)
     passkey = TextPasskey(tok)
     if N < passkey.min_length:

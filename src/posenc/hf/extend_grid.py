@@ -17,11 +17,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NONE", "Candidate", "candidates", "check_names", "choose", "format_table", "from_flag", "method_label",
+__all__ = ["METHOD_GRIDS", "NONE", "Candidate", "candidates", "check_names", "choose", "format_table", "from_flag", "method_label",
            "method_names", "progress_line", "scaling_names"]
 
 #: the name that drops a family from the grid (``--scalings none``, ``--methods none``)
 NONE = "none"
+#: ``--method-grid``: each method at its paper's recommended parameters, or at its small grid
+#: around them (:meth:`posenc.methods.base.AttentionMethod.grid`, the recommended set first)
+METHOD_GRIDS = ("recommended", "small")
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,14 @@ def method_label(name: str, params: dict[str, Any]) -> str:
 
 
 def candidates(L: int, N: int, multipliers: tuple[float, ...], *, scalings: tuple[str, ...] | None = None,
-               methods: tuple[str, ...] | None = None, model_type: str | None = None) -> list[Candidate]:
+               methods: tuple[str, ...] | None = None, model_type: str | None = None,
+               method_grid: str = "recommended") -> list[Candidate]:
     """The grid: the model as it is, then each training-free scaling of ``scalings`` (None: all) at
     factor ``m * N / L`` (its ``extension`` rule's parameters; repeated parameter sets are evaluated
     once), then each attention method of ``methods`` (None: all) at its paper's
-    ``recommended(L, N)``. Methods stand in for the attention of :data:`posenc.hf.methods.METHOD_MODEL_TYPES`
+    ``recommended(L, N)``, or with ``method_grid="small"`` at each set of its ``grid(L, N)``. Methods stand in for the attention of :data:`posenc.hf.methods.METHOD_MODEL_TYPES`
     only: with ``methods=None`` another ``model_type`` gets none, a named method is refused."""
+    from ..config import check_choice
     from ..methods import METHODS
     from ..rotary.scaling import SCALINGS
     from .methods import METHOD_MODEL_TYPES
@@ -89,6 +94,7 @@ def candidates(L: int, N: int, multipliers: tuple[float, ...], *, scalings: tupl
 
     check_names("--scalings", scalings, scaling_names())
     check_names("--methods", methods, method_names())
+    check_choice("--method-grid", method_grid, METHOD_GRIDS)
     out = [Candidate(NONE, None, {})]
     seen = set()
     for name in scaling_names() if scalings is None else dict.fromkeys(scalings):
@@ -108,8 +114,9 @@ def candidates(L: int, N: int, multipliers: tuple[float, ...], *, scalings: tupl
                              f"the methods can replace ({', '.join(METHOD_MODEL_TYPES)}); give --methods {NONE}")
         return out
     for name in method_names() if methods is None else dict.fromkeys(methods):
-        params = dict(METHODS[name].recommended(L, N))
-        out.append(Candidate(method_label(name, params), None, params, method=name))
+        cls = METHODS[name]
+        for params in cls.grid(L, N) if method_grid == "small" else (cls.recommended(L, N),):
+            out.append(Candidate(method_label(name, dict(params)), None, dict(params), method=name))
     return out
 
 

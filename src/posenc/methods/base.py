@@ -70,6 +70,23 @@ class AttentionMethod:
         ``trained`` tokens serving ``target`` tokens (what ``bench --model`` and ``extend`` run)."""
         raise NotImplementedError
 
+    @classmethod
+    def grid(cls, trained: int, target: int) -> tuple[dict[str, int | float], ...]:
+        """A small grid of parameter sets around :meth:`recommended` (which comes first), from the
+        neighbours the method's paper or code varies (what ``extend --method-grid small`` runs);
+        each set valid, none repeated. The base: the recommended set alone."""
+        return (cls.recommended(trained, target),)
+
+    @classmethod
+    def _distinct(cls, sets: list[dict[str, int | float]]) -> tuple[dict[str, int | float], ...]:
+        """``sets`` in order, repeats dropped, each validated by building the method."""
+        out: list[dict[str, int | float]] = []
+        for params in sets:
+            if params not in out:
+                cls(**params)  # a ValueError naming the parameter if a rule made an invalid set
+                out.append(params)
+        return tuple(out)
+
     def params(self) -> dict[str, object]:
         """The parameters, by name (what ``patch_model(..., method=name, **params)`` takes)."""
         return dataclasses.asdict(self)

@@ -55,6 +55,12 @@ class DualChunk(AttentionMethod):
         check_int("target", target, minimum=1, maximum=MAX_WINDOW)
         return dict(chunk_size=trained * 3 // 4, local_size=trained // 8)
 
+    @classmethod
+    def grid(cls, trained: int, target: int) -> tuple[dict[str, int | float], ...]:
+        """The recommended set (chunk 3L/4, local L/8); a chunk of L/2; a local window of L/16."""
+        rec = cls.recommended(trained, target)
+        return cls._distinct([rec, dict(rec, chunk_size=trained // 2), dict(rec, local_size=trained // 16)])
+
     def validate(self) -> None:
         check_int("chunk_size", self.chunk_size, minimum=2, maximum=MAX_WINDOW)
         check_int("local_size", self.local_size, minimum=0, maximum=self.chunk_size - 1)

@@ -52,6 +52,14 @@ class ReRoPE(AttentionMethod):
         check_int("target", target, minimum=1, maximum=MAX_WINDOW)
         return dict(window=trained // 8, slope=0.0)
 
+    @classmethod
+    def grid(cls, trained: int, target: int) -> tuple[dict[str, int | float], ...]:
+        """The recommended set (w = L / 8); the window halved and doubled; leaky ReRoPE at the
+        recommended window with slope 1/16 (the author's ``scaling_factor = 16``)."""
+        w = trained // 8
+        return cls._distinct([dict(window=w, slope=0.0), dict(window=max(1, w // 2), slope=0.0),
+                              dict(window=2 * w, slope=0.0), dict(window=w, slope=1 / 16)])
+
     def validate(self) -> None:
         check_int("window", self.window, minimum=1, maximum=MAX_WINDOW)
         check_range("slope", self.slope, 0.0, 1.0)

@@ -59,6 +59,16 @@ class SelfExtend(AttentionMethod):
         G = max(1, -(-(target - W) // (trained - W)))  # ceil((N - W) / (L - W))
         return dict(group_size=G, neighbor_window=W)
 
+    @classmethod
+    def grid(cls, trained: int, target: int) -> tuple[dict[str, int | float], ...]:
+        """The recommended set; the window halved (W = L / 8, the smallest sufficient G for it);
+        the group doubled at W = L / 4 (the paper's ablations vary both, and find the smallest
+        sufficient G best)."""
+        rec = cls.recommended(trained, target)
+        W = max(1, trained // 8)
+        half = dict(group_size=max(1, -(-(target - W) // (trained - W))), neighbor_window=W)
+        return cls._distinct([rec, half, dict(rec, group_size=2 * rec["group_size"])])
+
     def validate(self) -> None:
         check_int("group_size", self.group_size, minimum=1, maximum=MAX_WINDOW)
         check_int("neighbor_window", self.neighbor_window, minimum=1, maximum=MAX_WINDOW)
