@@ -57,3 +57,17 @@ def test_bad_input_is_one_line(tmp_path, capsys, content, args, message):
 def test_folder_without_config_is_refused(tmp_path, capsys):
     assert main(["rope", str(tmp_path)]) == 2
     assert "a folder without config.json" in capsys.readouterr().err
+
+
+def test_a_gguf_file_is_read_by_transformers_and_by_llamacpp_from_its_metadata(tmp_path, capsys):
+    pytest.importorskip("gguf")
+    from test_hf_export_llamacpp import tiny_gguf
+
+    path = tiny_gguf(tmp_path / "tiny.gguf", ctx=8192, base=100000.0, rope_freqs=True)
+    assert main(["rope", str(path), "--length", "16384", "--engines", "llama.cpp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = 100000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)  # rope_freqs of ones: unchanged
+    for engine in ("transformers", "llama.cpp"):
+        (rope,) = out["engines"][engine]
+        assert torch.allclose(torch.tensor(rope["inv_freq"], dtype=torch.float64), want, rtol=1e-6)
+    assert out["disagreements"] == []

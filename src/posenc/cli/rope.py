@@ -52,7 +52,7 @@ def read_file(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
     if not path.exists():
         raise ValueError(f"{path}: no such file")
     if path.suffix == ".gguf":
-        from ..engines.llamacpp import read_gguf_metadata
+        from ..engines.gguf_meta import read_gguf_metadata
 
         metadata = read_gguf_metadata(path)
         from transformers import AutoConfig
