@@ -218,6 +218,8 @@ def test_extend_exports_vllm_and_llamacpp_end_to_end(tmp_path, capsys):
     assert {"config.json", "extend.json", "vllm.json", "vllm.sh", "llama.cpp.sh", "tiny.posenc-256.gguf",
             "tiny.posenc-256.gguf.sha256.json"} <= {p.name for p in out.iterdir()}
     assert [e["target"] for e in ev["exports"]] == ["vllm", "llama.cpp"]
+    assert json.loads((out / "extend.json").read_text())["exports"] == ev["exports"]  # the folder's record has them
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary left
     printed = capsys.readouterr().out
     for e in ev["exports"]:
         assert e["command"] in printed and all(f in printed for f in e["files"])

@@ -411,8 +411,12 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
             for note in e["notes"]:
                 print(f"posenc extend: {e['target']}: {note}", file=sys.stderr)
             print(f"wrote {', '.join(e['files'])} ({e['written']}); {e['target']}:\n  {e['command']}", file=stream)
-        if done:
+        if done:  # extend.json records what was exported too (written again, atomically)
             evidence = dict(evidence, exports=done)
+            record = Path(out) / "extend.json"
+            tmp = record.with_name(f".extend.json.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(evidence, indent=2) + "\n")
+            os.replace(tmp, record)
     return evidence
 
 
