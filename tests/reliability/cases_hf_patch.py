@@ -42,6 +42,17 @@ def _olmo():
         vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
 
 
+def _deepseek_v3():
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
+        vocab_size=32, hidden_size=32, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, n_routed_experts=2, num_experts_per_tok=1, n_group=1, topk_group=1,
+        kv_lora_rank=8, q_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8,
+        max_position_embeddings=64)).eval()
+
+
 def _interleaved_rope():
     from posenc.encoding import Dims
     from posenc.rotary import RotaryConfig, RotaryEmbedding
@@ -93,7 +104,7 @@ CASES = [
          run=lambda: _patch(torch.nn.Linear(2, 2)), error=TypeError),
     Case(A, "patch_model on a model without RoPE (GPT-2)",
          r"model_type 'gpt2' has no rotary embeddings .*supports: llama, mistral, qwen2, qwen3, gemma, gemma2, "
-         r"phi, phi3, stablelm, gpt_neox, gemma3_text, gemma4_text, smollm3, cohere2, qwen2_vl_text, "
+         r"phi, phi3, stablelm, gpt_neox, gemma3_text, gemma4_text, smollm3, deepseek_v3, cohere2, qwen2_vl_text, "
          r"qwen2_5_vl_text, qwen3_vl_text, llama4_text, gptj",
          run=lambda: _patch(_gpt2())),
     Case(A, "patch_model on a RoPE model type it does not support (olmo)",
@@ -139,4 +150,8 @@ CASES = [
     Case(A, "relative_from_deberta on a state dict without rel_embeddings",
          r"expected one encoder.rel_embeddings.weight in the source, found 0",
          run=lambda: _loader("relative_from_deberta", {}, config=_deberta_cfg())),
+    Case(A, "patch_model of DeepSeek-V3 (MLA) with a YaRN whose mscale_all_dim needs another softmax scale",
+         r"model_type 'deepseek_v3': its attention multiplies the softmax scale by YaRN's mscale\(factor, "
+         r"mscale_all_dim\)\^2, fixed when the model was built",
+         run=lambda: _patch(_deepseek_v3(), scaling="yarn", factor=4.0, mscale=1.0, mscale_all_dim=1.0)),
 ]

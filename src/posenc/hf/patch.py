@@ -35,6 +35,14 @@ gptj                                                transformers >= 5.24: its sh
                                                     each layer's table lookup reads a posenc
                                                     table instead (an instance attribute
                                                     shadowing the method)
+deepseek_v3 (DeepSeek-V3, Kimi K2: multi-head     the same module, for the decoupled RoPE of
+latent attention)                                   MLA: the ``qk_rope_head_dim`` channels of q
+                                                    (q_pe) and the one key slice all heads share
+                                                    (k_pe), which the attention reorders
+                                                    (``rope_interleave``) before rotating; YaRN's
+                                                    ``mscale_all_dim`` correction of the softmax
+                                                    scale stays the attention's (a RoPE override
+                                                    that would change it is refused)
 qwen2_vl_text, qwen2_5_vl_text, qwen3_vl_text       the language model's ``rotary_emb`` (patch
                                                     ``model.model.language_model``): posenc's
                                                     ``mrope``, at the (3, B, T) position ids the
@@ -90,7 +98,7 @@ __all__ = ["FORMS", "PosencRotary", "SUPPORTED_MODEL_TYPES", "patch_model", "pat
 #: attention layers take cos/sin in (``PosencRotary.form``).
 _SHARED_MODULE = {
     **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "stablelm", "gpt_neox",
-                     "gemma3_text", "gemma4_text", "smollm3"), "half"),
+                     "gemma3_text", "gemma4_text", "smollm3", "deepseek_v3"), "half"),
     "cohere2": "interleaved",
     # M-RoPE text models (posenc's mrope; position_ids (3, B, T)): the language model of a
     # Qwen2-VL / Qwen2.5-VL / Qwen3-VL (model.model.language_model)
@@ -98,6 +106,10 @@ _SHARED_MODULE = {
     "llama4_text": "complex",
     "gptj": "sin_cos",  # transformers >= 5.24; before, no shared module (see patch_model)
 }
+#: model types whose attention scales the softmax by YaRN's ``mscale(factor, mscale_all_dim)^2``
+#: (DeepSeek-V2/V3's multi-head latent attention, set at construction from the config): a RoPE
+#: override must keep that factor (:func:`patch_model`)
+_SOFTMAX_SCALED = ("deepseek_v3",)
 #: every model type :func:`patch_model` accepts.
 SUPPORTED_MODEL_TYPES = tuple(_SHARED_MODULE)
 #: the forms of cos/sin a transformers rotary module returns (see :class:`PosencRotary`).
@@ -288,6 +300,17 @@ def _targets(model_type: str, types: tuple[str, ...], layer_type: Any) -> tuple[
     return scaled or (types if len(types) == 1 else ())
 
 
+def _softmax_scale(rope: RotaryEmbedding) -> float:
+    """DeepSeek's softmax-scale factor for ``rope`` (1 unless YaRN with ``mscale_all_dim``)."""
+    from ..engines.transformers import deepseek_softmax_scale
+
+    c = rope.config
+    if c.scaling != "yarn":
+        return 1.0
+    return deepseek_softmax_scale({"rope_parameters": {"rope_type": "yarn", "factor": c.factor,
+                                                       "mscale_all_dim": c.mscale_all_dim}})
+
+
 def patch_model(model: Any, rope: RotaryEmbedding | None = None, *, layer_type: str | None = None,
                 method: str | None = None, **scaling: Any) -> RotaryEmbedding:
     """Make a transformers model rotate with posenc's RoPE; returns the RotaryEmbedding in use
@@ -334,6 +357,12 @@ def patch_model(model: Any, rope: RotaryEmbedding | None = None, *, layer_type: 
     native = {t: from_hf(model.config, layer_type=t) for t in types} or {_EVERY_LAYER: from_hf(model.config)}
     ropes = native | {t: _resolve(model, native[t], rope, scaling) for t in targets}
     new = ropes[(targets or types)[0]]
+    if model_type in _SOFTMAX_SCALED and _softmax_scale(new) != _softmax_scale(native[_EVERY_LAYER]):
+        raise ValueError(
+            f"model_type {model_type!r}: its attention multiplies the softmax scale by YaRN's "
+            f"mscale(factor, mscale_all_dim)^2, fixed when the model was built ({_softmax_scale(native[_EVERY_LAYER]):g} "
+            f"here); this RoPE needs {_softmax_scale(new):g}, which patching the rotary cannot give: build the model "
+            "with these rope_parameters in its config instead, or keep mscale_all_dim as the config has it")
     base = _decoder(model)
     if model_type == "gptj" and not isinstance(getattr(base, "rotary_emb", None), nn.Module):  # transformers < 5.24
         holder = getattr(base, _GPTJ_HOLDER, None)
