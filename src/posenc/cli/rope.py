@@ -11,6 +11,13 @@ Examples::
     posenc rope config.json                 # one table row per engine and layer type, then the disagreements
     posenc rope ./Qwen2.5-7B-Instruct --length 131072
     posenc rope SmolLM2.gguf --json out.json   # every inverse frequency, per engine, as JSON
+    posenc rope SmolLM2.gguf --length 16384 --model   # and what each disagreement does to its own logits
+
+With ``--model`` (FILE a checkpoint folder or a .gguf: the weights are loaded, float32 on the
+CPU), each engine's reading is also measured on the model's own attention: the probe's real
+pre-rotation q and k of its first, middle and last layers on 256 tokens of text, every pair of
+a sample of (query, key) tokens at distances up to N, the largest and mean change of the logits
+against transformers' reading (:mod:`posenc.hf.rope_effect`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--engines", nargs="+", default=None, metavar="NAME",
                    help=f"only these engines (transformers is always read: the reference); any of "
                         f"{', '.join(engine_names())}")
+    p.add_argument("--model", action="store_true",
+                   help="FILE's weights too (a checkpoint folder or .gguf): measure what each engine's reading "
+                        "does to the model's own attention logits, on its real q and k")
     add_json_option(p, "every engine's reading (full inverse-frequency vectors) and the disagreements")
     p.set_defaults(func=run)
 
@@ -82,6 +92,16 @@ def _readings(config: dict[str, Any], metadata: dict[str, Any] | None, engines: 
         except Unsupported as e:
             readings["llama.cpp"] = e
     return readings
+
+
+def _effects(file: Path, readings: dict[str, Reading], length: int) -> list:
+    """:func:`posenc.hf.rope_effect.logit_effects` on FILE's own weights (refused for a bare config.json)."""
+    if file.suffix == ".json" or (file.is_dir() and not any(file.glob("*.safetensors"))):
+        raise ValueError(f"--model: {file} holds no weights; give the checkpoint folder or the .gguf")
+    from ..hf.rope_effect import capture_model_qk, logit_effects
+
+    qk, scales = capture_model_qk(str(file), None, 256)
+    return logit_effects(qk, scales, readings, length)
 
 
 def _original(config: dict[str, Any]) -> int | None:
@@ -129,7 +149,11 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(length, int) or length < 2:
         raise ValueError(f"{args.file}: no max_position_embeddings to compare at; give --length N")
     found = disagreements(readings, length)
-    if emit_json(args.json, _to_json(readings, found, length)):
+    effects = _effects(args.file, readings, length) if args.model else None
+    data = _to_json(readings, found, length)
+    if effects is not None:
+        data["model_effect"] = [e.to_json() for e in effects]
+    if emit_json(args.json, data):
         return 0
     kind = config.get("model_type", "?")
     print(f"{args.file}: model_type {kind}, original length {_original(config)}; engines compared at {length} tokens")
@@ -156,6 +180,15 @@ def run(args: argparse.Namespace) -> int:
     for d in where:
         layer = f" [{d.layer_type}]" if d.layer_type else ""
         print(f"  {d.engine}{layer}: {d.line}")
+    if effects is not None:
+        print(f"on the model's own q and k (first, middle and last layer; real text; distances up to {length - 1}), "
+              "the logits of each engine against transformers':")
+        for e in effects:
+            if e.max_abs == 0.0:
+                print(f"  {e.engine}: the same logits")
+                continue
+            print(f"  {e.engine}: largest change {e.max_abs:.3g} (at distance {e.worst_distance}), mean "
+                  f"{e.mean_abs:.3g}; transformers' logits average {e.reference_mean_abs:.3g} in size")
     sources = {e: ENGINES[e].version for e in readings}
     print("rules derived from: " + ", ".join(f"{e} {v}" for e, v in sources.items()))
     return 0 if all(math.isfinite(r.logit_scale()) for v in readings.values() if isinstance(v, list) for r in v) else 1
