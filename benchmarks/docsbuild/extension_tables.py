@@ -48,29 +48,40 @@ def _points(data: dict) -> dict[tuple[str, int], dict]:
 
 def smollm2_extension(page: str, load) -> str:
     """Per corpus: every row at 1.5L and 2L, the whole window and the tokens past L apart."""
-    out = []
-    for corpus, name in EXTENSION_FILES.items():
-        data = load(name)
-        s = data["settings"]
-        L = s["trained_length"]
-        pts = _points(data)
-        lengths = sorted({n for _, n in pts if n > L})
-        variants = list(dict.fromkeys(v for v, _ in pts))
-        assert lengths and variants, f"{name}.json has no point past L"
-        base_L = pts.get(("base", L))
-        head = [f"{CORPUS_WORDS[corpus]}: token perplexity, 95 % interval"]
+    return "\n\n".join(_extension_table(page, load, corpus, name) for corpus, name in EXTENSION_FILES.items())
+
+
+#: 4L (32768 tokens) on the code corpus, one window (on a GPU, two method rows finished on the CPU)
+EXTENSION_4L = ("code", "bench_model_smollm2_L8192_code_4L")
+
+
+def smollm2_extension_4L(page: str, load) -> str:
+    """Every row at 4L on one corpus, the whole window and the tokens past L apart."""
+    return _extension_table(page, load, *EXTENSION_4L)
+
+
+def _extension_table(page: str, load, corpus: str, name: str) -> str:
+    """One results file's rows past L: the whole window and the tokens past L, per length."""
+    data = load(name)
+    s = data["settings"]
+    L = s["trained_length"]
+    pts = _points(data)
+    lengths = sorted({n for _, n in pts if n > L})
+    variants = list(dict.fromkeys(v for v, _ in pts))
+    assert lengths and variants, f"{name}.json has no point past L"
+    base_L = pts.get(("base", L))
+    head = [f"{CORPUS_WORDS[corpus]}: token perplexity, 95 % interval"]
+    for n in lengths:
+        head += [f"{n} ({n / L:g}L), whole window", f"{n}: the tokens past L"]
+    rows = []
+    for v in variants:
+        row = [_label(s, v, lengths[-1])]
         for n in lengths:
-            head += [f"{n} ({n / L:g}L), whole window", f"{n}: the tokens past L"]
-        rows = []
-        for v in variants:
-            row = [_label(s, v, lengths[-1])]
-            for n in lengths:
-                p = pts.get((v, n))
-                row += [_cell(p), _cell(p, "beyond")]
-            rows.append(row)
-        at_L = f"at L = {L} the model reads {_cell(base_L)}" if base_L else ""
-        out.append(md_table(head, rows) + "\n\n" + caption(name, page, data, at_L))
-    return "\n\n".join(out)
+            p = pts.get((v, n))
+            row += [_cell(p), _cell(p, "beyond")]
+        rows.append(row)
+    at_L = f"at L = {L} the model reads {_cell(base_L)}" if base_L else ""
+    return md_table(head, rows) + "\n\n" + caption(name, page, data, at_L)
 
 
 def method_cost(page: str, load) -> str:

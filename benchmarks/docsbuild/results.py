@@ -161,6 +161,13 @@ RESULTS: dict[str, Result] = {
         note="one of two 1-thread processes (eval seeds 0 and 1: disjoint prompts) side by side; pooled by "
              "posenc.hf.bench_merge")
         for seed in (0, 1)},
+    # 4L (32768 tokens) on the code corpus, one window: on one GPU, the last two method rows on the CPU
+    "bench_model_smollm2_L8192_code_4L": _bench(
+        "bench_model_smollm2_L8192_code_4L",
+        ("bench", "--model", "smollm2-135m", "--preset", "standard", "--device", "cuda", "--threads", "2",
+         "--tasks", "lm", "--corpus", "code", "--lm-eval-factors", "4", "--lm-eval-tokens", "32768", "--resume",
+         "--no-progress", "--out", "out/gpu/lm_code_4L"), "out/gpu/lm_code_4L", rerun=False,
+        note="needs a CUDA GPU to take minutes (on this CPU a forward of 32768 tokens is 12 to 17 min)"),
     # the needle tasks within L and at 1.5L, on one GPU (benchmarks/extension_gpu.sh; two shards as above)
     **{f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}": _bench(
         f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}",
