@@ -191,7 +191,7 @@ def extension_claims(page: str, load) -> str:
 TASK_SHARDS = ("bench_model_smollm2_L8192_tasks_s0", "bench_model_smollm2_L8192_tasks_s1")
 #: the same tasks at L and 1.5L, and passkey at 4L (on a GPU; pooled the same way)
 TASK_SHARDS_15L = ("bench_model_smollm2_L8192_tasks_1.5L_s0", "bench_model_smollm2_L8192_tasks_1.5L_s1")
-PASSKEY_SHARDS_4L = ("bench_model_smollm2_L8192_passkey_4L_s0", "bench_model_smollm2_L8192_passkey_4L_s1")
+PASSKEY_SHARDS_4L = ("bench_model_smollm2_L8192_passkey_4L_s0",)
 TASK_WORDS = {"passkey": "passkey", "multikey": "multi-key needle (RULER)", "vartrack": "variable tracking (RULER)"}
 
 
@@ -203,7 +203,11 @@ def _tasks_table(page: str, load, shards: tuple[str, ...]) -> str:
     from posenc.intervals import wilson
 
     files = [(name, load(name), "") for name in shards]
-    settings, runs = merge_shards([data for _, data, _ in files])
+    if len(files) > 1:
+        settings, runs = merge_shards([data for _, data, _ in files])
+    else:  # one shard: its own prompts
+        settings, runs = dict(files[0][1]["settings"]), files[0][1]["runs"]
+        settings["shards"] = [{"eval_seed": settings["eval_seed"]}]
     L = settings["trained_length"]
     lengths = sorted({p["length"] for r in runs for p in r["points"]})
     variants = list(dict.fromkeys(p["variant"] for r in runs for p in r["points"]))
@@ -223,8 +227,9 @@ def _tasks_table(page: str, load, shards: tuple[str, ...]) -> str:
                 row.append(f"{hits}/{trials} [{100 * lo:.0f}, {100 * hi:.0f}] %")
         rows.append(row)
     depths = ", ".join(f"{d:g}" for d in settings["passkey_depths"])
-    extra = (f"{settings['passkey_examples']} prompts per depth ({depths}), {len(files)} shards of disjoint prompts "
-             f"(eval seeds {', '.join(str(s['eval_seed']) for s in settings['shards'])})")
+    seeds = ", ".join(str(s["eval_seed"]) for s in settings["shards"])
+    extra = (f"{settings['passkey_examples']} prompts per depth ({depths}), "
+             + (f"{len(files)} shards of disjoint prompts (eval seeds {seeds})" if len(files) > 1 else f"eval seed {seeds}"))
     return md_table(head, rows) + "\n\n" + captions(page, [(*files[0][:2], extra), *files[1:]], notes=True)
 
 

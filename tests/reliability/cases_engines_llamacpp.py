@@ -42,7 +42,7 @@ def _flags(**flags) -> object:
 
 L, M = "engines: llama.cpp", "engines: mlx-lm"
 CASES = [
-    Case(L, "read_gguf_metadata on a missing file", r"^GGUF file missing\.gguf does not exist \(or is not a file\)$",
+    Case(L, "read_gguf_metadata on a missing file", r"^missing\.gguf: no such file$",
          run=in_tmp(lambda: _read("missing.gguf", None))),
     Case(L, "read_gguf_metadata on a JSON file", r"^config\.json is not a GGUF file \(it starts with b'\{\"a\"', not b'GGUF'\)$",
          run=in_tmp(lambda: _read("config.json", b'{"a": 1}'))),

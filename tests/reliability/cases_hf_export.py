@@ -77,8 +77,8 @@ CASES = [
          argv=[*_X, "--out", "/tmp/posenc-never-written", "--export", "llama.cpp", "--gguf", "/no/such.gguf"]),
     Case(A, "--gguf naming a file that is not a GGUF", r"--gguf '.*m\.gguf' is not a GGUF file \(it starts with b'not ', ",
          run=_not_gguf_flag, doc=_DOC.format(" is not a GGUF file (it starts with b'not ', not b'GGUF')")),
-    Case(A, "--gguf naming a truncated GGUF (the magic alone)", r"is not a readable GGUF file",
-         run=lambda: _check(raw=b"GGUF\x03\x00"), doc=_DOC.format(" is not a readable GGUF file (...)")),
+    Case(A, "--gguf naming a truncated GGUF (the magic alone)", r"the GGUF file is unreadable \(truncated or corrupt\)",
+         run=lambda: _check(raw=b"GGUF\x03\x00"), doc=_DOC.format(": the GGUF file is unreadable (truncated or corrupt): ...")),
     Case(A, "--gguf of another checkpoint: its context_length is not L", r"llama\.context_length is 128, not the "
          r"checkpoint's L = 64 \(give a GGUF of the same checkpoint\)", run=lambda: _check(ctx=128),
          doc=_DOC.format(": llama.context_length is 128, not the checkpoint's L = 64 (give a GGUF of the same "

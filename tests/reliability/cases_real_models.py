@@ -186,7 +186,7 @@ CASES = [
          _resolve(lambda: (Path("notes.txt").write_text("x"), "notes.txt")[1])),
     Case(A, "a .gguf file that is not GGUF (wrong magic)", r"bad\.gguf is not a GGUF file \(it starts with b'PK",
          _resolve(lambda: (Path("bad.gguf").write_bytes(b"PK\x03\x04rest"), "bad.gguf")[1])),
-    Case(A, "a truncated .gguf file (40 bytes of a valid one)", r"m\.gguf: the GGUF header is unreadable \(truncated or corrupt",
+    Case(A, "a truncated .gguf file (40 bytes of a valid one)", r"m\.gguf: the GGUF file is unreadable \(truncated or corrupt",
          in_tmp_cache(_truncated_gguf)),
     Case(A, "a .gguf of an architecture transformers cannot load (rwkv6)",
          r"GGUF architecture 'rwkv6' is not one transformers can load; it loads: llama, ",

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 from .base import Unsupported
 
-__all__ = ["ARCHITECTURES", "FACTOR_TENSORS", "NOTES", "f32", "gguf_rope_metadata", "read_gguf_metadata"]
+__all__ = ["ARCHITECTURES", "FACTOR_TENSORS", "NOTES", "f32", "gguf_rope_metadata", "open_gguf", "read_gguf_metadata"]
 
 #: HF ``architectures[0]`` -> the GGUF arch its converter class writes (the families modelled here)
 ARCHITECTURES = {
@@ -263,27 +263,42 @@ def gguf_rope_metadata(config: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
-    """The key/values of the .gguf file at ``path`` (via ``gguf.GGUFReader``), plus the values
-    of its ``rope_freqs`` / ``rope_factors_long`` / ``rope_factors_short`` tensors when present."""
+def open_gguf(path: str | Path, label: str | None = None) -> Any:
+    """A ``gguf.GGUFReader`` of ``path``, or one ValueError naming it (``label``: how messages
+    name the file, default its path): missing, not a GGUF (its first four bytes), truncated or
+    corrupt. The ``gguf`` package missing is :class:`posenc._optional.MissingExtra`. Every
+    reader of a .gguf in posenc opens it here."""
     from .._optional import require
 
     path = Path(path)
+    label = str(path) if label is None else label
     if not path.is_file():
-        raise ValueError(f"GGUF file {path} does not exist (or is not a file)")
+        raise ValueError(f"{label}: no such file")
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != b"GGUF":
-        raise ValueError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+        raise ValueError(f"{label} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
     gguf = require("gguf", extra="hf")
     try:
-        reader = gguf.GGUFReader(str(path))
+        return gguf.GGUFReader(str(path))
+    except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError, struct.error) as e:
+        raise ValueError(f"{label}: the GGUF file is unreadable (truncated or corrupt): {_first_line(e)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
+    """The key/values of the .gguf file at ``path`` (:func:`open_gguf`), plus the values of its
+    ``rope_freqs`` / ``rope_factors_long`` / ``rope_factors_short`` tensors when present."""
+    reader = open_gguf(path)
+    try:
         meta = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("GGUF.")}
         for t in reader.tensors:
             stem = t.name.removesuffix(".weight")
             if stem in FACTOR_TENSORS:
                 meta[stem] = [float(v) for v in t.data.reshape(-1).tolist()]
     except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError, struct.error) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ValueError(f"{path}: the GGUF file is unreadable (truncated or corrupt): {first}") from None
+        raise ValueError(f"{path}: the GGUF file is unreadable (truncated or corrupt): {_first_line(e)}") from None
     return meta

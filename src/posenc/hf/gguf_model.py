@@ -28,7 +28,6 @@ from typing import Any
 
 __all__ = ["GGUFPlan", "MAX_LAYERS", "check_loaded", "gguf_float32_bytes", "plan_gguf", "read_gguf_header"]
 
-_GGUF_MAGIC = b"GGUF"
 #: a bound on num_hidden_layers before the meta model is built (the largest published decoders
 #: have under 130 layers); a crafted value of 10**9 would otherwise build 10**9 meta modules
 MAX_LAYERS = 1024
@@ -44,22 +43,20 @@ def _install_hint() -> str:
 def read_gguf_header(path: Path) -> tuple[str, list[tuple[str, tuple[int, ...]]]]:
     """(architecture, [(tensor name, shape)]) from a GGUF file's header; ValueError naming the
     file when it is not a readable GGUF (wrong magic, truncated, corrupt)."""
+    from .._optional import MissingExtra
+    from ..engines.gguf_meta import open_gguf
+
     path = Path(path)
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != _GGUF_MAGIC:
-        raise ValueError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
     try:
-        from gguf import GGUFReader
-    except ImportError:
+        reader = open_gguf(path)
+    except MissingExtra:
         raise ValueError(f"reading a .gguf file needs the gguf package: {_install_hint()}") from None
     try:
-        reader = GGUFReader(str(path))
         field = reader.fields["general.architecture"]
         arch = bytes(field.parts[field.data[0]]).decode()
         tensors = [(t.name, tuple(int(s) for s in t.shape)) for t in reader.tensors]
     except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: the GGUF header is unreadable (truncated or corrupt file): "
+        raise ValueError(f"{path}: the GGUF file is unreadable (truncated or corrupt): "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     if not tensors:
         raise ValueError(f"{path}: the GGUF file holds no tensors")

@@ -29,19 +29,11 @@ _ROPE_FREQS = "rope_freqs.weight"
 
 
 def open_gguf(path: Path) -> Any:
-    """A GGUFReader of ``path``; one ValueError naming ``--gguf`` when it is missing or not a GGUF."""
-    if not path.is_file():
-        raise ValueError(f"--gguf {str(path)!r}: no such file")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise ValueError(f"--gguf {str(path)!r} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
-    from gguf import GGUFReader
+    """A GGUFReader of ``path``; one ValueError naming ``--gguf`` when it is missing or not a GGUF
+    (:func:`posenc.engines.gguf_meta.open_gguf`)."""
+    from ...engines.gguf_meta import open_gguf as open_reader
 
-    try:
-        return GGUFReader(str(path))
-    except (ValueError, IndexError, OSError) as e:  # truncated or corrupt: numpy's memmap reads past the end
-        raise ValueError(f"--gguf {str(path)!r} is not a readable GGUF file ({type(e).__name__}: {e})") from None
+    return open_reader(path, f"--gguf {str(path)!r}")
 
 
 def _value(reader: Any, key: str) -> Any:
