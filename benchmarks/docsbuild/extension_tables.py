@@ -258,7 +258,8 @@ def engine_llamacpp(page: str, load) -> str:
     assert rows_in, "engine_llamacpp_cpu.json has no rows"
     L = data["trained_length"]
     rows = []
-    for r in rows_in:
+    order = ("none", "linear", "ntk", "yarn")  # the script's --scalings order, whatever order the rows were made in
+    for r in sorted(rows_in, key=lambda r: (r["length"], order.index(r["scaling"]) if r["scaling"] in order else 9)):
         name = "the model as it is" if r["scaling"] == "none" else variant_label({}, r["scaling"])
         control = r.get("unscaled_llamacpp_mean_abs")
         rows.append([f"{r['length']} ({r['length'] / L:g}L)", name, f"{r['mean_abs']:.1e}", f"{r['max_abs']:.1e}",
