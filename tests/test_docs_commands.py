@@ -203,6 +203,10 @@ RESULT_SMOKE: dict[str, Smoke] = {
     **{f"bench_model_smollm2_L8192_tasks_s{seed}": Smoke(
         set={"--preset": ["micro"], "--scalings": ["yarn"], "--methods": ["self_extend"], "--out": ["{tmp}/bm"]},
         add=("--trained-length", "128"), expect=("{tmp}/bm/results.json",), real=True) for seed in (0, 1)},
+    # the estimate check, run small: L stated as 48, one window of 72 tokens
+    "bench_model_smollm2_estimate_cpu": Smoke(
+        set={"--preset": ["micro"], "--lm-eval-tokens": ["72"], "--out": ["{tmp}/bm"]},
+        add=("--trained-length", "48"), expect=("{tmp}/bm/results.json",), real=True),
     # 4L on a GPU: run here on the CPU, L stated as 48, one window of 192 tokens
     "bench_model_smollm2_L8192_code_4L": Smoke(
         set={"--preset": ["micro"], "--device": ["cpu"], "--lm-eval-tokens": ["192"], "--out": ["{tmp}/bm"]},

@@ -59,6 +59,7 @@ TABLES: dict[str, Table] = {
     "extension_claims": Table(extension.extension_claims, ("docs/choosing_an_extension.md",), _EXTENSION),
     "method_cost": Table(extension.method_cost, ("docs/choosing_an_extension.md",), ("method_cost_cpu",)),
     "smollm2_tasks": Table(extension.smollm2_tasks, ("docs/choosing_an_extension.md",), extension.TASK_SHARDS),
+    "estimate_check": Table(models.estimate_check, ("docs/real_models.md",), ("bench_model_smollm2_estimate_cpu",)),
     "smollm2_extension_4L": Table(extension.smollm2_extension_4L, ("docs/choosing_an_extension.md",),
                                   (extension.EXTENSION_4L[1],)),
     "smollm2_tasks_15L": Table(extension.smollm2_tasks_15L, ("docs/choosing_an_extension.md",),

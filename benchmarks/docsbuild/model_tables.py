@@ -233,3 +233,15 @@ def real_extend(page: str, load) -> str:
              f"example per depth {data['depths']}; {duration(total)} of evaluation in all; the rule: {data['rule']}")
     return (md_table(["candidate", f"token ppl at {s['to']}", "passkey %", "seconds", ""], rows)
             + "\n\n" + caption("real_extend_smollm2_L256_N512", page, data, extra))
+
+
+def estimate_check(page: str, load) -> str:
+    """``bench --model``'s estimate, printed before the first forward, against the wall time of
+    the same command on a machine with one process per core."""
+    data = load("bench_model_smollm2_estimate_cpu")
+    est, wall = data["estimate_s"], data["wall_s"]
+    row = [str(data["forwards"]), str(data["longest"]), duration(est), duration(wall), f"{est / wall:.2f}",
+           f"{data['load_before']:.2f} / {data['load_after']:.2f}"]
+    head = ["forwards", "longest (tokens)", "printed estimate", "wall time", "estimate / wall",
+            "load average before / after"]
+    return md_table(head, [row]) + "\n\n" + caption("bench_model_smollm2_estimate_cpu", page, data)

@@ -168,6 +168,13 @@ RESULTS: dict[str, Result] = {
          "--tasks", "lm", "--corpus", "code", "--lm-eval-factors", "4", "--lm-eval-tokens", "32768", "--resume",
          "--no-progress", "--out", "out/gpu/lm_code_4L"), "out/gpu/lm_code_4L", rerun=False,
         note="needs a CUDA GPU to take minutes (on this CPU a forward of 32768 tokens is 12 to 17 min)"),
+    # bench --model's printed estimate against the wall time, one process per core
+    "bench_model_smollm2_estimate_cpu": _bench(
+        "bench_model_smollm2_estimate_cpu",
+        ("bench", "--model", "smollm2-135m", "--preset", "standard", "--tasks", "lm", "--corpus", "code",
+         "--lm-eval-factors", "1.5", "--lm-eval-tokens", "12288", "--scalings", "yarn", "--methods", "self_extend",
+         "--raised-base", "0", "--threads", "1", "--no-progress", "--out", "out/estimate_check"), "out/estimate_check",
+        rerun=False, note="the wall time and the printed estimate are read off the run (its log), not the results"),
     # the needle tasks within L and at 1.5L, on one GPU (benchmarks/extension_gpu.sh; two shards as above)
     **{f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}": _bench(
         f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}",
