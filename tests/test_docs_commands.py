@@ -207,6 +207,10 @@ RESULT_SMOKE: dict[str, Smoke] = {
     "bench_model_smollm2_estimate_cpu": Smoke(
         set={"--preset": ["micro"], "--lm-eval-tokens": ["72"], "--out": ["{tmp}/bm"]},
         add=("--trained-length", "48"), expect=("{tmp}/bm/results.json",), real=True),
+    # passkey at 4L on a GPU: run here on the CPU, L stated as 64 (prompts of 256 tokens)
+    "bench_model_smollm2_L8192_passkey_4L_s0": Smoke(
+        set={"--preset": ["micro"], "--scalings": ["yarn"], "--methods": ["self_extend"], "--device": ["cpu"],
+             "--out": ["{tmp}/bm"]}, add=("--trained-length", "64"), expect=("{tmp}/bm/results.json",), real=True),
     # 4L on a GPU: run here on the CPU, L stated as 48, one window of 192 tokens
     "bench_model_smollm2_L8192_code_4L": Smoke(
         set={"--preset": ["micro"], "--device": ["cpu"], "--lm-eval-tokens": ["192"], "--out": ["{tmp}/bm"]},

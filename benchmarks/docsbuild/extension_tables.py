@@ -228,7 +228,8 @@ def _tasks_table(page: str, load, shards: tuple[str, ...]) -> str:
         rows.append(row)
     depths = ", ".join(f"{d:g}" for d in settings["passkey_depths"])
     seeds = ", ".join(str(s["eval_seed"]) for s in settings["shards"])
-    extra = (f"{settings['passkey_examples']} prompts per depth ({depths}), "
+    n = settings["passkey_examples"]
+    extra = (f"{n} prompt{'s' if n != 1 else ''} per depth ({depths}), "
              + (f"{len(files)} shards of disjoint prompts (eval seeds {seeds})" if len(files) > 1 else f"eval seed {seeds}"))
     return md_table(head, rows) + "\n\n" + captions(page, [(*files[0][:2], extra), *files[1:]], notes=True)
 

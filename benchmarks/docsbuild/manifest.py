@@ -62,6 +62,8 @@ TABLES: dict[str, Table] = {
     "estimate_check": Table(models.estimate_check, ("docs/real_models.md",), ("bench_model_smollm2_estimate_cpu",)),
     "smollm2_extension_4L": Table(extension.smollm2_extension_4L, ("docs/choosing_an_extension.md",),
                                   (extension.EXTENSION_4L[1],)),
+    "smollm2_passkey_4L": Table(extension.smollm2_passkey_4L, ("docs/choosing_an_extension.md",),
+                                extension.PASSKEY_SHARDS_4L),
     "smollm2_tasks_15L": Table(extension.smollm2_tasks_15L, ("docs/choosing_an_extension.md",),
                                extension.TASK_SHARDS_15L),
     "engine_llamacpp": Table(extension.engine_llamacpp, ("docs/engines.md",), ("engine_llamacpp_cpu",)),

@@ -175,6 +175,14 @@ RESULTS: dict[str, Result] = {
          "--lm-eval-factors", "1.5", "--lm-eval-tokens", "12288", "--scalings", "yarn", "--methods", "self_extend",
          "--raised-base", "0", "--threads", "1", "--no-progress", "--out", "out/estimate_check"), "out/estimate_check",
         rerun=False, note="the wall time and the printed estimate are read off the run (its log), not the results"),
+    # passkey at 4L, eval seed 0: the model and the scalings on one GPU, the methods finished on the CPU
+    "bench_model_smollm2_L8192_passkey_4L_s0": _bench(
+        "bench_model_smollm2_L8192_passkey_4L_s0",
+        ("bench", "--model", "smollm2-135m", "--preset", "standard", "--device", "cuda", "--threads", "2",
+         "--tasks", "passkey", "--passkey-depths", "0.25", "0.75", "--passkey-examples", "1", "--scalings", "yarn",
+         "ntk", "--methods", "self_extend", "dual_chunk", "rerope", "--raised-base", "0", "--passkey-eval-factors",
+         "4", "--eval-seed", "0", "--resume", "--no-progress", "--out", "out/gpu/passkey_4L_s0"),
+        "out/gpu/passkey_4L_s0", rerun=False, note="needs a CUDA GPU to take minutes"),
     # the needle tasks within L and at 1.5L, on one GPU (benchmarks/extension_gpu.sh; two shards as above)
     **{f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}": _bench(
         f"bench_model_smollm2_L8192_tasks_1.5L_s{seed}",
