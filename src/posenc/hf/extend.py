@@ -73,6 +73,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..files import write_json
 from .extend_measure import measure_grid as _measure
 
 __all__ = ["DEVICES", "MAX_COUNT", "MAX_TO", "ExtendSettings", "check_device", "check_writable",
@@ -413,10 +414,7 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
             print(f"wrote {', '.join(e['files'])} ({e['written']}); {e['target']}:\n  {e['command']}", file=stream)
         if done:  # extend.json records what was exported too (written again, atomically)
             evidence = dict(evidence, exports=done)
-            record = Path(out) / "extend.json"
-            tmp = record.with_name(f".extend.json.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(evidence, indent=2) + "\n")
-            os.replace(tmp, record)
+            write_json(Path(out) / "extend.json", evidence, indent=2)
     return evidence
 
 

@@ -56,9 +56,10 @@ class ReRoPE(AttentionMethod):
     def grid(cls, trained: int, target: int) -> tuple[dict[str, int | float], ...]:
         """The recommended set (w = L / 8); the window halved and doubled; leaky ReRoPE at the
         recommended window with slope 1/16 (the author's ``scaling_factor = 16``)."""
-        w = trained // 8
-        return cls._distinct([dict(window=w, slope=0.0), dict(window=max(1, w // 2), slope=0.0),
-                              dict(window=2 * w, slope=0.0), dict(window=w, slope=1 / 16)])
+        rec = cls.recommended(trained, target)
+        w = rec["window"]
+        return cls._distinct([rec, dict(rec, window=max(1, w // 2)), dict(rec, window=2 * w),
+                              dict(rec, slope=1 / 16)])
 
     def validate(self) -> None:
         check_int("window", self.window, minimum=1, maximum=MAX_WINDOW)

@@ -37,6 +37,12 @@ __all__ = ["SelfExtend"]
 MAX_WINDOW = 2**53 - 1
 
 
+def _smallest_group(trained: int, target: int, window: int) -> int:
+    """The smallest group G whose extended window (L - W) G + W reaches ``target``:
+    ceil((N - W) / (L - W)), at least 1 (the paper's section 3.2)."""
+    return max(1, -(-(target - window) // (trained - window)))
+
+
 @dataclasses.dataclass(frozen=True)
 class SelfExtend(AttentionMethod):
     """``group_size`` G >= 1 (G = 1 is plain RoPE), ``neighbor_window`` W >= 1."""
@@ -56,8 +62,7 @@ class SelfExtend(AttentionMethod):
         check_int("trained", trained, minimum=4, maximum=MAX_WINDOW)
         check_int("target", target, minimum=1, maximum=MAX_WINDOW)
         W = trained // 4
-        G = max(1, -(-(target - W) // (trained - W)))  # ceil((N - W) / (L - W))
-        return dict(group_size=G, neighbor_window=W)
+        return dict(group_size=_smallest_group(trained, target, W), neighbor_window=W)
 
     @classmethod
     def grid(cls, trained: int, target: int) -> tuple[dict[str, int | float], ...]:
@@ -66,7 +71,7 @@ class SelfExtend(AttentionMethod):
         sufficient G best)."""
         rec = cls.recommended(trained, target)
         W = max(1, trained // 8)
-        half = dict(group_size=max(1, -(-(target - W) // (trained - W))), neighbor_window=W)
+        half = dict(group_size=_smallest_group(trained, target, W), neighbor_window=W)
         return cls._distinct([rec, half, dict(rec, group_size=2 * rec["group_size"])])
 
     def validate(self) -> None:
