@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ..engines import EngineRope, Unsupported
 
-__all__ = ["LogitEffect", "distance_grid", "logit_effects", "pair_logits"]
+__all__ = ["LogitEffect", "capture_model_qk", "distance_grid", "logit_effects", "pair_logits"]
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,17 @@ class LogitEffect:
     worst_distance: int
 
     def to_json(self) -> dict[str, Any]:
+        """The fields, by name (``posenc rope --model --json``'s ``model_effect`` entries)."""
         return dict(engine=self.engine, max_abs=self.max_abs, mean_abs=self.mean_abs,
                     reference_mean_abs=self.reference_mean_abs, worst_distance=self.worst_distance)
 
 
 def distance_grid(length: int, points: int = 48) -> Tensor:
     """Distances 0 .. length - 1: 0, 1, then about log-spaced up to length - 1 (int64, sorted, unique)."""
+    from ..config import check_int
+
+    check_int("length", length, minimum=2)
+    check_int("points", points, minimum=1)
     top = max(1, length - 1)
     grid = torch.logspace(0, math.log10(top), points, dtype=torch.float64).round().long()
     return torch.unique(torch.cat([torch.tensor([0, 1, top]), grid]).clamp(0, top))
@@ -83,6 +88,13 @@ def logit_effects(qk: dict[int, tuple[Tensor, Tensor]], scales: dict[int, float]
     """Each engine's :class:`LogitEffect` (transformers' reading the reference; engines that
     refuse the file left out) on captured ``qk`` = {layer: (q (H, T, D), k (Hkv, T, D))} with
     the layers' logit ``scales``, at distances of :func:`distance_grid` (length)."""
+    from ..config import check_int
+
+    check_int("pairs", pairs, minimum=1)
+    if not qk:
+        raise ValueError("qk must hold at least one layer's captured q and k, got none")
+    if "transformers" not in readings:
+        raise ValueError(f"readings must include transformers' (the reference); got {', '.join(readings) or 'none'}")
     ref = readings["transformers"]
     if isinstance(ref, Unsupported):
         raise ValueError(f"transformers cannot read this file: {ref}")
