@@ -167,7 +167,7 @@ RESULTS: dict[str, Result] = {
         ("bench", "--model", "smollm2-135m", "--preset", "standard", "--device", "cuda", "--threads", "2",
          "--tasks", "lm", "--corpus", "code", "--lm-eval-factors", "4", "--lm-eval-tokens", "32768", "--resume",
          "--no-progress", "--out", "out/gpu/lm_code_4L"), "out/gpu/lm_code_4L", rerun=False,
-        note="needs a CUDA GPU to take minutes (on this CPU a forward of 32768 tokens is 12 to 17 min)"),
+        note="needs a CUDA GPU to take minutes (on this CPU, beside other runs, a forward of 32768 tokens took 12 to 17 min)"),
     # bench --model's printed estimate against the wall time, one process per core
     "bench_model_smollm2_estimate_cpu": _bench(
         "bench_model_smollm2_estimate_cpu",
