@@ -75,8 +75,8 @@ def test_decoding_with_a_cache_counts_the_cached_keys():
     enc = _cope()
     torch.manual_seed(2)
     q, k = torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
-    full = enc.terms(q, k, None)[0].logits
-    step = enc.terms(q[:, :, -2:], k, None)[0].logits  # the last two queries against all keys
+    full = enc.terms(q, k, None)[0].dense(None, None)
+    step = enc.terms(q[:, :, -2:], k, None)[0].dense(None, None)  # the last two queries against all keys
     torch.testing.assert_close(step, full[:, :, -2:])
 
 
@@ -106,7 +106,7 @@ def test_gradient_reaches_the_gates_through_the_interpolation():
     enc = _cope()
     q = torch.randn(1, 2, 6, 8, requires_grad=True)
     k = torch.randn(1, 2, 6, 8, requires_grad=True)
-    z = enc.terms(q, k, None)[0].logits
+    z = enc.terms(q, k, None)[0].dense(None, None)
     (z.tril() * torch.randn_like(z)).sum().backward()
     assert k.grad.abs().sum() > 0 and enc.pos_emb.grad.abs().sum() > 0
 
@@ -121,3 +121,91 @@ def test_gradient_reaches_the_gates_through_the_interpolation():
 def test_config_refuses_bad_values_by_name(key, value, error, match):
     with pytest.raises(error, match=match):
         posenc.build("cope", d_model=16, num_heads=2, **{key: value})
+
+
+# The fused path: the count term block by block from the attention's own logits.
+
+def _count_case(T: int, gate_shift: float, heads: int = 2, D: int = 8, M: int = 6):
+    """q, k with q·k/sqrt(D) around ``gate_shift`` (gates near 1 when large, near 0 when very
+    negative), float64, and CoPE embeddings e (M, D)."""
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, heads, T, D, dtype=F64, generator=g)
+    k = torch.randn(2, heads, T, D, dtype=F64, generator=g)
+    u = torch.ones(D, dtype=F64) / math.sqrt(D)  # a shared direction shifts every logit
+    q = q + u * math.sqrt(abs(gate_shift) * math.sqrt(D))
+    k = k + math.copysign(1.0, gate_shift) * u * math.sqrt(abs(gate_shift) * math.sqrt(D))
+    v = torch.randn(2, heads, T, D, dtype=F64, generator=g)
+    e = torch.randn(M, D, dtype=F64, generator=g)
+    return q, k, v, e
+
+
+def _dense_reference(q, k, v, e, causal):
+    """softmax(scale q·kᵀ + CountTerm.dense) v, the term built whole (the eager path)."""
+    from posenc.terms import CountTerm
+    scale = q.shape[-1] ** -0.5
+    logits = (q @ k.transpose(-1, -2)) * scale + CountTerm(q, k, e, scale).dense(None, None)
+    if causal:
+        T = q.shape[-2]
+        logits = logits.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf)
+    return logits.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("gate_shift", [3.0, 0.0, -30.0], ids=["gates_open", "gates_half", "gates_shut"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("T,M", [(80, 6), (200, 40)], ids=["short_table", "long_table"])
+def test_fused_count_equals_the_dense_term_forward_and_backward(gate_shift, causal, T, M):
+    """M = 40 with half-open gates: the counts reach M - 1 about 80 keys before a query, at the
+    edge of the first window, so the window grows (a count just below M - 1 must not be read as
+    M - 1)."""
+    from posenc.backends.fused import fused_attention
+    q, k, v, e = _count_case(T, gate_shift, M=M)
+    ins = [t.clone().requires_grad_() for t in (q, k, v, e)]
+    ref = [t.clone().requires_grad_() for t in (q, k, v, e)]
+    got = fused_attention(*ins[:3], scale=8 ** -0.5, causal=causal, counts=[ins[3]], block=16)
+    want = _dense_reference(*ref, causal)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
+    g = torch.randn_like(want)
+    torch.testing.assert_close(torch.autograd.grad(got, ins, g), torch.autograd.grad(want, ref, g), atol=1e-11, rtol=1e-9)
+
+
+def test_fused_count_reads_only_the_keys_a_count_can_tell_apart():
+    """Open gates: every count of a block reaches M - 1 a few keys before the block, so the
+    block counts from there (a > 0) and the keys before it gain q_i·e[M - 1], as the dense
+    term gives them; shut gates: nothing saturates and every key is counted (a = 0)."""
+    from posenc.backends.counting import CountBlock
+    for shift, counted_from_zero in ((3.0, False), (-30.0, True)):
+        q, k, _, e = _count_case(200, shift)
+        x = (q[:, :, 150:182] @ k.transpose(-1, -2)[..., :182]) * 8 ** -0.5
+        c = CountBlock(x, q[:, :, 150:182], e, torch.arange(150, 182), causal=True)
+        assert (c.a == 0) == counted_from_zero, (shift, c.a)
+        z = x.clone().zero_()
+        c.add_to(z)
+        from posenc.terms import CountTerm
+        want = CountTerm(q, k, e, 8 ** -0.5).dense(None, None)[:, :, 150:182, :182]
+        keep = torch.ones(32, 182, dtype=torch.bool).tril(150)  # keys at or before each query
+        torch.testing.assert_close(z[..., keep], want[..., keep], atol=1e-12, rtol=1e-12)
+
+
+def test_training_keeps_no_query_by_key_tensor_for_the_backward():
+    """The fused path (impl='sdpa' in training) saves no (T, T)-sized tensor for the backward;
+    the eager reference does (its counts, gates and logits)."""
+    T = 96
+    enc = _cope(max_pos=8, d_model=16, heads=2)
+    x = torch.randn(1, T, 16, requires_grad=True)
+
+    def largest_saved(impl: str) -> int:
+        attn = Attention(16, 2, pe=enc, causal=True, impl=impl)
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            attn(x, SequenceInfo.from_offset(1, T)).sum().backward()
+        return max(sizes)
+
+    assert largest_saved("sdpa") < T * T  # inputs and the output: (1, T, 16) and (1, 2, T, 8)
+    assert largest_saved("eager") >= 2 * T * T  # the reference keeps (1, 2, T, T) tensors
+
+
+def test_fused_refuses_counts_that_are_not_embeddings():
+    from posenc.backends.fused import fused_attention
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ValueError, match=r"counts must hold float embeddings \(M >= 1, D=8\)"):
+        fused_attention(q, q, q, scale=1.0, counts=[torch.randn(4, 6)])

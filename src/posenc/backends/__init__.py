@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import BiasTerm, DenseTerm, PrefixSumTerm, TableTerm, Term, ValueTerm
+from ..terms import BiasTerm, CountTerm, DenseTerm, PrefixSumTerm, TableTerm, Term, ValueTerm
 from .cpu_flash import SummedBias
 
 __all__ = ["IMPLS", "LEAVES", "Backend", "Impl", "LayerTerms", "Leaf", "Plan", "SharedBias", "logit_dtype", "plan", "run"]
@@ -78,7 +78,7 @@ class LayerTerms:
     q_pos: Tensor  # (B|1, Tq)
     k_pos: Tensor  # (B|1, Tk)
     bias: SharedBias | None = None
-    logits: tuple[TableTerm | DenseTerm | PrefixSumTerm, ...] = ()
+    logits: tuple[TableTerm | DenseTerm | PrefixSumTerm | CountTerm, ...] = ()
     values: tuple[ValueTerm, ...] = ()
 
     @classmethod
@@ -89,11 +89,11 @@ class LayerTerms:
         for t in terms:
             if isinstance(t, ValueTerm):
                 values.append(t)
-            elif isinstance(t, (TableTerm, DenseTerm, PrefixSumTerm)):
+            elif isinstance(t, (TableTerm, DenseTerm, PrefixSumTerm, CountTerm)):
                 logits.append(t)
             else:
                 raise TypeError(
-                    f"terms() must return TableTerm, DenseTerm, PrefixSumTerm or ValueTerm objects, got {type(t).__name__}"
+                    f"terms() must return TableTerm, DenseTerm, PrefixSumTerm, CountTerm or ValueTerm objects, got {type(t).__name__}"
                 )
         return cls(q_pos, k_pos, bias, tuple(logits), tuple(values))
 

@@ -4,7 +4,7 @@ Shapes: B batch, H query heads, Hkv key/value heads, Tq queries, Tk keys, D head
 number of distinct (clipped or bucketed) relative positions of a term.
 
     logits = q·kᵀ·scale + bias + Σ table terms (gathered by bucket)
-             + Σ prefix-sum terms (c_i - c_j)                            (masked: -inf)
+             + Σ prefix-sum terms (c_i - c_j) + Σ count terms q_i·e[p_ij]  (masked: -inf)
     out    = softmax(logits)·v + Σ_value terms  mass(i, r)·values[r]
 
 where ``mass(i, r) = Σ_j p_ij [bucket(i, j) = r]``. The terms are :mod:`posenc.terms`'
@@ -22,6 +22,9 @@ softmax of the same logits, so exactly the forward's) and produces dq, dk, dv an
   causal, forward + backward, one thread, two rounds on a 2-core machine shared with other
   jobs): 2.9 s and 119-127 MiB peak RSS growth, against 8.8-9.3 s and 455-505 MiB with the
   difference passed as a dense bias (T=1024: 0.85-0.88 s against 2.4-3.1 s);
+* a CountTerm (CoPE) from its gates' logits, which are the block's own scaled logits, and its
+  embeddings (:mod:`.counting`): its counts, gains and their gradients exist one block at a
+  time, and only over the keys a count can tell apart;
 * a ValueTerm's values from the block's per-bucket probability mass;
 * the dense bias, which is a (B|1, H, Tq, Tk) tensor anyway.
 
@@ -38,39 +41,21 @@ doubled the softmax's cost. ``bias`` should therefore be finite (hide keys with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import BucketFn, DenseTerm, PrefixSumTerm, TableTerm, ValueTerm
+from ..terms import CountTerm, DenseTerm, PrefixSumTerm, TableTerm, ValueTerm
 from . import LayerTerms
+from .blocks import Blocks, Spec, bucket_range, memo_buckets
 
 __all__ = ["attention", "fused_attention", "BLOCK_ROWS"]
 
 # Query rows per block: the scratch is (B, H, rows, Tk) float32, i.e. rows / Tq of one dense
 # logit tensor; 256 rows keep the matmuls large enough to run at full speed on CPU.
 BLOCK_ROWS = 256
-
-
-@dataclass(frozen=True, eq=False)
-class _Spec:
-    """Everything about one call that is not a differentiable tensor."""
-
-    scale: float
-    causal: bool
-    block: int
-    q_pos: Tensor | None  # (B|1, Tq) int64
-    k_pos: Tensor | None  # (B|1, Tk) int64
-    mask: Tensor | None  # (B|1, 1|H, Tq, Tk) bool, True = attend
-    sides: tuple[str, ...]  # per table term: "query" or "key"
-    factored: tuple[bool, ...]  # per table term: given as factors x (B, H, Tq, D), rows (H|, D, R)
-    table_buckets: tuple[BucketFn, ...]
-    value_buckets: tuple[BucketFn, ...]
-    has_bias: bool
-    sums_after: tuple[bool, ...] = ()  # per prefix-sum term: a second pair of sums for keys after the query
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, scale, mask, bias, tables, values, q_pos, k_pos, causal, block) -> None:
@@ -155,6 +140,8 @@ def fused_attention(
     k_pos: Tensor | None = None,
     block: int | None = None,
     sums: Sequence[PrefixSumTerm] = (),
+    counts: Sequence[Tensor] = (),
+    count_causal: bool | None = None,
 ) -> Tensor:
     """Attention with logit terms that never keeps (B, H, Tq, Tk) probabilities for backward.
 
@@ -172,19 +159,25 @@ def fused_attention(
         q_pos, k_pos: positions (B|1, Tq), (B|1, Tk) for the terms' buckets.
         block: query rows per block (None: :data:`BLOCK_ROWS`).
         sums: :class:`~posenc.terms.PrefixSumTerm` logit terms, sums (B, H, Tq) and (B, H, Tk).
+        counts: the embeddings e (M, D) of :class:`~posenc.terms.CountTerm` logit terms (CoPE)
+            whose gates are this call's own scaled logits (the term's q, k and scale are these).
+        count_causal: the keys after each query are hidden in every row (the counts need not
+            look past the query); None: ``causal``.
 
     Returns (B, H, Tq, Dv) in q's dtype. Differentiable in q, k, v, bias, every table, every
-    ValueTerm's values and every PrefixSumTerm's sums.
+    ValueTerm's values, every PrefixSumTerm's sums and every count term's embeddings.
     """
-    tables, values, sums = tuple(tables), tuple(values), tuple(sums)
+    tables, values, sums, counts = tuple(tables), tuple(values), tuple(sums), tuple(counts)
     block = BLOCK_ROWS if block is None else block
     _check(q, k, v, scale, mask, bias, tables, values, q_pos, k_pos, causal, block)
     _check_sums(sums, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    spec = _Spec(
+    _check_counts(counts, q.shape[-1])
+    spec = Spec(
         float(scale), causal, block, q_pos, k_pos, mask,
         tuple(t.side for t in tables), tuple(_factored(t) for t in tables),
         tuple(t.bucket for t in tables), tuple(t.bucket for t in values),
         bias is not None, tuple(t.after is not None for t in sums),
+        len(counts), causal if count_causal is None else bool(count_causal),
     )
     extra = [bias] if bias is not None else []
     for t in tables:
@@ -192,6 +185,7 @@ def fused_attention(
     extra += [t.values for t in values]
     for t in sums:
         extra += t.tensors()
+    extra += counts
     return _Fused.apply(spec, q, k, v, *extra)
 
 
@@ -204,12 +198,22 @@ def _check_sums(sums: Sequence[PrefixSumTerm], B: int, H: int, Tq: int, Tk: int)
                 raise ValueError(f"a PrefixSumTerm's sums must be float (B={B}, H={H}, {n}), got {_desc(x)}")
 
 
+def _check_counts(counts: Sequence[Tensor], D: int) -> None:
+    for e in counts:
+        if not isinstance(e, Tensor) or not e.is_floating_point() or e.dim() != 2 or e.shape[1] != D or e.shape[0] < 1:
+            raise ValueError(f"counts must hold float embeddings (M >= 1, D={D}), got {_desc(e)}")
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
     """The backend leaf: :func:`fused_attention` with a layer's terms and the forward's mask."""
     bias = None if terms.bias is None else terms.bias.dense()
+    counts = []
     for t in terms.logits:
-        if isinstance(t, DenseTerm):
-            bias = t.logits if bias is None else bias + t.logits
+        if isinstance(t, CountTerm) and t.q is q and t.k is k and t.scale == scale:
+            counts.append(t.emb)  # its gates are this call's own logits: counted block by block
+        elif isinstance(t, (DenseTerm, CountTerm)):  # a count on other q/k: its dense form
+            d = t.dense(terms.q_pos, terms.k_pos)
+            bias = d if bias is None else bias + d
     # Causality as a flag lets the fused function skip key blocks; padding and documents (and
     # the rows-that-see-nothing rule) come as the dense bool mask, broadcast over queries.
     only_causal = mask.causal_only
@@ -219,6 +223,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
         q, k, v, scale=scale, mask=m, causal=only_causal, bias=bias,
         tables=[t for t in terms.logits if isinstance(t, TableTerm)], values=terms.values,
         q_pos=terms.q_pos, k_pos=terms.k_pos, sums=[t for t in terms.logits if isinstance(t, PrefixSumTerm)],
+        counts=counts,  # causal counts only with causal alone: padding rows see every key
     )
 
 
@@ -236,121 +241,6 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-class _Blocks:
-    """The per-call geometry and the probabilities of one block of query rows, shared by
-    forward and backward (the backward recomputes exactly what the forward computed)."""
-
-    def __init__(
-        self, spec: _Spec, q: Tensor, k: Tensor, bias: Tensor | None, tables: Sequence[Tensor], sums: Sequence[tuple] = ()
-    ) -> None:
-        self.spec, self.bias, self.tables = spec, bias, tables
-        # prefix-sum terms: (query sums, key sums, after pair or None) in the compute dtype
-        self.sums = [(t[0].to(q.dtype), t[1].to(q.dtype), None if t[2] is None else (t[2][0].to(q.dtype), t[2][1].to(q.dtype)))
-                     for t in sums]
-        self.B, self.H, self.Tq, _ = q.shape
-        self.Tk = k.shape[2]
-        self.qs = q * spec.scale  # (B, H, Tq, D): the scale on q, not on every logit block
-        # kᵀ contiguous: on CPU x @ kᵀ-as-a-view runs at half the speed of x @ (D, Tk) rows.
-        self.kt = k.transpose(-1, -2).contiguous()  # (B, H, D, Tk)
-        self.offset = self.Tk - self.Tq  # query i is stream index offset + i
-        # Key-side tables are read as (B, H, R, Tk) so one gather along R serves a block.
-        self.key_tables = [t.transpose(-1, -2) if side == "key" else None for t, side in zip(tables, spec.sides)]
-        # Factored query-side terms: x (B, H, Tq, D) and rows (H|1, D, R) in the compute dtype.
-        self.factors = [
-            (t[0].to(q.dtype), (t[1] if t[1].dim() == 3 else t[1][None]).to(q.dtype)) if f else None
-            for t, f in zip(tables, spec.factored)
-        ]
-
-    def at_or_before(self, i0: int, i1: int, z: int) -> Tensor:
-        """(rows, z) bool: key j at or before query i's stream index."""
-        qi = torch.arange(self.offset + i0, self.offset + i1, device=self.qs.device)
-        return torch.arange(z, device=self.qs.device)[None, :] <= qi[:, None]
-
-    def ranges(self):
-        """(i0, i1, z): query rows [i0, i1) and the keys [0, z) any of them may see."""
-        for i0 in range(0, self.Tq, self.spec.block):
-            i1 = min(i0 + self.spec.block, self.Tq)
-            z = min(self.Tk, self.offset + i1) if self.spec.causal else self.Tk
-            yield i0, i1, max(z, 0)
-
-    def buckets(self, fn: BucketFn, i0: int, i1: int, z: int) -> Tensor:
-        """(B, H, rows, z) int64 buckets of the block (an expanded view of (B|1, rows, z))."""
-        s = self.spec
-        idx = fn(s.q_pos[:, i0:i1, None], s.k_pos[:, None, :z])  # (B|1, rows, z)
-        return idx[:, None].expand(self.B, self.H, i1 - i0, z)
-
-    def block_table(self, n: int, idx: Tensor, i0: int, i1: int) -> tuple[int, Tensor]:
-        """(lo, table): a factored term's columns [lo, hi) that the block's buckets reach,
-        x[rows] @ rows[:, lo:hi] (B, H, rows, hi - lo)."""
-        lo, hi = bucket_range(idx)
-        x, rows = self.factors[n]
-        return lo, torch.matmul(x[:, :, i0:i1], rows[..., lo:hi])
-
-    def probs(self, i0: int, i1: int, z: int, idx_of) -> Tensor:
-        """(B, H, rows, z) softmax probabilities of the block in the compute dtype; rows that
-        see no key are zero."""
-        s = self.spec
-        x = torch.matmul(self.qs[:, :, i0:i1], self.kt[..., :z])  # (B, H, rows, z)
-        # The logits' own dtype, not q's: under autocast a float32 q gives bf16 logits, where
-        # float32's min overflows. Finite: exp(-inf) takes a slow path on CPU.
-        neg = torch.finfo(x.dtype).min
-        if self.bias is not None:
-            x.add_(self.bias[..., i0:i1, :z])
-        for cq, ck, after in self.sums:
-            d = cq[..., i0:i1, None] - ck[..., None, :z]  # (B, H, rows, z): c_i - c_j
-            if not s.causal:  # keys after the query read the other sums (causal: they are hidden)
-                later = -d if after is None else after[1][..., None, :z] - after[0][..., i0:i1, None]
-                d = torch.where(self.at_or_before(i0, i1, z), d, later)
-            x.add_(d)
-        for n, side in enumerate(s.sides):
-            idx = idx_of(s.table_buckets[n])
-            if s.factored[n]:
-                lo, t = self.block_table(n, idx, i0, i1)  # (B, H, rows, hi - lo)
-                x.add_(t.gather(-1, idx - lo))
-            elif side == "query":
-                t = self.tables[n][..., i0:i1, :].expand(self.B, self.H, -1, -1)  # (B, H, rows, R)
-                x.add_(t.gather(-1, idx))
-            else:
-                t = self.key_tables[n][..., :z].expand(self.B, self.H, -1, -1)  # (B, H, R, z)
-                x.add_(t.gather(-2, idx))
-        if s.mask is not None:
-            x.masked_fill_(~s.mask[..., i0:i1, :z], neg)
-        if s.causal and self.offset + i0 < z - 1:  # the block crosses the diagonal
-            c0 = max(self.offset + i0, 0)  # keys left of c0 are seen by every row of the block
-            qi = torch.arange(self.offset + i0, self.offset + i1, device=x.device)
-            above = torch.arange(c0, z, device=x.device)[None, :] > qi[:, None]  # (rows, z - c0)
-            x[..., c0:].masked_fill_(above, neg)
-        # Rows that see no key (padding queries, queries before the first key): all hidden.
-        may_be_empty = s.mask is not None or (s.causal and self.offset + i0 < 0)
-        empty = (x.amax(-1, keepdim=True) == neg) if may_be_empty else None  # (B, H, rows, 1)
-        p = torch.softmax(x, dim=-1)
-        if empty is not None:
-            p.masked_fill_(empty, 0.0)
-        return p
-
-
-def bucket_range(idx: Tensor) -> tuple[int, int]:
-    """[lo, hi): the buckets a block's (expanded) index reaches; read from the unexpanded rows."""
-    base = idx[:1] if idx.stride(0) == 0 else idx  # batch and heads expanded: read one copy
-    base = base[:, :1] if base.stride(1) == 0 else base
-    return int(base.min()), int(base.max()) + 1
-
-
-def _memo_buckets(geo: _Blocks, i0: int, i1: int, z: int):
-    """A bucket lookup for one block that computes each distinct bucket function once."""
-    seen: list[tuple[BucketFn, Tensor]] = []
-
-    def idx_of(fn: BucketFn) -> Tensor:
-        for f, t in seen:  # terms of one encoding share one bucket function
-            if f is fn or f == fn:  # bound methods are new objects on each access, equal
-                return t
-        t = geo.buckets(fn, i0, i1, z)
-        seen.append((fn, t))
-        return t
-
-    return idx_of
-
-
 def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:
     """Sum a broadcast gradient back to its input's shape (batch or head dims of size 1)."""
     dims = [d for d in range(t.dim()) if shape[d] == 1 and t.shape[d] != 1]
@@ -362,37 +252,39 @@ def _expand_heads(x: Tensor, H: int) -> Tensor:
     return x if x.shape[1] == H else x.repeat_interleave(H // x.shape[1], dim=1)
 
 
-def _split(spec: _Spec, extra: Sequence[Tensor]):
+def _split(spec: Spec, extra: Sequence[Tensor]):
     """(bias or None, per table term its table or its (x, rows) factors, value tensors, per
-    prefix-sum term (query sums, key sums, after pair or None))."""
+    prefix-sum term (query sums, key sums, after pair or None), count terms' embeddings)."""
     n = int(spec.has_bias)
     tables: list = []
     for f in spec.factored:
         tables.append((extra[n], extra[n + 1]) if f else extra[n])
         n += 2 if f else 1
+    counts = extra[len(extra) - spec.n_counts :] if spec.n_counts else ()
+    extra = extra[: len(extra) - spec.n_counts]
     n_sums = sum(4 if a else 2 for a in spec.sums_after)
     vals, rest = extra[n : len(extra) - n_sums], extra[len(extra) - n_sums :]
     sums, n = [], 0
     for a in spec.sums_after:
         sums.append((rest[n], rest[n + 1], (rest[n + 2], rest[n + 3]) if a else None))
         n += 4 if a else 2
-    return (extra[0] if spec.has_bias else None), tables, vals, sums
+    return (extra[0] if spec.has_bias else None), tables, vals, sums, counts
 
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, spec: _Spec, q: Tensor, k: Tensor, v: Tensor, *extra: Tensor) -> Tensor:
+    def forward(ctx, spec: Spec, q: Tensor, k: Tensor, v: Tensor, *extra: Tensor) -> Tensor:
         cdt = _compute_dtype(q.dtype)
         B, H, Tq, _ = q.shape
-        bias, tables, vals, sums = _split(spec, extra)
+        bias, tables, vals, sums, counts = _split(spec, extra)
         qc, kc, vc = q.to(cdt), _expand_heads(k.to(cdt), H), _expand_heads(v.to(cdt), H)
-        geo = _Blocks(spec, qc, kc, bias, tables, sums)
+        geo = Blocks(spec, qc, kc, bias, tables, sums, counts)
         out = qc.new_zeros(B, H, Tq, v.shape[-1])  # (B, H, Tq, Dv)
         for i0, i1, z in geo.ranges():
             if z == 0:
                 continue
-            idx_of = _memo_buckets(geo, i0, i1, z)
-            p = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
+            idx_of = memo_buckets(geo, i0, i1, z)
+            p, _ = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
             o = torch.matmul(p, vc[:, :, :z])  # (B, H, rows, Dv)
             for fn, val in zip(spec.value_buckets, vals):
                 o.add_(_mass(p, idx_of(fn), val.shape[-2]) @ val.to(cdt))
@@ -404,20 +296,20 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout: Tensor):
-        spec: _Spec = ctx.spec
+        spec: Spec = ctx.spec
         q, k, v, out, *extra = ctx.saved_tensors
         cdt = out.dtype
         B, H, Tq, _ = q.shape
         Hkv, Tk = k.shape[1], k.shape[2]
-        bias, tables, vals, sums = _split(spec, extra)
+        bias, tables, vals, sums, counts = _split(spec, extra)
         qc, kc, vc = q.to(cdt), _expand_heads(k.to(cdt), H), _expand_heads(v.to(cdt), H)
         do = dout.to(cdt)
         delta = (do * out).sum(-1, keepdim=True)  # (B, H, Tq, 1): Σ_j p_ij dP_ij, from the full output
-        geo = _Blocks(spec, qc, kc, bias, tables, sums)
+        geo = Blocks(spec, qc, kc, bias, tables, sums, counts)
         # per prefix-sum term: gradients of (query sums, key sums[, after query sums, after key sums])
         dsums = [[qc.new_zeros(B, H, Tq), qc.new_zeros(B, H, Tk)] + ([qc.new_zeros(B, H, Tq), qc.new_zeros(B, H, Tk)] if a else [])
                  for a in spec.sums_after]
-        vt = vc.transpose(-1, -2).contiguous()  # (B, H, Dv, Tk), as kᵀ in _Blocks
+        vt = vc.transpose(-1, -2).contiguous()  # (B, H, Dv, Tk), as kᵀ in Blocks
         dq, dk, dv = torch.zeros_like(qc), torch.zeros_like(kc), torch.zeros_like(vc)
         need_bias = bias is not None and ctx.needs_input_grad[4]
         dbias = qc.new_zeros(B, H, Tq, Tk) if need_bias else None
@@ -432,11 +324,13 @@ class _Fused(torch.autograd.Function):
                 R = t.shape[-1]
                 dtabs.append(qc.new_zeros(B, H, Tq, R) if side == "query" else qc.new_zeros(B, H, R, Tk))
         dvals = [qc.new_zeros(B, H, *val.shape[-2:]) for val in vals]
+        dcounts = [torch.zeros_like(e) for e in geo.counts]  # (M, D) each
+        dq_counts = torch.zeros_like(qc) if counts else None  # through q_i·e: not scaled
         for i0, i1, z in geo.ranges():
             if z == 0:
                 continue
-            idx_of = _memo_buckets(geo, i0, i1, z)
-            p = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
+            idx_of = memo_buckets(geo, i0, i1, z)
+            p, counted = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
             dob = do[:, :, i0:i1]  # (B, H, rows, Dv)
             dp = torch.matmul(dob, vt[..., :z])  # (B, H, rows, z)
             for n, (fn, val) in enumerate(zip(spec.value_buckets, vals)):
@@ -470,9 +364,20 @@ class _Fused(torch.autograd.Function):
                     dtabs[n][:, :, i0:i1].scatter_add_(-1, idx, ds)
                 else:
                     dtabs[n][..., :z].scatter_add_(-2, idx, ds)
+            # count terms: their gains' gradients from ds, then their gates' on the same logits
+            gates = []
+            for c, de in zip(counted, dcounts):
+                dx, dqc, dec = c.grads(ds)
+                gates.append((c.a, dx))
+                dq_counts[:, :, i0:i1].add_(dqc)
+                de.add_(dec)
+            for a, dx in gates:
+                ds[..., a:].add_(dx)
             dq[:, :, i0:i1] = torch.matmul(ds, kc[:, :, :z])
             dk[:, :, :z].add_(torch.matmul(ds.transpose(-1, -2), geo.qs[:, :, i0:i1]))
         dq.mul_(spec.scale)
+        if dq_counts is not None:
+            dq.add_(dq_counts)
         if Hkv != H:  # grouped heads: each kv head's gradient is the sum over its query heads
             dk = dk.unflatten(1, (Hkv, H // Hkv)).sum(2)
             dv = dv.unflatten(1, (Hkv, H // Hkv)).sum(2)
@@ -492,6 +397,8 @@ class _Fused(torch.autograd.Function):
         for (cq, ck, after), g in zip(sums, dsums):
             for t, gt in zip((cq, ck) + (() if after is None else after), g):
                 grads.append(gt.to(t.dtype))
+        for e, g in zip(counts, dcounts):
+            grads.append(g.to(e.dtype))
         return tuple(grads)
 
 

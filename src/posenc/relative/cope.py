@@ -26,8 +26,12 @@ the query to that key, the mirror image of the causal count.
 The paper's variants "soft one-hot" positions and talking-heads gates (x-transformers
 ``cope_soft_onehot_pos``, ``cope_talking_heads``) are not implemented.
 
-The term depends on q·k of every pair, so it is a :class:`~posenc.terms.DenseTerm`
-(B, H, Tq, Tk): every backend takes it, none avoids the (Tq, Tk) tensor.
+The term depends on q·k of every pair and on a scan over the keys, so it is a
+:class:`~posenc.terms.CountTerm`: the eager and flex paths build its (B, H, Tq, Tk) tensor;
+the fused path (:func:`posenc.backends.fused.fused_attention`, what ``impl="sdpa"`` and
+``"auto"`` take on CPU in training and prefill) computes it block by block of query rows,
+forward and backward, so no (Tq, Tk) tensor is kept across layers, and counts only as far
+back as a block's counts stay below ``max_pos - 1``.
 
 Shapes: q (B, H, Tq, D), k (B, H, Tk, D); gates and positions (B, H, Tq, Tk).
 """
@@ -44,24 +48,11 @@ from ..encoding import Dims, PositionalEncoding, QKProjection
 from ..limits import MAX_INIT_STD, check_table_size
 from ..literature import LEARNED, NOT_A_FEATURE_MAP, UNTRAINED
 from ..registry import register
-from ..terms import DenseTerm
+from ..terms import CountTerm, contextual_positions
 
 __all__ = ["CopeConfig", "ContextualPosition", "contextual_positions"]
 
 MAX_POSITIONS = 2**16
-
-
-def contextual_positions(gates: Tensor) -> Tensor:
-    """p_ij from gates g_it (B, H, Tq, Tk): the sum of g_it over the keys t from j to the
-    query's stream index Tk - Tq + i (from that index to j for a key after it). Same shape."""
-    Tq, Tk = gates.shape[-2:]
-    s = torch.arange(Tk - Tq, Tk, device=gates.device)[:, None]  # (Tq, 1): each query's stream index
-    t = torch.arange(Tk, device=gates.device)  # (Tk,)
-    before = torch.where(t <= s, gates, 0.0)  # keys up to the query
-    after = torch.where(t >= s, gates, 0.0)  # keys from the query on
-    back = before.flip(-1).cumsum(-1).flip(-1)  # sum over t in [j, Tk): the paper's reversed cumsum
-    fwd = after.cumsum(-1)  # sum over t in [0, j]
-    return torch.where(t <= s, back, fwd)
 
 
 @dataclass
@@ -97,7 +88,7 @@ class CopeConfig(EncodingConfig):
     },
 )
 class ContextualPosition(PositionalEncoding):
-    """CoPE as a content-dependent ``terms`` hook returning one :class:`~posenc.terms.DenseTerm`.
+    """CoPE as a content-dependent ``terms`` hook returning one :class:`~posenc.terms.CountTerm`.
 
     ``pos_emb`` (max_pos, D): the integer positions' embeddings e[p], shared by the heads.
     """
@@ -111,19 +102,8 @@ class ContextualPosition(PositionalEncoding):
 
     def positions(self, q: Tensor, k: Tensor) -> Tensor:
         """Contextual positions p_ij (B, H, Tq, Tk), clamped to max_pos - 1, float32 or wider."""
-        dt = torch.promote_types(q.dtype, torch.float32)
-        gates = torch.sigmoid((q.to(dt) @ k.to(dt).transpose(-1, -2)) * self.attention_scale(q.shape[-1]))
-        return contextual_positions(gates).clamp(max=self.config.max_pos - 1)
+        return self.terms(q, k, None)[0].positions()
 
-    def terms(self, q: Tensor, k: Tensor, state: None, proj: QKProjection | None = None) -> list[DenseTerm]:
+    def terms(self, q: Tensor, k: Tensor, state: None, proj: QKProjection | None = None) -> list[CountTerm]:
         """z_ij = q_i·e[p_ij], interpolated between the integer positions around p_ij."""
-        dt = torch.promote_types(q.dtype, torch.float32)
-        pos = self.positions(q, k)  # (B, H, Tq, Tk)
-        per_position = q.to(dt) @ self.pos_emb.to(dt).t()  # (B, H, Tq, max_pos): q_i·e[p]
-        lo, hi = pos.floor(), pos.ceil()
-        w = pos - lo  # the gradient reaches the gates through w
-        # A NaN q (a diverged model) makes NaN positions: read row 0 for them, and w, NaN too,
-        # carries the NaN into the logits, as in every other encoding (NaN.long() is int64's minimum).
-        z_lo = per_position.gather(-1, lo.nan_to_num(0.0).long())  # (B, H, Tq, Tk)
-        z_hi = per_position.gather(-1, hi.nan_to_num(0.0).long())
-        return [DenseTerm(z_hi * w + z_lo * (1 - w))]
+        return [CountTerm(q, k, self.pos_emb, self.attention_scale(q.shape[-1]))]
