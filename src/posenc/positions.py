@@ -19,12 +19,12 @@ decoding), :meth:`SequenceInfo.from_padding_mask` (left or right padding),
 :meth:`SequenceInfo.from_cu_seqlens` (packed documents, positions restart at each one),
 :meth:`SequenceInfo.from_grid` (a 2-D patch grid) and :meth:`SequenceInfo.with_axes` (axes
 given, e.g. :func:`multimodal_axes`' for text and images, :func:`video_rope_axes`' for
-VideoRoPE's layout).
+VideoRoPE's layout, :func:`xdrope_axes`' for HunYuan-VL's; the multimodal builders live in
+:mod:`posenc.multimodal_positions` and are re-exported here).
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
@@ -33,9 +33,10 @@ from torch import Tensor
 
 from .config import check_int
 from .limits import MAX_TOKENS
+from .multimodal_positions import multimodal_axes, video_rope_axes, xdrope_axes  # re-exported: the multimodal builders
 
 __all__ = ["SequenceInfo", "floor_div", "multimodal_axes", "raster_axes", "relative_positions", "contiguous_offset",
-           "shared_rows", "video_rope_axes"]
+           "shared_rows", "video_rope_axes", "xdrope_axes"]
 
 
 def relative_positions(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -360,134 +361,3 @@ class SequenceInfo:
             text = top[:, None] + step.to(self.axes.dtype)  # (B, length)
             axes = text.expand(self.axes.shape[0], -1, -1)  # (A, B, length)
         return SequenceInfo.from_checked(pos, seg, valid, axes)
-
-
-def _block_tokens(block: int | tuple) -> int:
-    """The tokens of one :func:`multimodal_axes` block, after checking it."""
-    if not isinstance(block, tuple):
-        check_int("a text block", block, minimum=0)
-        return block
-    if len(block) not in (3, 4):
-        raise ValueError(f"a vision block must be a (t, h, w) or (t, h, w, interval) tuple, got {block!r}")
-    for name, n in zip("thw", block):
-        check_int(f"a vision block's {name}", n, minimum=1)
-    t, h, w = block[:3]
-    if len(block) == 4:
-        interval = block[3]
-        if isinstance(interval, bool) or not isinstance(interval, numbers.Real) or not interval > 0 \
-                or not math.isfinite(interval):
-            raise ValueError(f"a vision block's interval must be a finite number > 0, got {interval!r}")
-        if (t - 1) * interval >= 2**24:  # float32 holds every integer below 2**24 exactly
-            raise ValueError(f"a vision block's last frame time (t - 1) * interval must be below 2**24, "
-                             f"got ({t} - 1) * {interval!r}")
-    return t * h * w
-
-
-def multimodal_axes(blocks: list[int | tuple[int, int, int] | tuple[int, int, int, float]],
-                    device: torch.device | str | None = None) -> Tensor:
-    """M-RoPE's (time, height, width) positions (3, T) of one sequence of text, images and videos.
-
-    ``blocks``, in order: an int n is n text tokens, each at the next position on all three
-    axes; a tuple (t, h, w) is a vision grid of t x h x w tokens (after the vision encoder's
-    merge), in (time, row, column) raster order, at ``start + (i, y, x)``; the text after it
-    starts at ``start + max(h, w)`` (Wang et al. 2024, "Qwen2-VL", §2.1; transformers'
-    ``Qwen2VLModel.get_rope_index``). Every axis of the result is >= 0::
-
-        multimodal_axes([2, (1, 2, 3), 1])
-        # t: 0 1 2 2 2 2 2 2 5   h: 0 1 2 2 2 3 3 3 5   w: 0 1 2 3 4 2 3 4 5
-
-    A video's frames may be spaced in time: a tuple (t, h, w, interval) puts frame i at time
-    ``start + floor(i * interval)`` (Bai et al. 2025, "Qwen2.5-VL Technical Report", its M-RoPE
-    "aligned to absolute time", with
-    ``interval = tokens_per_second * second_per_grid_t``, as ``Qwen2_5_VLModel.get_rope_index``
-    takes it from the vision config and the processor). The product is taken in float32, as
-    transformers takes it, so the truncation agrees with its ids to the token; the text after
-    the video still starts at ``start + max(h, w)``, as there::
-
-        multimodal_axes([(3, 1, 1, 12.5)])  # t: 0 12 25   h: 0 0 0   w: 0 0 0
-    """
-    if not isinstance(blocks, (list, tuple)):
-        raise TypeError(f"blocks must be a list of text and vision blocks, got {type(blocks).__name__}")
-    if not blocks:
-        raise ValueError(f"blocks must name at least one text or vision block, got {blocks!r}")
-    _check_tokens("the tokens of blocks", sum(_block_tokens(b) for b in blocks))  # before any allocation
-    parts, start = [], 0
-    for block in blocks:
-        if isinstance(block, tuple):
-            t, h, w = block[:3]
-            grid = torch.meshgrid(*(torch.arange(n, device=device) for n in (t, h, w)), indexing="ij")
-            ids = torch.stack([g.reshape(-1) for g in grid])  # (3, t*h*w)
-            if len(block) == 4:
-                step = torch.tensor(float(block[3]), dtype=torch.float32, device=device)
-                ids[0] = (ids[0] * step).long()  # float32 then truncated, as transformers computes it
-            parts.append(ids + start)
-            start += max(h, w)
-        else:
-            parts.append(torch.arange(start, start + block, device=device).expand(3, -1))
-            start += block
-    return torch.cat(parts, dim=1)  # (3, T)
-
-
-def video_rope_axes(blocks: list[int | tuple[int, int, int]], temporal_stride: int = 2,
-                    device: torch.device | str | None = None) -> Tensor:
-    """VideoRoPE's (time, height, width) positions (3, T) of one sequence of text, images and
-    videos: its diagonal layout and adjustable temporal spacing (Wei et al. 2025, "VideoRoPE:
-    What Makes for Good Video Rotary Position Embedding?", arXiv 2502.05173), exactly as SGLang's
-    ``BailingMRotaryEmbedding.bailing_3drope_get_input_positions_tensor`` makes them
-    (python/sglang/srt/layers/rotary_embedding/bailing_mrope.py, commit 3176746068), which is the
-    authors' ``get_t_scale_rope_index`` (Wiselnn570/VideoRoPE, videorope-transformer/).
-
-    ``blocks`` as :func:`multimodal_axes`': an int n is n text tokens, each at the next position
-    on all three axes; a tuple (t, h, w) is a vision grid after the vision encoder's merge, in
-    (time, row, column) raster order (an image is a grid with t = 1: the engine places images
-    and videos alike). A grid starting at position s puts token (i, y, x) at::
-
-        time   s + delta i
-        height s + delta i + y - (h - 1) // 2
-        width  s + delta i + x - (w - 1) // 2
-
-    every frame centred on its time id (the diagonal of the text's ids), frames ``delta =
-    temporal_stride`` apart; the text after it starts at the last frame's time + 1::
-
-        video_rope_axes([2, (1, 2, 3), 1])
-        # t: 0 1 2 2 2 2 2 2 3   h: 0 1 2 2 2 3 3 3 3   w: 0 1 1 2 3 1 2 3 3
-
-    Unlike :func:`multimodal_axes`' (Qwen2-VL's):
-
-    * Ids can be negative: a grid starting at s < (h - 1) // 2 has height ids below 0 (width
-      likewise; the engine's cos/sin cache starts at -max_position_embeddings for them).
-      :class:`SequenceInfo` takes ids >= 0: shift every axis by one constant, ``axes -
-      axes.min().clamp(max=0)``; q.k depends on each axis' differences only, so every logit is
-      the engine's (for frequencies that do not depend on the length).
-    * Decoding continues at the time axis' largest id + 1 (the engine's ``position_delta``), not
-      after the largest id of any axis as :meth:`SequenceInfo.next` does: for the ids of a
-      longer sequence, call this with the trailing text block extended.
-    * delta is an integer: the engine fixes it at 2 (``scale_factor = 2.0``, the seconds per
-      grid ignored); the authors' float spacings would need non-integer ids.
-    * The engine's ``use_interleaved_frame_timestamp`` splits a video into its frames, each after
-      its timestamp's text tokens: pass ``[ts, (1, h, w), ts, (1, h, w), ...]``.
-    """
-    if not isinstance(blocks, (list, tuple)):
-        raise TypeError(f"blocks must be a list of text and vision blocks, got {type(blocks).__name__}")
-    if not blocks:
-        raise ValueError(f"blocks must name at least one text or vision block, got {blocks!r}")
-    for block in blocks:
-        if isinstance(block, tuple) and len(block) != 3:
-            raise ValueError(f"a VideoRoPE vision block must be a (t, h, w) tuple (its frames are temporal_stride "
-                             f"apart), got {block!r}")
-    # <= 2**24: with at most 2**24 tokens every id stays below 2**49, well inside int64 and float64's integers.
-    check_int("temporal_stride", temporal_stride, minimum=1, maximum=MAX_TOKENS)
-    _check_tokens("the tokens of blocks", sum(_block_tokens(b) for b in blocks))  # before any allocation
-    parts, start = [], 0
-    for block in blocks:
-        if isinstance(block, tuple):
-            t, h, w = block
-            i, y, x = (g.reshape(-1) for g in torch.meshgrid(
-                *(torch.arange(n, device=device) for n in (t, h, w)), indexing="ij"))  # 3 x (t*h*w,)
-            time = start + temporal_stride * i
-            parts.append(torch.stack([time, time + y - (h - 1) // 2, time + x - (w - 1) // 2]))  # (3, t*h*w)
-            start += temporal_stride * (t - 1) + 1
-        else:
-            parts.append(torch.arange(start, start + block, device=device).expand(3, -1))
-            start += block
-    return torch.cat(parts, dim=1)  # (3, T)

@@ -18,6 +18,7 @@ from . import rope, xpos  # noqa: F401  (registers the encodings)
 from . import pope  # noqa: F401
 from . import fope  # noqa: F401  (FoPE: learned Fourier series over the kept frequencies)
 from . import mrope  # noqa: F401  (M-RoPE: time / height / width axes)
+from . import xdrope  # noqa: F401  (XD-RoPE: HunYuan-VL's position / width / height / image axes)
 from . import axial  # noqa: F401  (2-D RoPE: rope_axial, rope_mixed)
 from . import dinov3  # noqa: F401  (DINOv3's 2-D RoPE: rope_dinov3)
 from .angles import angles_cos_sin

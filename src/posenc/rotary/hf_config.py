@@ -44,6 +44,7 @@ from ..encoding import Dims
 from .hf_geometry import read_base, read_dims, read_layout, read_rotary_dim
 from .hf_readings import HF_READINGS, ORIGINAL, HFReading, hf_entries, hf_rope_keys, is_rope_key, pick, rotating_layers
 from .mrope import MROPE_MODEL_TYPES, mrope_from_hf
+from .xdrope import XDROPE_MODEL_TYPES, xdrope_from_hf
 from .rope import RotaryConfig, RotaryEmbedding
 from .scaling.schema import Scaling
 
@@ -246,11 +247,12 @@ def from_hf(config: Any, *, layer_type: str | None = None) -> RotaryEmbedding:
     model_type = config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise TypeError(f"model_type must be a str, got {type(model_type).__name__} {model_type!r}")
-    if model_type in MROPE_MODEL_TYPES:  # three position axes: an MRopeEmbedding (a RotaryEmbedding)
+    multi_axis = {**dict.fromkeys(MROPE_MODEL_TYPES, mrope_from_hf), **dict.fromkeys(XDROPE_MODEL_TYPES, xdrope_from_hf)}
+    if model_type in multi_axis:  # several position axes: an MRopeEmbedding / XDRopeEmbedding (a RotaryEmbedding)
         if layer_type is not None:
             raise ValueError(f"layer_type must be None for model_type {model_type!r} (one RoPE for every layer); "
                              f"got {layer_type!r}")
-        return mrope_from_hf(config)
+        return multi_axis[model_type](config)
     if model_type not in HF_READINGS:
         known = ", ".join(repr(k) for k in HF_READINGS if k is not None)
         hint = " (a multimodal config: pass its config['text_config'])" if "text_config" in config else ""
