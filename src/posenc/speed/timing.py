@@ -54,10 +54,16 @@ def peak_memory(fn: Callable[[], object]) -> int:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     # Walk allocations (an op's own, children excluded) and frees ("[memory]" events) in
-    # time order; the peak of live bytes is what fn() needed beyond what existed before.
-    events = sorted(
-        (e for e in prof.events() if e.self_cpu_memory_usage != 0), key=lambda e: e.time_range.start
-    )
+    # time order; the peak of live bytes is what fn() needed beyond what existed before. An
+    # event's net allocation counts at its start, its net free at its end: a custom
+    # autograd.Function's scratch is allocated by its child ops but freed as its own frame
+    # ends, so the free is the Function's own negative usage, which counted at its start
+    # cancelled the children's allocations before they happened (a fused attention's
+    # blocks read as nothing).
+    def when(e) -> int:
+        return e.time_range.start if e.self_cpu_memory_usage > 0 else e.time_range.end
+
+    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage != 0), key=when)
     live = peak = 0
     for e in events:
         live += e.self_cpu_memory_usage
