@@ -23,9 +23,30 @@ class _Scratch(torch.autograd.Function):
         return g
 
 
+class _ScratchInTurn(torch.autograd.Function):
+    """Allocates and frees 16 MiB three times in turn in its forward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        for _ in range(3):
+            y = torch.ones(16 * MIB // 4)
+            del y
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
 def test_counts_the_scratch_of_a_custom_function():
     x = torch.randn(1000, requires_grad=True)
     peak = peak_memory(lambda: _Scratch.apply(x).sum().backward())
+    assert 16 * MIB <= peak < 17 * MIB
+
+
+def test_counts_what_lives_at_once_inside_a_custom_function():
+    x = torch.randn(1000, requires_grad=True)
+    peak = peak_memory(lambda: _ScratchInTurn.apply(x).sum().backward())
     assert 16 * MIB <= peak < 17 * MIB
 
 

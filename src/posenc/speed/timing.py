@@ -53,22 +53,29 @@ def peak_memory(fn: Callable[[], object]) -> int:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    # Walk allocations (an op's own, children excluded) and frees ("[memory]" events) in
-    # time order; the peak of live bytes is what fn() needed beyond what existed before. An
-    # event's net allocation counts at its start, its net free at its end: a custom
-    # autograd.Function's scratch is allocated by its child ops but freed as its own frame
-    # ends, so the free is the Function's own negative usage, which counted at its start
-    # cancelled the children's allocations before they happened (a fused attention's
-    # blocks read as nothing).
-    def when(e) -> int:
-        return e.time_range.start if e.self_cpu_memory_usage > 0 else e.time_range.end
-
-    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage != 0), key=when)
+    # Every allocation and free, each at its own time: the profiler's per-op totals
+    # (prof.events()' self memory) attribute a free that happens between two child ops to the
+    # enclosing op, so inside a custom autograd.Function (the fused attention) its blocks'
+    # scratch looked freed before it was allocated, or, counted at the op's end, never freed.
     live = peak = 0
-    for e in events:
-        live += e.self_cpu_memory_usage
+    for _, size in sorted(_allocations(prof)):
+        live += size
         peak = max(peak, live)
     return peak
+
+
+def _allocations(prof) -> list[tuple[int, int]]:
+    """(time ns, bytes: + allocated, - freed) of every allocation event the profiler recorded,
+    from its event tree (torch's ``experimental_event_tree``, present in the pinned torch)."""
+    from torch._C._profiler import _EventType
+
+    out, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.tag == _EventType.Allocation:
+            out.append((node.start_time_ns, node.extra_fields.alloc_size))
+        stack.extend(node.children)
+    return out
 
 
 def describe_machine() -> str:
