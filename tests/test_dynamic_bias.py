@@ -112,3 +112,44 @@ def test_gradients_reach_every_parameter():
 def test_config_refuses_bad_values_by_name(key, value, error, match):
     with pytest.raises(error, match=match):
         posenc.build("dynamic_bias", d_model=32, num_heads=4, **{key: value})
+
+
+def test_decoding_reads_the_bias_from_a_table_kept_per_cache():
+    """A cached decoding step reads MLP(d) from a per-cache (H, 2n + 1) table (made once, n
+    doubled when a step reaches past it), equal to the bias the full forward computes, and the
+    decoded logits equal the full forward's."""
+    torch.manual_seed(1)
+    model = posenc.Transformer(posenc.ModelConfig(encoding="dynamic_bias", d_model=32, n_head=4, n_layer=2,
+                                                  vocab_size=50, encoding_config={"log_distance": True})).to(F64)
+    tokens = torch.randint(0, 50, (2, 150))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.new_cache()
+        steps = [model(tokens[:, :40], cache=cache)]
+        n_first = cache.prepare_memo[0]["dynamic_bias_table"][0]
+        for t in range(40, 150):
+            steps.append(model(tokens[:, t : t + 1], cache=cache))
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-12, rtol=1e-12)
+    n, table = cache.prepare_memo[0]["dynamic_bias_table"]
+    assert n_first == 64 and n == 256  # made at the prompt, doubled at reaches 65 and 129
+    enc = model.encodings[0]
+    d = torch.arange(-n, n + 1)
+    want = enc.logit_bias().all_pairs(d[None], torch.zeros(1, 1, dtype=torch.long))[0, :, :, 0]  # (H, 2n + 1)
+    torch.testing.assert_close(table, want, atol=0, rtol=0)
+
+
+def test_decoding_at_sparse_positions_runs_the_mlp_per_key():
+    """Positions far apart (reach beyond four times the keys): no table of every distance is
+    made; the step equals the full forward."""
+    torch.manual_seed(2)
+    model = posenc.Transformer(posenc.ModelConfig(encoding="dynamic_bias", d_model=32, n_head=4, n_layer=1,
+                                                  vocab_size=50)).to(F64)
+    tokens = torch.randint(0, 50, (1, 6))
+    pos = torch.tensor([[0, 1000, 2000, 3000, 4000, 5000]])
+    with torch.no_grad():
+        full = model(tokens, posenc.SequenceInfo(pos))
+        cache = model.new_cache()
+        model(tokens[:, :5], posenc.SequenceInfo(pos[:, :5]), cache=cache)
+        step = model(tokens[:, 5:], posenc.SequenceInfo(pos[:, 5:]), cache=cache)
+    torch.testing.assert_close(step, full[:, 5:], atol=1e-12, rtol=1e-12)
+    assert "dynamic_bias_table" not in cache.prepare_memo[0]

@@ -129,14 +129,18 @@ class AttentionContext:
         """``pe``'s state for this forward: ``pe.prepare(q_pos, k_pos)`` and its bias.
 
         ``memo``: the cache's dict for this encoding module (``KVCache.prepare_memo``) when the
-        forward continues a cache without autograd; then ``pe.prepare_cached`` is called instead,
-        which may reuse what earlier steps computed.
+        forward continues a cache without autograd; then ``pe.prepare_cached`` and
+        ``pe.logit_bias_cached`` are called instead, which may reuse what earlier steps computed.
         """
         if pe is None:
             return EncodingState(None, self.q_seq.positions, self.k_seq.positions)
         if not isinstance(pe, PositionalEncoding):
             raise TypeError(f"pe must be a PositionalEncoding or None, got {type(pe).__name__}")
         q_pos, k_pos = pe.position_ids(self.q_seq), pe.position_ids(self.k_seq)  # (B, T), or (A, B, T) multi-axis
-        bias = SharedBias(pe.logit_bias(), self.mask) if pe.has_bias else None
-        state = pe.prepare(q_pos, k_pos) if memo is None else pe.prepare_cached(q_pos, k_pos, memo)
+        if memo is None:
+            bias = SharedBias(pe.logit_bias(), self.mask) if pe.has_bias else None
+            state = pe.prepare(q_pos, k_pos)
+        else:
+            bias = SharedBias(pe.logit_bias_cached(q_pos, k_pos, memo), self.mask) if pe.has_bias else None
+            state = pe.prepare_cached(q_pos, k_pos, memo)
         return EncodingState(pe, q_pos, k_pos, state, bias)

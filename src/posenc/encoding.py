@@ -216,6 +216,16 @@ class PositionalEncoding(nn.Module):
         """
         raise NotImplementedError(f"{type(self).__name__} has no content-independent bias (has_bias is False)")
 
+    def logit_bias_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict[str, Any]) -> BiasTerm:
+        """``logit_bias`` for a forward that continues a KV cache without autograd (decoding).
+
+        ``memo`` is the cache's dict for this encoding module (the one ``prepare_cached`` gets:
+        use keys of your own); q_pos, k_pos are this forward's positions. An encoding whose bias
+        is costly per distance may keep its values there and read them each step. The result
+        must equal ``logit_bias()``'s at these positions. Default: ``logit_bias()``.
+        """
+        return self.logit_bias()
+
     def terms(self, q: Tensor, k: Tensor, state: Any, proj: QKProjection | None) -> list[TableTerm | ValueTerm]:
         """Content-dependent logit terms (and value terms) of one layer.
 
