@@ -267,9 +267,12 @@ def test_fire_toeplitz_rows_equal_every_pair(L, start, T):
 def test_speed_goals_follow_the_hooks():
     """goal_for reads the encoding's hooks: a bias has a memory goal; two logit terms get 2x."""
     goal = {n: goal_for(Transformer(ModelConfig(encoding=n, d_model=32, n_head=4)))[0]
-            for n in ("none", "rope", "alibi", "fire", "shaw", "relative_key", "relative_key_query", "deberta")}
+            for n in ("none", "rope", "alibi", "fire", "shaw", "relative_key", "relative_key_query", "deberta",
+                      "cope", "fox", "per_row_alibi")}
     assert goal["none"] == goal["rope"] == "rotary/absolute"
     assert goal["alibi"] == goal["fire"] == "position bias" and GOALS["position bias"] == (1.15, 1.10)
-    assert goal["shaw"] == goal["relative_key"] == "content-dependent, one term"
+    assert goal["shaw"] == goal["relative_key"] == goal["cope"] == goal["per_row_alibi"] == "content-dependent, one term"
+    assert GOALS["content-dependent, one term"] == (1.6, 1.3)
+    assert goal["fox"] == "prefix sums" and GOALS["prefix sums"] == GOALS["position bias"]  # O(T) sums: a bias's cost
     assert goal["relative_key_query"] == goal["deberta"] == "content-dependent, two terms"
 

@@ -10,8 +10,10 @@ numbers are the medians over all its pairs.
 
 Goals (ratio to NoPE, :data:`GOALS`), by the hooks an encoding uses: rotary and absolute <= 1.05;
 content-independent biases (``logit_bias``) <= 1.15 in time and 1.10 in peak memory;
-content-dependent terms (``terms``) <= 1.6 with one logit term per layer (Shaw, relative_key)
-and <= 2 with two (relative_key_query, Transformer-XL, DeBERTa), decoding included.
+content-dependent terms (``terms``) <= 1.6 in time and 1.3 in peak memory with one logit term
+per layer (Shaw, relative_key, CoPE's count) and <= 2 with two (relative_key_query,
+Transformer-XL, DeBERTa), decoding included; prefix-sum terms alone (FoX: O(T) sums, no
+(T, T) tensor) are held to a bias's goal.
 
 ``impl`` picks the attention backend of every model (posenc.backends: eager, sdpa, flex,
 auto); the results record it. Where flex_attention cannot train (on CPU unless
@@ -35,7 +37,7 @@ from ..encoding import QKProjection
 from ..model import Transformer
 from ..model_config import ModelConfig
 from ..registry import get_info
-from ..terms import ValueTerm
+from ..terms import PrefixSumTerm, ValueTerm
 from ..torch_facts import FLEX_HAS_CPU_BACKWARD
 from .timing import describe_machine, peak_memory
 
@@ -47,7 +49,8 @@ __all__ = ["GOALS", "goal_for", "run_model_speed", "row_ratios", "format_table"]
 GOALS: dict[str, tuple[float, float | None]] = {
     "rotary/absolute": (1.05, None),
     "position bias": (1.15, 1.10),
-    "content-dependent, one term": (1.6, None),  # Shaw, relative_key
+    "prefix sums": (1.15, 1.10),  # FoX: per-token sums, a bias's cost
+    "content-dependent, one term": (1.6, 1.3),  # Shaw, relative_key, CoPE
     "content-dependent, two terms": (2.0, None),  # relative_key_query, Transformer-XL, DeBERTa
 }
 
@@ -57,7 +60,13 @@ def goal_for(model: Transformer) -> tuple[str, float, float | None]:
     their names): content-dependent terms, counted on a two-token probe, or a bias."""
     encs = list(model.encodings)
     if any(e.has_terms or e.has_value_terms for e in encs):
-        cls = "content-dependent, two terms" if max(_logit_terms(e) for e in encs) >= 2 else "content-dependent, one term"
+        kinds = [_logit_terms(e) for e in encs]
+        if max(map(len, kinds)) >= 2:
+            cls = "content-dependent, two terms"
+        elif all(isinstance(t, PrefixSumTerm) for k in kinds for t in k) and any(kinds):
+            cls = "prefix sums"
+        else:
+            cls = "content-dependent, one term"
     elif any(e.has_bias for e in encs):
         cls = "position bias"
     else:
@@ -65,10 +74,10 @@ def goal_for(model: Transformer) -> tuple[str, float, float | None]:
     return (cls, *GOALS[cls])
 
 
-def _logit_terms(enc) -> int:
-    """How many logit terms (not value terms) ``enc.terms`` returns for one layer."""
+def _logit_terms(enc) -> list:
+    """The logit terms (not value terms) ``enc.terms`` returns for one layer."""
     if not enc.has_terms:
-        return 0
+        return []
     dims = enc.dims
     pos = torch.arange(2)[None]
     q = torch.zeros(1, dims.num_heads, 2, dims.head_dim)
@@ -76,7 +85,7 @@ def _logit_terms(enc) -> int:
     proj = QKProjection.of(layer, torch.zeros(1, 2, dims.d_model))  # a layer input, for terms that read it (FoX)
     with torch.no_grad():
         terms = enc.terms(q, q, enc.prepare(pos, pos), proj)
-    return sum(not isinstance(t, ValueTerm) for t in terms)
+    return [t for t in terms if not isinstance(t, ValueTerm)]
 
 
 def _config_for(name: str, max_len: int) -> dict[str, Any]:
