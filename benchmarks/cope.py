@@ -82,7 +82,8 @@ def _measure(T: int, gates: str, rounds: int, max_dense_gib: float) -> dict:
         row[p] = dict(ms=round(1e3 * statistics.median(times[p]), 1),
                       peak_mib=round(peak_memory(lambda: _step(p, *ins)) / 2**20, 1))
     if "dense" not in paths:
-        row["dense"] = dict(skipped=f"needs about {dense_gib:.0f} GiB for its (T, T) tensors (> --max-dense-gib {max_dense_gib:g})")
+        row["dense"] = dict(skipped=f"needs about {dense_gib:.0f} GiB for its (T, T) tensors (> --max-dense-gib {max_dense_gib:g})",
+                            gib=round(dense_gib, 1))
     return row
 
 
@@ -98,7 +99,7 @@ def main() -> int:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     done = json.loads(args.out.read_text())["rows"] if args.resume and args.out.exists() else []
-    data = dict(command="python " + " ".join(sys.argv), machine=f"{describe_machine()}, {args.threads} threads",
+    data = dict(command="python " + " ".join(sys.argv), machine=describe_machine(),
                 settings=dict(batch=B, heads=H, head_dim=D, max_pos=M, dtype="float32", causal=True, rounds=args.rounds),
                 load_before=os.getloadavg(), rows=done)
     for gates in args.gates:

@@ -225,6 +225,8 @@ RESULT_SMOKE: dict[str, Smoke] = {
     "engine_llamacpp_cpu": Smoke(set={"--lengths": ["64"], "--scalings": ["none"], "--out": ["{tmp}/lc.json"]},
                                  expect=("{tmp}/lc.json",), how="script", real=True,
                                  needs="~/.cache/posenc/llama-cpp-python-0.3.36/site/llama_cpp"),
+    "cope_cpu": Smoke(set={"--lengths": ["64"], "--rounds": ["1"], "--threads": ["1"], "--out": ["{tmp}/cope.json"]},
+                      expect=("{tmp}/cope.json",), how="script"),
     "method_cost_cpu": Smoke(set={"--lengths": ["64"], "--methods": ["rerope"], "--out": ["{tmp}/mc.json"]},
                              expect=("{tmp}/mc.json",), how="script", real=True),
     "bench_model_smollm2_code_4L": Smoke(

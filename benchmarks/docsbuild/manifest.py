@@ -80,6 +80,7 @@ TABLES: dict[str, Table] = {
     "relative_bias": Table(speed.relative_bias, ("docs/speed.md",), ("relative_cpu",)),
     "relative_8192": Table(speed.relative_long, ("docs/speed.md",), ("relative_cpu_8192",)),
     "model_cpu": Table(speed.model, ("docs/speed.md",), ("model_cpu",)),
+    "cope_cpu": Table(speed.cope, ("docs/speed.md",), ("cope_cpu",)),
     # checks and HF parity
     "check_cpu": Table(models.check, ("docs/analysis.md",), ("check_cpu",)),
     "hf_parity": Table(models.hf_parity, ("docs/rotary.md",), ("hf_parity",)),

@@ -197,6 +197,7 @@ RESULTS: dict[str, Result] = {
     "engine_llamacpp_cpu": Result(
         "engine_llamacpp_cpu.json", ("python", "benchmarks/engine_llamacpp.py", "run", "--threads", "1", "--out",
                                      "benchmarks/results/engine_llamacpp_cpu.json"), threads=1),
+    "cope_cpu": Result("cope_cpu.json", ("python", "benchmarks/cope.py", "--out", "benchmarks/results/cope_cpu.json")),
     "method_cost_cpu": Result(
         "method_cost_cpu.json", ("python", "benchmarks/method_cost.py", "--out", "benchmarks/results/method_cost_cpu.json")),
     # the code file's passkey at 1.5L, run apart (the main run has L and 2L)

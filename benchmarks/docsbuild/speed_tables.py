@@ -161,3 +161,24 @@ def real_memory(page: str, load) -> str:
              f"loading {gib(mem[0]['peak_rss_before'])}, of which the weights {gib(mem[0]['weights'])}")
     return (md_table(["tokens", "peak RSS", "over the loaded model", "bench --model's estimate", "seconds"], rows)
             + "\n\n" + caption("real_speed_cpu", page, data, extra))
+
+
+def cope(page: str, load) -> str:
+    """CoPE's attention forward + backward by length: the fused path's block counting against
+    the dense term it replaced, each as a multiple of causal SDPA, with peak memory."""
+    data = load("cope_cpu")
+    assert data["rows"], "cope_cpu.json has no rows"
+    rows = []
+    for r in data["rows"]:
+        nope, blk, dense = r["nope"], r["blockwise"], r["dense"]
+        dense_cells = ([f"{dense['ms']:.0f} ms, {ratio(dense['ms'] / nope['ms'])}", f"{dense['peak_mib']:.0f}"]
+                       if "ms" in dense else [f"not run: needs about {dense['gib']:.0f} GiB", ""])
+        rows.append([r["gates"], str(r["length"]), f"{nope['ms']:.0f}", f"{nope['peak_mib']:.0f}",
+                     f"{blk['ms']:.0f} ms, {ratio(blk['ms'] / nope['ms'])}", f"{blk['peak_mib']:.0f}", *dense_cells])
+    s = data["settings"]
+    setup = (f"one causal attention call, B={s['batch']}, H={s['heads']}, D={s['head_dim']}, max_pos {s['max_pos']}, "
+             f"{s['dtype']}, forward + backward, median of {s['rounds']} rounds taken in turn; load average "
+             f"{data['load_before'][0]:.2f} before, {data['load_after'][0]:.2f} after")
+    header = ["gates", "T", "causal SDPA ms", "SDPA peak MiB", "CoPE, counted by block", "peak MiB",
+              "CoPE, dense term (before)", "peak MiB"]
+    return md_table(header, rows) + "\n\n" + caption("cope_cpu", page, data, setup)
