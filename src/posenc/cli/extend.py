@@ -4,6 +4,7 @@ docstring is the command's description)."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from .args import MAX_THREADS, STDOUT, add_json_option, device, emit_json, int_in, output_dir, positive_float, unit_float
 
@@ -54,9 +55,9 @@ def _cmd(args: argparse.Namespace) -> int:
                               depths=tuple(dict.fromkeys(args.depths)), device=args.device, dtype=args.dtype)
     evidence = extend(args.model, settings, args.out, install=not args.no_install, progress=not args.no_progress,
                       table=args.json != STDOUT, export=args.export, gguf=args.gguf)
-    from ..bench.train import distributed_info
-
-    if distributed_info()[0] == 0:  # under torchrun every rank holds the evidence; rank 0 writes it
+    # Under torchrun every rank holds the evidence; rank 0 writes it (extend has left the group
+    # by now, so the rank is torchrun's RANK).
+    if int(os.environ.get("RANK", "0")) == 0:
         emit_json(args.json, evidence)
     return 0
 

@@ -315,7 +315,30 @@ def extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.Pat
     wrote). ``loaded``: the already loaded model (tests; moved to ``settings.device`` and
     ``settings.dtype``); ``table``: print the table to stdout (False: stdout is left to the
     caller, e.g. JSON); ``progress``: a line per candidate on stderr; ``export``: the targets of
-    :mod:`posenc.hf.export` (``hf``: the checkpoint folder), ``gguf``: the llama.cpp export's GGUF."""
+    :mod:`posenc.hf.export` (``hf``: the checkpoint folder), ``gguf``: the llama.cpp export's GGUF.
+
+    Under ``torchrun`` the process group this call joins is left before it returns (after every
+    rank is done): a rank that exits with a gloo group alive can abort in gloo's threads."""
+    import torch.distributed as dist
+
+    joined = dist.is_available() and dist.is_initialized()
+    try:
+        evidence = _extend(model, settings, out, install=install, progress=progress, loaded=loaded, table=table,
+                           export=export, gguf=gguf)
+    except BaseException:
+        if not joined and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+    if not joined and dist.is_available() and dist.is_initialized():
+        dist.barrier()  # rank 0 writes the outputs; no rank leaves the group before it is done
+        dist.destroy_process_group()
+    return evidence
+
+
+def _extend(model: str | os.PathLike, settings: ExtendSettings, out: str | os.PathLike | None, *, install: bool,
+            progress: bool, loaded: Any, table: bool, export: tuple[str, ...],
+            gguf: str | os.PathLike | None) -> dict[str, Any]:
+    """:func:`extend`'s work, in the process group it joined (if any)."""
     from .export import Winner, check_export, export_engines
     from .export.gguf_rope import check_gguf
     from .checkpoint import DTYPES, load_model, load_tokenizer, open_checkpoint, trained_length
