@@ -51,16 +51,16 @@ from ..terms import CountTerm, DenseTerm, PrefixSumTerm, TableTerm, ValueTerm
 from . import LayerTerms
 from .blocks import Blocks, Spec, bucket_range, memo_buckets
 
-__all__ = ["attention", "fused_attention", "BLOCK_ROWS", "COUNT_BLOCK_ROWS"]
+__all__ = ["attention", "fused_attention", "BLOCK_ROWS"]
 
 # Query rows per block: the scratch is (B, H, rows, Tk) float32, i.e. rows / Tq of one dense
-# logit tensor; 256 rows keep the matmuls large enough to run at full speed on CPU.
-BLOCK_ROWS = 256
-# With count terms (CoPE) a block does a dozen elementwise passes over its (rows, keys) scratch
-# more; 64 rows keep it in cache: B=1, H=8, D=64, causal, forward + backward, one thread on a
-# 2-core Xeon beside other jobs: T=1024 121 ms at 64 rows, 152 at 128, 205 at 256 (plain causal
-# SDPA 63 ms); T=4096 1204 ms at 64, 1276 at 32, 1326 at 128 (SDPA 764 ms).
-COUNT_BLOCK_ROWS = 64
+# logit tensor. 64 rows keep it in cache: the whole-model training step (B=2, 6 layers, width
+# 512, 8 heads, T=1024, two threads, a quiet 2-core EPYC) ran 3-11 % faster and peaked 9-15 %
+# lower than at 256 (relative_key 1910 against 2154 ms, 424 against 498 MiB; Shaw 2145 / 2266
+# ms; FoX 1710 / 1770 ms), and 128 was between. CoPE's count term does a dozen elementwise
+# passes more per block, where the gap is widest (one attention call, T=1024: 121 ms at 64
+# rows, 205 at 256).
+BLOCK_ROWS = 64
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, scale, mask, bias, tables, values, q_pos, k_pos, causal, block) -> None:
@@ -162,8 +162,7 @@ def fused_attention(
         tables: :class:`~posenc.terms.TableTerm` logit terms, tables (B|1, 1|H, T, R).
         values: :class:`~posenc.terms.ValueTerm` output terms, values (1|H, R, Dv).
         q_pos, k_pos: positions (B|1, Tq), (B|1, Tk) for the terms' buckets.
-        block: query rows per block (None: :data:`BLOCK_ROWS`, :data:`COUNT_BLOCK_ROWS` with
-            count terms).
+        block: query rows per block (None: :data:`BLOCK_ROWS`).
         sums: :class:`~posenc.terms.PrefixSumTerm` logit terms, sums (B, H, Tq) and (B, H, Tk).
         counts: the embeddings e (M, D) of :class:`~posenc.terms.CountTerm` logit terms (CoPE)
             whose gates are this call's own scaled logits (the term's q, k and scale are these).
@@ -174,7 +173,7 @@ def fused_attention(
     ValueTerm's values, every PrefixSumTerm's sums and every count term's embeddings.
     """
     tables, values, sums, counts = tuple(tables), tuple(values), tuple(sums), tuple(counts)
-    block = (COUNT_BLOCK_ROWS if counts else BLOCK_ROWS) if block is None else block
+    block = BLOCK_ROWS if block is None else block
     _check(q, k, v, scale, mask, bias, tables, values, q_pos, k_pos, causal, block)
     _check_sums(sums, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     _check_counts(counts, q.shape[-1])
