@@ -74,7 +74,7 @@ def _multi_axis() -> list[tuple[str, int]]:
     found = []
     for name in posenc.list_encodings():
         enc = posenc.build(name, d_model=32, num_heads=4)
-        for axes in (2, 3):
+        for axes in (2, 3, 4):
             seq = posenc.SequenceInfo.from_offset(1, 4).with_axes(torch.zeros(axes, 1, 4, dtype=torch.long))
             try:
                 if enc.position_ids(seq) is seq.axes:
@@ -92,15 +92,18 @@ def _axes_seq(axes: int) -> posenc.SequenceInfo:
     """T_AXES tokens on ``axes`` axes, built where it is called (inside the compiled function)."""
     if axes == 2:
         return posenc.SequenceInfo.from_grid(4, 5, batch=2)  # (row, column) of a 4 x 5 grid
-    from posenc.positions import multimodal_axes
+    from posenc.positions import multimodal_axes, xdrope_axes
 
-    ids = multimodal_axes([3, (2, 2, 3), 5])  # text, a 2-frame 2 x 3 video, text: 20 tokens
+    if axes == 4:  # XD-RoPE's position / width / height / image: text, a 2 x 3 image with its
+        ids = xdrope_axes([3, (2, 3), 7])  # begin, row-end and end tokens, text: 20 tokens
+    else:
+        ids = multimodal_axes([3, (2, 2, 3), 5])  # text, a 2-frame 2 x 3 video, text: 20 tokens
     return posenc.SequenceInfo.from_offset(2, T_AXES).with_axes(ids[:, None].expand(-1, 2, -1))
 
 
 def test_multi_axis_encodings_are_found():
     names = {n for n, _ in MULTI_AXIS}
-    assert {"mrope", "rope_axial", "rope_mixed"} <= names, MULTI_AXIS
+    assert {"mrope", "xdrope", "rope_axial", "rope_mixed"} <= names, MULTI_AXIS
 
 
 @pytest.mark.parametrize("name,axes", MULTI_AXIS)
