@@ -69,4 +69,17 @@ CASES = [
          run=lambda: AttentionMask.build(SequenceInfo.from_offset(1, 5), causal="yes"), error=TypeError),
     Case(B, "left padding: padding queries that see no key", r"those rows see all 4 keys", run=_padding_row, error=None),
     Case(B, "impl='auto' on CPU", r"runs sdpa", run=_auto_on_cpu, error=None),
+    Case(B, "fused_attention with an empty count-term embedding (CoPE, M = 0)",
+         r"^counts must hold float embeddings \(M >= 1, D=8\), got a torch.float32 tensor of shape \(0, 8\)$",
+         run=lambda: _fused_counts(torch.randn(0, 8))),
+    Case(B, "fused_attention with integer count-term embeddings",
+         r"^counts must hold float embeddings \(M >= 1, D=8\), got a torch.int64 tensor of shape \(4, 8\)$",
+         run=lambda: _fused_counts(torch.ones(4, 8, dtype=torch.long))),
 ]
+
+
+def _fused_counts(e: torch.Tensor) -> None:
+    from posenc.backends.fused import fused_attention
+
+    q = torch.randn(1, 2, 4, 8)
+    fused_attention(q, q, q, scale=1.0, counts=[e])

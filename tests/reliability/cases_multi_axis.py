@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from posenc import SequenceInfo, build
-from posenc.positions import multimodal_axes
+from posenc.positions import multimodal_axes, video_rope_axes, xdrope_axes
 
 from . import Case
 
@@ -85,4 +85,19 @@ CASES = [
          run=lambda: _far_2d("rope_mixed", torch.tensor([[[0]], [[2**53]]]))),
     Case(A, "a whole rope_axial model compiled with inductor, past the grid width (20 patches, width 16)",
          r"^compiled logits equal eager within 1e-5: True$", run=_compiled_axial_model, error=None),
+    Case(A, "video_rope_axes with temporal_stride=0", r"^temporal_stride must be in \[1, 16777216\], got 0$",
+         run=lambda: video_rope_axes([2, (1, 2, 2)], temporal_stride=0)),
+    Case(A, "video_rope_axes with a (t, h, w, interval) block (VideoRoPE spaces frames by temporal_stride)",
+         r"^a VideoRoPE vision block must be a \(t, h, w\) tuple \(its frames are temporal_stride apart\), "
+         r"got \(1, 2, 2, 1.5\)$", run=lambda: video_rope_axes([2, (1, 2, 2, 1.5)])),
+    Case(A, "mrope with both video_rope and mrope_interleaved",
+         r"^mrope_interleaved and video_rope are two layouts of the pairs: set at most one, got both True$",
+         run=lambda: build("mrope", d_model=64, num_heads=2, video_rope=True, mrope_interleaved=True)),
+    Case(A, "xdrope_axes with an image 0 patches wide", r"^an image block's w must be >= 1, got 0$",
+         run=lambda: xdrope_axes([2, (2, 0)])),
+    Case(A, "xdrope_axes with num_axes=5", r"^num_axes must be in \[3, 4\], got 5$",
+         run=lambda: xdrope_axes([2, (1, 2)], num_axes=5)),
+    Case(A, "xdrope with a section that does not sum to the pairs",
+         r"^xdrope_section must sum to the rotated pairs rotary_dim / 2 = 16, got \[4, 4, 4, 5\] \(sum 17\)$",
+         run=lambda: build("xdrope", d_model=64, num_heads=2, xdrope_section=[4, 4, 4, 5])),
 ]
