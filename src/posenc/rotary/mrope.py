@@ -51,7 +51,7 @@ from ..positions import SequenceInfo
 from ..registry import register
 from .rope import RotaryConfig, RotaryEmbedding
 
-__all__ = ["MROPE_LAYOUTS", "MROPE_MODEL_TYPES", "MRopeConfig", "MRopeEmbedding", "default_mrope_section",
+__all__ = ["MROPE_LAYOUTS", "MROPE_MODEL_TYPES", "MRopeConfig", "MRopeEmbedding", "default_mrope_section", "pairs_from_axes",
            "mrope_pair_axes", "mrope_from_hf"]
 
 _QWEN2VL = "Wang et al. 2024 (Qwen2-VL, M-RoPE)"
@@ -220,15 +220,22 @@ class MRopeEmbedding(RotaryEmbedding):
         if seq_len is None and positions.numel():
             seq_len = self.current_length(positions, positions)
         per_axis = [super(MRopeEmbedding, self).cos_sin(p, seq_len) for p in positions]  # 3 x 2 x (B|1, T, P)
-        axis = self._pair_axis.to(positions.device)
-        cos, sin = per_axis[0]
-        for a in (1, 2):
-            cos = torch.where(axis == a, per_axis[a][0], cos)  # (B|1, T, P)
-            sin = torch.where(axis == a, per_axis[a][1], sin)
-        return cos, sin
+        return pairs_from_axes(per_axis, self._pair_axis)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mrope_section={list(self.section)} ({self.config.mrope_layout})"
+
+
+def pairs_from_axes(per_axis: list[tuple[Tensor, Tensor]], pair_axis: Tensor) -> tuple[Tensor, Tensor]:
+    """cos and sin (B|1, T, P) with pair j read from axis ``pair_axis[j]``'s tables: ``per_axis``
+    holds RoPE's (cos, sin) at each axis's positions, ``pair_axis`` (P,) the axis of each pair
+    (M-RoPE's sections and layouts, XD-RoPE's four sections)."""
+    axis = pair_axis.to(per_axis[0][0].device)
+    cos, sin = per_axis[0]
+    for a in range(1, len(per_axis)):
+        cos = torch.where(axis == a, per_axis[a][0], cos)  # (B|1, T, P)
+        sin = torch.where(axis == a, per_axis[a][1], sin)
+    return cos, sin
 
 
 def mrope_from_hf(config: Any) -> MRopeEmbedding:

@@ -41,6 +41,7 @@ from ..literature import NORMS_PRESERVED, ROPE_FEATURES, SU
 from ..multimodal_positions import XDROPE_AXES
 from ..positions import SequenceInfo
 from ..registry import register
+from .mrope import pairs_from_axes
 from .rope import RotaryConfig, RotaryEmbedding
 
 __all__ = ["XDROPE_MODEL_TYPES", "XDRopeConfig", "XDRopeEmbedding", "default_xdrope_section", "xdrope_pair_axes",
@@ -154,12 +155,7 @@ class XDRopeEmbedding(RotaryEmbedding):
         if seq_len is None and positions.numel():
             seq_len = self.current_length(positions, positions)
         per_axis = [super(XDRopeEmbedding, self).cos_sin(p, seq_len) for p in positions]  # A x 2 x (B|1, T, P)
-        axis = self._pair_axis.to(positions.device)
-        cos, sin = per_axis[0]
-        for a in range(1, self.num_axes):
-            cos = torch.where(axis == a, per_axis[a][0], cos)  # (B|1, T, P)
-            sin = torch.where(axis == a, per_axis[a][1], sin)
-        return cos, sin
+        return pairs_from_axes(per_axis, self._pair_axis)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, xdrope_section={list(self.section)}"
