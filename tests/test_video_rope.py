@@ -28,6 +28,7 @@ from posenc.model import Transformer
 from posenc.model_config import ModelConfig
 from posenc.positions import video_rope_axes
 from posenc.rotary.mrope import MROPE_LAYOUTS, default_mrope_section, mrope_from_hf, mrope_pair_axes
+from tests.axes_reference import slow_axes_logits
 
 F64 = torch.float64
 # token ids as in SGLang's own test of this function (test_bailing_mrope.py's _position_config)
@@ -204,24 +205,8 @@ def test_cos_sin_pick_each_pairs_axis_as_vllm_select_cos_sin():
 
 # ---- the rotation: a slow loop at the engine's (negative) ids --------------------------------------
 def _slow_logits(q, k, ids: list[list[int]], section, base: float):
-    """q·k after rotating pair j (half layout: channels j, j + P, is_neox_style as Bailing's) by
-    ids[axis(j)] * base^(-2j/D) in float64, the axis from the engine's rule, at ids as given."""
-    B, H, T, D = q.shape
-    P = D // 2
-    axis = _engine_pair_axes(section)
-
-    def rot(x):
-        out = x.clone()
-        for j in range(P):
-            theta = base ** (-2 * j / D)
-            for t in range(T):
-                ang = ids[axis[j]][t] * theta
-                c, s = math.cos(ang), math.sin(ang)
-                x1, x2 = x[:, :, t, j], x[:, :, t, j + P]
-                out[:, :, t, j], out[:, :, t, j + P] = x1 * c - x2 * s, x2 * c + x1 * s
-        return out
-
-    return torch.einsum("bhid,bhjd->bhij", rot(q), rot(k))
+    """q·k after the slow per-pair rotation (tests/axes_reference.py), the axis from the engine's rule."""
+    return slow_axes_logits(q, k, ids, _engine_pair_axes(section), base)
 
 
 def test_logits_equal_the_slow_loop_at_the_engines_ids_shifted_to_be_non_negative():

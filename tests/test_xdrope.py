@@ -28,6 +28,7 @@ from posenc.model_config import ModelConfig
 from posenc.positions import xdrope_axes
 from posenc.rotary import from_hf
 from posenc.rotary.xdrope import default_xdrope_section, xdrope_from_hf, xdrope_pair_axes
+from tests.axes_reference import slow_axes_logits
 
 F64 = torch.float64
 TEXT, IMAGE_START, IMAGE, IMAGE_END = 7, 100, 102, 101  # placeholder ids: <hy_place_holder_no_100/102/101>
@@ -170,24 +171,8 @@ def test_pair_axes_and_cos_sin_are_the_engines(section):
 
 # ---- the rotation ------------------------------------------------------------------------------------
 def _slow_logits(q, k, ids: list[list[int]], section, base: float):
-    """q·k after rotating pair j (half layout: channels j, j + P; vLLM's is_neox_style) by
-    ids[axis(j)] * base^(-2j/D) in float64, the axis from the section as the engine splits it."""
-    B, H, T, D = q.shape
-    P = D // 2
-    axis = [i for i, n in enumerate(section) for _ in range(n)]
-
-    def rot(x):
-        out = x.clone()
-        for j in range(P):
-            theta = base ** (-2 * j / D)
-            for t in range(T):
-                ang = ids[axis[j]][t] * theta
-                c, s = math.cos(ang), math.sin(ang)
-                x1, x2 = x[:, :, t, j], x[:, :, t, j + P]
-                out[:, :, t, j], out[:, :, t, j + P] = x1 * c - x2 * s, x2 * c + x1 * s
-        return out
-
-    return torch.einsum("bhid,bhjd->bhij", rot(q), rot(k))
+    """q·k after the slow per-pair rotation (tests/axes_reference.py), the axis from the section as the engine splits it."""
+    return slow_axes_logits(q, k, ids, [i for i, n in enumerate(section) for _ in range(n)], base)
 
 
 def test_logits_equal_the_slow_loop_on_a_text_image_mix():
