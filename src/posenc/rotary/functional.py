@@ -135,28 +135,40 @@ class RotationPlan(NamedTuple):
 
 @dataclass(eq=False)
 class QKTables:
-    """cos/sin (B|1, T, r/2) float32 for q and for k, with the rolled form of each
-    (:func:`~posenc.rotary.kernels.half_rolled_tables`) made on first use and kept: a forward's state makes them once
-    for every layer. ``keys_at_queries``: k's tables are q's (self-attention), made once."""
+    """cos/sin (B|1, T, r/2) float32 for q and for k, with the rolled form
+    (:func:`~posenc.rotary.kernels.half_rolled_tables`) made on first use and kept: a forward's
+    state makes it once for every layer. ``keys_at_queries``: k's tables are q's (self-attention),
+    made once."""
 
     cos_q: Tensor
     sin_q: Tensor
     cos_k: Tensor
     sin_k: Tensor
     keys_at_queries: bool = False
-    _rolled: tuple | None = field(default=None, repr=False)
+    _rolled: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def shared(cls, cos: Tensor, sin: Tensor) -> "QKTables":
         """The tables of keys at the query positions."""
         return cls(cos, sin, cos, sin, keys_at_queries=True)
 
-    def rolled(self) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-        """((cos2, sin2) of q, (cos2, sin2) of k), (B|1, 1, T, r)."""
-        if self._rolled is None:
-            q = half_rolled_tables(self.cos_q, self.sin_q)
-            self._rolled = (q, q if self.keys_at_queries else half_rolled_tables(self.cos_k, self.sin_k))
-        return self._rolled
+    def rolled(self, heads_q: int, heads_k: int) -> tuple[Tensor, Tensor]:
+        """(cos2, sin2) of q's ``heads_q`` heads followed by k's ``heads_k``: one table pair
+        for ``cat([q, k], dim=1)``, (B|1, 1, T, r) when k's tables are q's, else
+        (B|1, heads_q + heads_k, T, r) (xPos: q and k scaled apart)."""
+        key = None if self.keys_at_queries else (heads_q, heads_k)
+        if key not in self._rolled:
+            cq, sq = half_rolled_tables(self.cos_q, self.sin_q)  # (B|1, 1, T, r)
+            if key is None:
+                self._rolled[key] = cq, sq
+            else:
+                ck, sk = half_rolled_tables(self.cos_k, self.sin_k)
+                n = max(cq.shape[0], ck.shape[0])  # B or 1 each
+                self._rolled[key] = tuple(
+                    torch.cat([a.expand(n, heads_q, -1, -1), b.expand(n, heads_k, -1, -1)], dim=1)
+                    for a, b in ((cq, ck), (sq, sk))
+                )
+        return self._rolled[key]
 
 
 def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTables) -> RotationPlan:
@@ -176,9 +188,11 @@ def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTabl
     records = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, *cos_sin))
     if (
         layout == "half" and kernel in ("auto", "eager") and q.device.type == "cpu" and not records
-        and max(q.shape[2], k.shape[2]) <= SMALL_STEP and 2 * tables.cos_q.shape[-1] == q.shape[-1]
+        and q.shape[2] == k.shape[2] <= SMALL_STEP and 2 * tables.cos_q.shape[-1] == q.shape[-1]
+        and q.shape[0] == k.shape[0] and q.dtype == k.dtype
     ):
-        return RotationPlan(Rotation.ROLLED, "a small step on CPU, every channel rotated: the three-op rolled form")
+        return RotationPlan(Rotation.ROLLED, "a small step on CPU, every channel rotated, q and k alike: "
+                                             "the three-op rolled form on q and k side by side")
     if layout == "half" and records:
         return RotationPlan(Rotation.FUNCTIONAL, "autograd records: the functional form (the eager kernel writes in place)")
     return RotationPlan(Rotation.EAGER, "the eager kernel")
@@ -196,8 +210,12 @@ def _functional(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor,
 
 
 def _rolled(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
-    (cq, sq), (ck, sk) = t.rolled()
-    return rotate_half_rolled(q, cq, sq), rotate_half_rolled(k, ck, sk)
+    # q and k as one tensor (heads side by side): one pass of the three ops instead of two, the
+    # same products and sums for every element. rotation_plan takes this way only when q and k
+    # share batch, length and dtype.
+    hq, hk = q.shape[1], k.shape[1]
+    both = rotate_half_rolled(torch.cat([q, k], dim=1), *t.rolled(hq, hk))  # (B, hq + hk, T, D)
+    return both[:, :hq], both[:, hq:]
 
 
 def _compiled_way(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:

@@ -205,7 +205,10 @@ class RotaryEmbedding(PositionalEncoding):
     def _set_scaling_config(self, scfg: ScalingConfig) -> None:
         self._scaling_cfg = scfg
         self._scaling_fn = SCALINGS[self.config.scaling].fn
-        self.frequencies()  # fail now on a parameter that only the rotary dim can check
+        freqs = self.frequencies()  # fail now on a parameter that only the rotary dim can check
+        # A scaling that does not depend on the length has one set of frequencies: computed here,
+        # once per scaling (a decoding step then only looks its cos/sin up).
+        self._fixed = None if scfg.length_dependent else (*freqs, self._freq_key(*freqs))
         self._cache.clear()
 
     def set_scaling(self, rope_type: str, **params: Any) -> None:
@@ -240,8 +243,9 @@ class RotaryEmbedding(PositionalEncoding):
         return self.frequencies()[1]
 
     # ---- cos/sin -----------------------------------------------------------------------
-    def _table_key(self, inv_freq: Tensor, factor: float, device: torch.device) -> Hashable:
-        return (device.type, device.index, tuple(inv_freq.tolist()), factor)  # no numpy: the core needs torch alone
+    @staticmethod
+    def _freq_key(inv_freq: Tensor, factor: float) -> Hashable:
+        return tuple(inv_freq.tolist()), factor  # no numpy: the core needs torch alone
 
     def current_length(self, q_pos: Tensor, k_pos: Tensor) -> int | Tensor | None:
         """n = max position + 1 over q and k, for length-dependent scalings (None otherwise).
@@ -280,10 +284,14 @@ class RotaryEmbedding(PositionalEncoding):
         hi = check_positions(positions)  # float64 angles: every integer up to 2**53 - 1, no further
         if seq_len is None:
             seq_len = hi + 1
-        inv_freq, factor = self.frequencies(seq_len if self._scaling_cfg.length_dependent else None)
+        if self._fixed is not None:
+            inv_freq, factor, freq_key = self._fixed
+        else:
+            inv_freq, factor = self.frequencies(seq_len)
+            freq_key = None if hi >= MAX_TABLE_POSITIONS else self._freq_key(inv_freq, factor)
         if hi >= MAX_TABLE_POSITIONS:
             return angles_cos_sin(positions, inv_freq, factor)
-        key = self._table_key(inv_freq, factor, positions.device)
+        key = (positions.device.type, positions.device.index, freq_key)
         table = self._cache.get(key)
         if table is None or table[0].shape[0] <= hi:
             size = max(64, 1 << hi.bit_length())  # next power of two > hi
