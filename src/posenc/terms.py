@@ -11,7 +11,7 @@ description:
   that reads only small tensors (a bias table, slopes, a (B, H, T, R) table of q·Eᵀ), so no
   (Tq, Tk) tensor is ever built.
 
-Six kinds:
+Seven kinds:
 
 * :class:`BiasTerm` — content-independent: ``fn(h, q_pos, k_pos)`` written with broadcasting
   tensor ops (T5 buckets, ALiBi, KERPLE, FIRE). ``toeplitz=True`` says it depends on
@@ -27,7 +27,11 @@ Six kinds:
   structured, so ``score_mod`` reads two (B, H, T) tensors.
 * :class:`CountTerm` — CoPE's gain read at a count of gated keys between key and query:
   ``dense`` builds it; the fused function computes it block by block from the attention's
-  own logits.
+  own logits (defined in :mod:`posenc.scan_terms`, as the next).
+* :class:`StickBreakingTerm` — stick-breaking attention's log weights: the logit of key j
+  gains the sum of log(1 - sigmoid(logit)) over the keys from j to the query, and the layer's
+  weights are exp(logits), not their softmax (:attr:`StickBreakingTerm.normalized`): the
+  fused function computes it block by block from the attention's own logits, like a count.
 * :class:`ValueTerm` — Shaw's a^V: ``out_i += sum_j p_ij · values[h, bucket(q_pos_i, k_pos_j)]``.
   It needs the probabilities, so FlexAttention (which returns only the output) cannot take it.
 
@@ -45,9 +49,10 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .positions import contiguous_offset, shared_rows
+from .scan_terms import EXCLUDED, CountTerm, StickBreakingTerm, contextual_positions, interpolated_gain, stick_log_left
 
-__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "PrefixSumTerm", "SaturatingBucket", "TableTerm", "ValueTerm", "Term", "contextual_positions", "dense_logit_terms",
-           "interpolated_gain"]
+__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "TableTerm", "ValueTerm", "Term",
+           "EXCLUDED", "contextual_positions", "dense_logit_terms", "interpolated_gain", "stick_log_left"]
 
 # fn(h, q_pos, k_pos) -> bias; the three arguments broadcast against each other.
 BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -360,84 +365,7 @@ class PrefixSumTerm:
         return mod
 
 
-def contextual_positions(gates: Tensor) -> Tensor:
-    """CoPE's counts p_ij from gates g_it (B, H, Tq, Tk): the sum of g_it over the keys t from
-    j to the query's stream index Tk - Tq + i (from that index to j for a key after it). Same
-    shape. The sums run from the query outwards (a reversed cumulative sum), so the small
-    counts near the query, the ones the embeddings tell apart, are summed first."""
-    Tq, Tk = gates.shape[-2:]
-    s = torch.arange(Tk - Tq, Tk, device=gates.device)[:, None]  # (Tq, 1): each query's stream index
-    t = torch.arange(Tk, device=gates.device)  # (Tk,)
-    before = torch.where(t <= s, gates, 0.0)  # keys up to the query
-    after = torch.where(t >= s, gates, 0.0)  # keys from the query on
-    back = before.flip(-1).cumsum(-1).flip(-1)  # sum over t in [j, Tk): the paper's reversed cumsum
-    fwd = after.cumsum(-1)  # sum over t in [0, j]
-    return torch.where(t <= s, back, fwd)
-
-
-def interpolated_gain(per_position: Tensor, pos: Tensor) -> Tensor:
-    """z = per_position[..., p] read at fractional positions ``pos`` (clamped counts, >= 0):
-    ``(1 - w) * per_position[floor p] + w * per_position[ceil p]``, ``w = p - floor p``.
-    per_position (B, H, rows, M), pos (B, H, rows, n) -> (B, H, rows, n). A NaN count (a
-    diverged model) reads row 0 and, through w, gives a NaN gain."""
-    lo, hi = pos.floor(), pos.ceil()
-    w = pos - lo  # the gradient reaches the count through w
-    z_lo = per_position.gather(-1, lo.nan_to_num(0.0).long())  # NaN.long() is int64's minimum
-    z_hi = per_position.gather(-1, hi.nan_to_num(0.0).long())
-    return z_hi * w + z_lo * (1 - w)
-
-
-@dataclass(frozen=True, eq=False)
-class CountTerm:
-    """Contextual positions' logit gain (CoPE, Golovneva et al. 2024, eq. 3-5), in logit units:
-
-        g_it = sigmoid(scale q_i·k_t)   p_ij = min(sum_{t=j}^{s_i} g_it, M - 1)   (s_i: i's stream index)
-        logit_ij += q_i·e[p_ij], e interpolated between the integer positions around p_ij.
-
-    ``q`` (B, H, Tq, D) and ``k`` (B, H, Tk, D) are the attention's own queries and keys (its
-    scaled logits are the gates), ``emb`` (M, D) the integer positions' embeddings, ``scale``
-    the attention's logit scale. A key after its query (bidirectional use) counts from the
-    query to the key, the mirror image (:func:`contextual_positions`).
-
-    ``dense`` builds (B, H, Tq, Tk) (the eager reference); ``score_mod`` reads that tensor.
-    :func:`posenc.backends.fused.fused_attention` computes the term block by block of query
-    rows from the attention's own logits, forward and backward, so no (Tq, Tk) tensor outlives
-    a block; causal rows count only from the query back to where every count of the block has
-    reached M - 1 (beyond it the gain is the constant q_i·e[M - 1]).
-    """
-
-    q: Tensor
-    k: Tensor
-    emb: Tensor
-    scale: float
-
-    def tensors(self) -> tuple[Tensor, ...]:
-        """The tensors this term reads."""
-        return (self.q, self.k, self.emb)
-
-    @property
-    def max_pos(self) -> int:
-        return self.emb.shape[0]
-
-    def positions(self) -> Tensor:
-        """The clamped counts p_ij (B, H, Tq, Tk), float32 or wider."""
-        dt = torch.promote_types(self.q.dtype, torch.float32)
-        gates = torch.sigmoid((self.q.to(dt) @ self.k.to(dt).transpose(-1, -2)) * self.scale)
-        return contextual_positions(gates).clamp(max=self.max_pos - 1)
-
-    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """(B, H, Tq, Tk): q_i·e[p_ij], interpolated."""
-        dt = torch.promote_types(self.q.dtype, torch.float32)
-        per_position = self.q.to(dt) @ self.emb.to(dt).t()  # (B, H, Tq, M): q_i·e[p]
-        return interpolated_gain(per_position, self.positions())
-
-    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
-        """FlexAttention ``score_mod`` reading the dense tensor (a count is a scan over keys,
-        which a pointwise score_mod cannot compute)."""
-        return DenseTerm(self.dense(q_pos, k_pos)).score_mod(q_pos, k_pos)
-
-
-Term = BiasTerm | TableTerm | ValueTerm | DenseTerm | PrefixSumTerm | CountTerm
+Term = BiasTerm | TableTerm | ValueTerm | DenseTerm | PrefixSumTerm | CountTerm | StickBreakingTerm
 
 
 def dense_logit_terms(terms: list[Term], q_pos: Tensor, k_pos: Tensor) -> Tensor | None:

@@ -3,7 +3,8 @@
 Every path computes ``softmax(q·kᵀ·scale + logit terms + mask)·v (+ value terms)`` from the
 same inputs: q (B, H, Tq, D), k and v (B, H, Tk, D) (grouped-query heads already repeated),
 the per-forward mask description (:class:`~posenc.masks.AttentionMask`) and the layer's terms
-(:class:`LayerTerms`, built from :mod:`posenc.terms`).
+(:class:`LayerTerms`, built from :mod:`posenc.terms`); ``exp`` instead of ``softmax`` when a
+term's logits are the log weights themselves (:attr:`LayerTerms.normalized`: stick-breaking).
 
 ``impl`` is what a user asks for (:data:`IMPLS`: ``eager``, ``sdpa``, ``flex``, ``auto``); the
 leaf that runs is decided in one place, :func:`~posenc.backends.planner.plan`, whose docstring
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import BiasTerm, CountTerm, DenseTerm, PrefixSumTerm, TableTerm, Term, ValueTerm
+from ..terms import BiasTerm, CountTerm, DenseTerm, PrefixSumTerm, StickBreakingTerm, TableTerm, Term, ValueTerm
 from .cpu_flash import SummedBias
 
 __all__ = ["IMPLS", "LEAVES", "Backend", "Impl", "LayerTerms", "Leaf", "Plan", "SharedBias", "logit_dtype", "plan", "run"]
@@ -78,7 +79,7 @@ class LayerTerms:
     q_pos: Tensor  # (B|1, Tq)
     k_pos: Tensor  # (B|1, Tk)
     bias: SharedBias | None = None
-    logits: tuple[TableTerm | DenseTerm | PrefixSumTerm | CountTerm, ...] = ()
+    logits: tuple[TableTerm | DenseTerm | PrefixSumTerm | CountTerm | StickBreakingTerm, ...] = ()
     values: tuple[ValueTerm, ...] = ()
 
     @classmethod
@@ -89,13 +90,21 @@ class LayerTerms:
         for t in terms:
             if isinstance(t, ValueTerm):
                 values.append(t)
-            elif isinstance(t, (TableTerm, DenseTerm, PrefixSumTerm, CountTerm)):
+            elif isinstance(t, (TableTerm, DenseTerm, PrefixSumTerm, CountTerm, StickBreakingTerm)):
                 logits.append(t)
             else:
                 raise TypeError(
-                    f"terms() must return TableTerm, DenseTerm, PrefixSumTerm, CountTerm or ValueTerm objects, got {type(t).__name__}"
+                    "terms() must return TableTerm, DenseTerm, PrefixSumTerm, CountTerm, StickBreakingTerm or ValueTerm "
+                    f"objects, got {type(t).__name__}"
                 )
         return cls(q_pos, k_pos, bias, tuple(logits), tuple(values))
+
+    @property
+    def normalized(self) -> bool:
+        """The weights are softmax(logits). False when a term's logits are the log weights
+        themselves (:class:`~posenc.terms.StickBreakingTerm`): the weights are exp(logits),
+        rows summing to at most 1, i.e. the softmax times exp(logsumexp(logits))."""
+        return all(getattr(t, "normalized", True) for t in self.logits)
 
     @property
     def empty(self) -> bool:

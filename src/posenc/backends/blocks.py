@@ -4,7 +4,9 @@ the forward and by the backward, which recomputes them block by block instead of
 
 A block is query rows [i0, i1) against keys [0, z) (with ``causal``, z stops at the block's
 last query). Its logits: ``q·kᵀ·scale`` + the dense bias + prefix-sum differences + table
-terms gathered by bucket + count terms (:mod:`.counting`), masked, then softmax.
+terms gathered by bucket + count terms (:mod:`.counting`) + stick-breaking sums
+(:mod:`.stick_breaking`), masked, then softmax, or exp when the logits are log weights
+(``Spec.normalized`` False).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import Tensor
 
 from ..terms import BucketFn
 from .counting import CountBlock
+from .stick_breaking import StickBlock
 
 __all__ = ["Blocks", "Spec", "bucket_range", "memo_buckets"]
 
@@ -38,7 +41,9 @@ class Spec:
     has_bias: bool
     sums_after: tuple[bool, ...] = ()  # per prefix-sum term: a second pair of sums for keys after the query
     n_counts: int = 0  # count terms (their embeddings come last among the inputs)
-    count_causal: bool = False  # keys after a query are hidden in every row: counts stop at the query
+    count_causal: bool = False  # keys after a query are hidden in every row: counts and sticks stop at the query
+    sticks: tuple[bool, ...] = ()  # per stick-breaking term on the call's own logits: its attend_current
+    normalized: bool = True  # False: the weights are exp(logits) (stick-breaking), not their softmax
 
 
 class Blocks:
@@ -93,14 +98,16 @@ class Blocks:
         x, rows = self.factors[n]
         return lo, torch.matmul(x[:, :, i0:i1], rows[..., lo:hi])
 
-    def probs(self, i0: int, i1: int, z: int, idx_of) -> tuple[Tensor, list[CountBlock]]:
-        """(B, H, rows, z) softmax probabilities of the block in the compute dtype (rows that
-        see no key are zero), and the block's count terms (for their gradients)."""
+    def probs(self, i0: int, i1: int, z: int, idx_of) -> tuple[Tensor, list[CountBlock], list[StickBlock]]:
+        """(B, H, rows, z) weights of the block in the compute dtype: softmax probabilities
+        (rows that see no key are zero), or exp(logits) when not ``spec.normalized``; and the
+        block's count and stick-breaking terms (for their gradients)."""
         s = self.spec
         x = torch.matmul(self.qs[:, :, i0:i1], self.kt[..., :z])  # (B, H, rows, z)
         rows = torch.arange(self.offset + i0, self.offset + i1, device=x.device)  # stream indices
-        # the count terms' gates are the scaled logits before any term is added
+        # the count terms' gates and the sticks' breaks are the scaled logits before any term is added
         counted = [CountBlock(x, self.q[:, :, i0:i1], e, rows, s.count_causal) for e in self.counts]
+        broken = [StickBlock(x, rows, s.count_causal, a) for a in s.sticks]
         # The logits' own dtype, not q's: under autocast a float32 q gives bf16 logits, where
         # float32's min overflows. Finite: exp(-inf) takes a slow path on CPU.
         neg = torch.finfo(x.dtype).min
@@ -125,6 +132,8 @@ class Blocks:
                 x.add_(t.gather(-2, idx))
         for c in counted:
             c.add_to(x)
+        for b in broken:
+            b.add_to(x)
         if s.mask is not None:
             x.masked_fill_(~s.mask[..., i0:i1, :z], neg)
         if s.causal and self.offset + i0 < z - 1:  # the block crosses the diagonal
@@ -132,13 +141,15 @@ class Blocks:
             qi = torch.arange(self.offset + i0, self.offset + i1, device=x.device)
             above = torch.arange(c0, z, device=x.device)[None, :] > qi[:, None]  # (rows, z - c0)
             x[..., c0:].masked_fill_(above, neg)
+        if not s.normalized:  # log weights: exp(neg) is 0, so rows that see no key are zero too
+            return x.exp_(), counted, broken
         # Rows that see no key (padding queries, queries before the first key): all hidden.
         may_be_empty = s.mask is not None or (s.causal and self.offset + i0 < 0)
         empty = (x.amax(-1, keepdim=True) == neg) if may_be_empty else None  # (B, H, rows, 1)
         p = torch.softmax(x, dim=-1)
         if empty is not None:
             p.masked_fill_(empty, 0.0)
-        return p, counted
+        return p, counted, broken
 
 
 def bucket_range(idx: Tensor) -> tuple[int, int]:

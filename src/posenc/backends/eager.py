@@ -2,8 +2,9 @@
 
 logits = q·kᵀ·scale + bias + logit terms (dense), masked to -inf where a key is hidden,
 softmax in float32 (float64 for float64 inputs), out = probs·v + value terms (which read the
-probabilities). Every other backend is tested against this one. Shapes: q (B, H, Tq, D),
-k, v (B, H, Tk, D); logits (B, H, Tq, Tk).
+probabilities). When the logits are log weights themselves (``terms.normalized`` is False:
+stick-breaking) the weights are exp(logits), not their softmax. Every other backend is
+tested against this one. Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D); logits (B, H, Tq, Tk).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ __all__ = ["attention", "attention_probs"]
 
 
 def attention_probs(q: Tensor, k: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
-    """Softmax probabilities (B, H, Tq, Tk) in float32 or wider."""
+    """Attention weights (B, H, Tq, Tk) in float32 or wider: softmax probabilities, or
+    exp(logits) when ``terms.normalized`` is False."""
     logits = torch.matmul(q, k.transpose(-2, -1)).to(logit_dtype(q.dtype)) * scale  # (B, H, Tq, Tk)
     add = terms.dense_logits()
     if add is not None:
@@ -26,7 +28,7 @@ def attention_probs(q: Tensor, k: Tensor, *, scale: float, mask: AttentionMask, 
     m = mask.dense()
     if m is not None:
         logits = logits.masked_fill(~m, float("-inf"))
-    return torch.softmax(logits, dim=-1)
+    return torch.softmax(logits, dim=-1) if terms.normalized else torch.exp(logits)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:

@@ -9,6 +9,11 @@ refuses, with a ``ValueError`` naming ``impl``, value terms (flex returns no pro
 for Shaw's a^V) and a backward on CPU (:data:`posenc.torch_facts.FLEX_HAS_CPU_BACKWARD`),
 and sends a call without queries elsewhere.
 
+Unnormalised weights (``terms.normalized`` False: stick-breaking, whose logits are its log
+weights): flex's softmax output times exp(logsumexp) of each row, which is the row's sum of
+exp(logits), so the output is sum_j exp(logit_ij) v_j; the logsumexp is differentiable, so the
+backward follows (a row that sees no key has logsumexp -inf: output 0).
+
 Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
 """
 
@@ -61,4 +66,19 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
     with warnings.catch_warnings():
         # The unfused-implementation warning is expected when COMPILE is False.
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        return _flex()(q, k, v, score_mod=score_mod(terms), block_mask=mask.block_mask(), scale=scale)
+        args = dict(score_mod=score_mod(terms), block_mask=mask.block_mask(), scale=scale)
+        if terms.normalized:
+            return _flex()(q, k, v, **args)
+        out, lse = _with_lse(_flex(), q, k, v, **args)  # lse (B, H, Tq), natural log
+        return out * lse.exp().unsqueeze(-1).to(out.dtype)
+
+
+def _with_lse(fn: Callable, q: Tensor, k: Tensor, v: Tensor, **args) -> tuple[Tensor, Tensor]:
+    """flex's output and its rows' logsumexp: ``return_aux`` where torch has it, ``return_lse``
+    in older torch (which deprecates it once ``return_aux`` exists)."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:
+        return fn(q, k, v, return_lse=True, **args)
+    out, aux = fn(q, k, v, return_aux=AuxRequest(lse=True), **args)
+    return out, aux.lse

@@ -4,8 +4,11 @@ Shapes: B batch, H query heads, Hkv key/value heads, Tq queries, Tk keys, D head
 number of distinct (clipped or bucketed) relative positions of a term.
 
     logits = q·kᵀ·scale + bias + Σ table terms (gathered by bucket)
-             + Σ prefix-sum terms (c_i - c_j) + Σ count terms q_i·e[p_ij]  (masked: -inf)
-    out    = softmax(logits)·v + Σ_value terms  mass(i, r)·values[r]
+             + Σ prefix-sum terms (c_i - c_j) + Σ count terms q_i·e[p_ij]
+             + Σ stick-breaking terms Σ_{t=j}^{e_i} log(1 - sigmoid(x_it))  (masked: -inf)
+    p      = softmax(logits), or exp(logits) with ``normalize=False`` (stick-breaking's logits
+             are its log weights: rows sum to at most 1)
+    out    = p·v + Σ_value terms  mass(i, r)·values[r]
 
 where ``mass(i, r) = Σ_j p_ij [bucket(i, j) = r]``. The terms are :mod:`posenc.terms`'
 :class:`~posenc.terms.TableTerm` (B, H, T, R) and :class:`~posenc.terms.ValueTerm`; a
@@ -25,6 +28,8 @@ softmax of the same logits, so exactly the forward's) and produces dq, dk, dv an
 * a CountTerm (CoPE) from its gates' logits, which are the block's own scaled logits, and its
   embeddings (:mod:`.counting`): its counts, gains and their gradients exist one block at a
   time, and only over the keys a count can tell apart;
+* a StickBreakingTerm likewise from the block's own logits (:mod:`.stick_breaking`): its sums
+  and their gradient (into dq and dk through the logits) exist one block at a time;
 * a ValueTerm's values from the block's per-bucket probability mass;
 * the dense bias, which is a (B|1, H, Tq, Tk) tensor anyway.
 
@@ -34,7 +39,9 @@ half the work at Tq = Tk). Half-precision inputs are computed in float32, float6
 float64; the output and the gradients have their inputs' dtypes.
 
 A query row that sees no key (all masked) gets a zero output and zero gradients (the
-softmax of an empty row is defined as nothing rather than NaN). Hidden logits are set to the
+softmax of an empty row is defined as nothing rather than NaN). Unnormalised (``normalize=False``)
+the weights are p = exp(logits) and the backward's dL/dlogits is ``p·dP`` (no row sum to
+subtract): the output is sum_j p_ij v_j itself. Hidden logits are set to the
 dtype's most negative finite value, not -inf: on CPU ``exp(-inf)`` takes a slow path that
 doubled the softmax's cost. ``bias`` should therefore be finite (hide keys with ``mask``).
 """
@@ -47,7 +54,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import CountTerm, DenseTerm, PrefixSumTerm, TableTerm, ValueTerm
+from ..terms import CountTerm, DenseTerm, PrefixSumTerm, StickBreakingTerm, TableTerm, ValueTerm
 from . import LayerTerms
 from .blocks import Blocks, Spec, bucket_range, memo_buckets
 
@@ -147,6 +154,8 @@ def fused_attention(
     sums: Sequence[PrefixSumTerm] = (),
     counts: Sequence[Tensor] = (),
     count_causal: bool | None = None,
+    sticks: Sequence[bool] = (),
+    normalize: bool = True,
 ) -> Tensor:
     """Attention with logit terms that never keeps (B, H, Tq, Tk) probabilities for backward.
 
@@ -166,23 +175,29 @@ def fused_attention(
         sums: :class:`~posenc.terms.PrefixSumTerm` logit terms, sums (B, H, Tq) and (B, H, Tk).
         counts: the embeddings e (M, D) of :class:`~posenc.terms.CountTerm` logit terms (CoPE)
             whose gates are this call's own scaled logits (the term's q, k and scale are these).
-        count_causal: the keys after each query are hidden in every row (the counts need not
-            look past the query); None: ``causal``.
+        count_causal: the keys after each query are hidden in every row (the counts and
+            sticks need not look past the query); None: ``causal``.
+        sticks: per :class:`~posenc.terms.StickBreakingTerm` whose breaks are this call's own
+            scaled logits (the term's q, k and scale are these), its ``attend_current``.
+        normalize: False: the weights are exp(logits), not their softmax (stick-breaking's
+            logits are its log weights; given with ``sticks``, or with the term's dense form
+            in ``bias``).
 
     Returns (B, H, Tq, Dv) in q's dtype. Differentiable in q, k, v, bias, every table, every
     ValueTerm's values, every PrefixSumTerm's sums and every count term's embeddings.
     """
-    tables, values, sums, counts = tuple(tables), tuple(values), tuple(sums), tuple(counts)
+    tables, values, sums, counts, sticks = tuple(tables), tuple(values), tuple(sums), tuple(counts), tuple(sticks)
     block = BLOCK_ROWS if block is None else block
     _check(q, k, v, scale, mask, bias, tables, values, q_pos, k_pos, causal, block)
     _check_sums(sums, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     _check_counts(counts, q.shape[-1])
+    _check_sticks(sticks, normalize)
     spec = Spec(
         float(scale), causal, block, q_pos, k_pos, mask,
         tuple(t.side for t in tables), tuple(_factored(t) for t in tables),
         tuple(t.bucket for t in tables), tuple(t.bucket for t in values),
         bias is not None, tuple(t.after is not None for t in sums),
-        len(counts), causal if count_causal is None else bool(count_causal),
+        len(counts), causal if count_causal is None else bool(count_causal), sticks, normalize,
     )
     extra = [bias] if bias is not None else []
     for t in tables:
@@ -209,14 +224,28 @@ def _check_counts(counts: Sequence[Tensor], D: int) -> None:
             raise ValueError(f"counts must hold float embeddings (M >= 1, D={D}), got {_desc(e)}")
 
 
+def _check_sticks(sticks: Sequence[bool], normalize: bool) -> None:
+    for a in sticks:
+        if not isinstance(a, bool):
+            raise TypeError(f"sticks must hold bools (each stick-breaking term's attend_current), got {_desc(a)}")
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize must be a bool, got {_desc(normalize)}")
+    if sticks and normalize:
+        raise ValueError("sticks need normalize=False: stick-breaking's logits are its log weights, "
+                         "taken by exp, not softmax")
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
     """The backend leaf: :func:`fused_attention` with a layer's terms and the forward's mask."""
     bias = None if terms.bias is None else terms.bias.dense()
-    counts = []
+    counts, sticks = [], []
     for t in terms.logits:
-        if isinstance(t, CountTerm) and t.q is q and t.k is k and t.scale == scale:
+        own = isinstance(t, (CountTerm, StickBreakingTerm)) and t.q is q and t.k is k and t.scale == scale
+        if own and isinstance(t, CountTerm):
             counts.append(t.emb)  # its gates are this call's own logits: counted block by block
-        elif isinstance(t, (DenseTerm, CountTerm)):  # a count on other q/k: its dense form
+        elif own:
+            sticks.append(t.attend_current)  # its breaks are this call's own logits: summed block by block
+        elif isinstance(t, (DenseTerm, CountTerm, StickBreakingTerm)):  # on other q/k: its dense form
             d = t.dense(terms.q_pos, terms.k_pos)
             bias = d if bias is None else bias + d
     # Causality as a flag lets the fused function skip key blocks; padding and documents (and
@@ -229,6 +258,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
         tables=[t for t in terms.logits if isinstance(t, TableTerm)], values=terms.values,
         q_pos=terms.q_pos, k_pos=terms.k_pos, sums=[t for t in terms.logits if isinstance(t, PrefixSumTerm)],
         counts=counts,  # causal counts only with causal alone: padding rows see every key
+        sticks=sticks, normalize=terms.normalized,
     )
 
 
@@ -289,7 +319,7 @@ class _Fused(torch.autograd.Function):
             if z == 0:
                 continue
             idx_of = memo_buckets(geo, i0, i1, z)
-            p, _ = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
+            p, _, _ = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
             o = torch.matmul(p, vc[:, :, :z])  # (B, H, rows, Dv)
             for fn, val in zip(spec.value_buckets, vals):
                 o.add_(_mass(p, idx_of(fn), val.shape[-2]) @ val.to(cdt))
@@ -309,7 +339,8 @@ class _Fused(torch.autograd.Function):
         bias, tables, vals, sums, counts = _split(spec, extra)
         qc, kc, vc = q.to(cdt), _expand_heads(k.to(cdt), H), _expand_heads(v.to(cdt), H)
         do = dout.to(cdt)
-        delta = (do * out).sum(-1, keepdim=True)  # (B, H, Tq, 1): Σ_j p_ij dP_ij, from the full output
+        # (B, H, Tq, 1): Σ_j p_ij dP_ij, from the full output; unnormalised weights have no row sum to subtract
+        delta = (do * out).sum(-1, keepdim=True) if spec.normalized else None
         geo = Blocks(spec, qc, kc, bias, tables, sums, counts)
         # per prefix-sum term: gradients of (query sums, key sums[, after query sums, after key sums])
         dsums = [[qc.new_zeros(B, H, Tq), qc.new_zeros(B, H, Tk)] + ([qc.new_zeros(B, H, Tq), qc.new_zeros(B, H, Tk)] if a else [])
@@ -335,7 +366,7 @@ class _Fused(torch.autograd.Function):
             if z == 0:
                 continue
             idx_of = memo_buckets(geo, i0, i1, z)
-            p, counted = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
+            p, counted, broken = geo.probs(i0, i1, z, idx_of)  # (B, H, rows, z)
             dob = do[:, :, i0:i1]  # (B, H, rows, Dv)
             dp = torch.matmul(dob, vt[..., :z])  # (B, H, rows, z)
             for n, (fn, val) in enumerate(zip(spec.value_buckets, vals)):
@@ -343,7 +374,7 @@ class _Fused(torch.autograd.Function):
                 dvals[n].add_(_mass(p, idx, val.shape[-2]).transpose(-1, -2) @ dob)  # (B, H, R, Dv)
                 dp.add_(torch.matmul(dob, val.to(cdt).transpose(-1, -2)).expand(B, H, -1, -1).gather(-1, idx))
             dv[:, :, :z].add_(torch.matmul(p.transpose(-1, -2), dob))
-            ds = dp.sub_(delta[:, :, i0:i1]).mul_(p)  # (B, H, rows, z): dL/dlogits
+            ds = (dp if delta is None else dp.sub_(delta[:, :, i0:i1])).mul_(p)  # (B, H, rows, z): dL/dlogits
             del p
             if dbias is not None:
                 dbias[:, :, i0:i1, :z] = ds
@@ -376,6 +407,7 @@ class _Fused(torch.autograd.Function):
                 gates.append((c.a, dx))
                 dq_counts[:, :, i0:i1].add_(dqc)
                 de.add_(dec)
+            gates += [(0, b.grads(ds)) for b in broken]  # the sticks' breaks, on the same logits
             for a, dx in gates:
                 ds[..., a:].add_(dx)
             dq[:, :, i0:i1] = torch.matmul(ds, kc[:, :, :z])

@@ -35,11 +35,15 @@ SDPA_BIAS_ROWS     a fixed bias (or compiling), plain causal, T > 256, off the C
                    leaf: ALiBi T=1024 forward 72 ms against 98 ms for one masked call
 SDPA_BIAS          a fixed bias (or compiling) otherwise: ALiBi with padding, T=512 forward +
                    backward 83 ms against the fused function's 136 ms
-FUSED              table / dense / prefix-sum / value terms, or a learned bias in training
-                   off the CPU flash leaf: no (B, H, T, T) probabilities kept for the backward
-                   (T5's peak memory about 1.15x NoPE's against 1.85x with SDPA's float mask)
+FUSED              table / dense / prefix-sum / count / stick-breaking / value terms, or a
+                   learned bias in training off the CPU flash leaf: no (B, H, T, T)
+                   probabilities kept for the backward (T5's peak memory about 1.15x NoPE's
+                   against 1.85x with SDPA's float mask); unnormalised weights
+                   (``terms.normalized`` False: stick-breaking) as exp(logits), since no SDPA
+                   leaf can leave a row unnormalised
 FLEX               ``impl="flex"`` (and ``auto`` on CUDA with logit terms): score_mod and
-                   BlockMask, no (Tq, Tk) tensor
+                   BlockMask, no (Tq, Tk) tensor; unnormalised weights as its output times
+                   exp(logsumexp)
 =================  ====================================================================
 """
 

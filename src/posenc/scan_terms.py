@@ -1,0 +1,193 @@
+"""Logit terms computed from the attention's own logits by a scan over the keys between a key
+and its query (:mod:`posenc.terms` describes the kinds and re-exports these two):
+
+* :class:`CountTerm` — CoPE's gain at a count of gated keys (gates sigmoid of the logits);
+* :class:`StickBreakingTerm` — stick-breaking's log weights (breaks sigmoid of the logits),
+  whose layer takes exp(logits) instead of the softmax.
+
+Both have a dense form (the eager reference, and flex's ``score_mod`` reads it); the fused
+function computes each block by block from the block's own logits (:mod:`posenc.backends.counting`,
+:mod:`posenc.backends.stick_breaking`). The scans run over stream indices: the queries are the
+last Tq of the Tk keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["CountTerm", "EXCLUDED", "StickBreakingTerm", "contextual_positions", "interpolated_gain", "stick_log_left"]
+
+
+def _dense_score_mod(logits: Tensor) -> Callable:
+    """FlexAttention ``score_mod`` reading a dense (B|1, H, Tq, Tk) term."""
+    from .terms import DenseTerm  # terms re-exports this module's kinds
+
+    return DenseTerm(logits).score_mod(None, None)
+
+
+def contextual_positions(gates: Tensor) -> Tensor:
+    """CoPE's counts p_ij from gates g_it (B, H, Tq, Tk): the sum of g_it over the keys t from
+    j to the query's stream index Tk - Tq + i (from that index to j for a key after it). Same
+    shape. The sums run from the query outwards (a reversed cumulative sum), so the small
+    counts near the query, the ones the embeddings tell apart, are summed first."""
+    Tq, Tk = gates.shape[-2:]
+    s = torch.arange(Tk - Tq, Tk, device=gates.device)[:, None]  # (Tq, 1): each query's stream index
+    t = torch.arange(Tk, device=gates.device)  # (Tk,)
+    before = torch.where(t <= s, gates, 0.0)  # keys up to the query
+    after = torch.where(t >= s, gates, 0.0)  # keys from the query on
+    back = before.flip(-1).cumsum(-1).flip(-1)  # sum over t in [j, Tk): the paper's reversed cumsum
+    fwd = after.cumsum(-1)  # sum over t in [0, j]
+    return torch.where(t <= s, back, fwd)
+
+
+def interpolated_gain(per_position: Tensor, pos: Tensor) -> Tensor:
+    """z = per_position[..., p] read at fractional positions ``pos`` (clamped counts, >= 0):
+    ``(1 - w) * per_position[floor p] + w * per_position[ceil p]``, ``w = p - floor p``.
+    per_position (B, H, rows, M), pos (B, H, rows, n) -> (B, H, rows, n). A NaN count (a
+    diverged model) reads row 0 and, through w, gives a NaN gain."""
+    lo, hi = pos.floor(), pos.ceil()
+    w = pos - lo  # the gradient reaches the count through w
+    z_lo = per_position.gather(-1, lo.nan_to_num(0.0).long())  # NaN.long() is int64's minimum
+    z_hi = per_position.gather(-1, hi.nan_to_num(0.0).long())
+    return z_hi * w + z_lo * (1 - w)
+
+
+@dataclass(frozen=True, eq=False)
+class CountTerm:
+    """Contextual positions' logit gain (CoPE, Golovneva et al. 2024, eq. 3-5), in logit units:
+
+        g_it = sigmoid(scale q_i·k_t)   p_ij = min(sum_{t=j}^{s_i} g_it, M - 1)   (s_i: i's stream index)
+        logit_ij += q_i·e[p_ij], e interpolated between the integer positions around p_ij.
+
+    ``q`` (B, H, Tq, D) and ``k`` (B, H, Tk, D) are the attention's own queries and keys (its
+    scaled logits are the gates), ``emb`` (M, D) the integer positions' embeddings, ``scale``
+    the attention's logit scale. A key after its query (bidirectional use) counts from the
+    query to the key, the mirror image (:func:`contextual_positions`).
+
+    ``dense`` builds (B, H, Tq, Tk) (the eager reference); ``score_mod`` reads that tensor.
+    :func:`posenc.backends.fused.fused_attention` computes the term block by block of query
+    rows from the attention's own logits, forward and backward, so no (Tq, Tk) tensor outlives
+    a block; causal rows count only from the query back to where every count of the block has
+    reached M - 1 (beyond it the gain is the constant q_i·e[M - 1]).
+    """
+
+    q: Tensor
+    k: Tensor
+    emb: Tensor
+    scale: float
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors this term reads."""
+        return (self.q, self.k, self.emb)
+
+    @property
+    def max_pos(self) -> int:
+        return self.emb.shape[0]
+
+    def positions(self) -> Tensor:
+        """The clamped counts p_ij (B, H, Tq, Tk), float32 or wider."""
+        dt = torch.promote_types(self.q.dtype, torch.float32)
+        gates = torch.sigmoid((self.q.to(dt) @ self.k.to(dt).transpose(-1, -2)) * self.scale)
+        return contextual_positions(gates).clamp(max=self.max_pos - 1)
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B, H, Tq, Tk): q_i·e[p_ij], interpolated."""
+        dt = torch.promote_types(self.q.dtype, torch.float32)
+        per_position = self.q.to(dt) @ self.emb.to(dt).t()  # (B, H, Tq, M): q_i·e[p]
+        return interpolated_gain(per_position, self.positions())
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` reading the dense tensor (a count is a scan over keys,
+        which a pointwise score_mod cannot compute)."""
+        return _dense_score_mod(self.dense(q_pos, k_pos))
+
+
+#: The term of a key that takes no part of the stick (the query's own key when stick-breaking
+#: does not attend to it): the log weight the reference gives a hidden pair (``sb_ref.stickbreaking``:
+#: ``log_z.masked_fill(mask, -1e5)``). Finite, so a row that sees no other key has weights
+#: exp(logit - 1e5) = 0 on every path, where -inf would give NaN in a softmax or in a probe.
+EXCLUDED = -1e5
+
+
+def stick_log_left(log_keep: Tensor, attend_current: bool) -> Tensor:
+    """Stick-breaking's sums of ``log_keep`` = log(1 - beta_it) (B, H, Tq, Tk) over the keys
+    that break query i's stick before key j takes its share, key j's own break included:
+
+        key j at or before e_i:  sum_{t=j}^{e_i} log_keep_it      (e_i = s_i, or s_i - 1 when not
+                                                                   ``attend_current``)
+        key j after the query:   sum_{t=b_i}^{j} log_keep_it      (b_i = s_i, or s_i + 1)
+
+    s_i is query i's stream index (the queries are the last Tq of the Tk keys); the query's own
+    key, when not attended, gets :data:`EXCLUDED`. Keys after the query (bidirectional use)
+    break a second stick from the query forwards, the mirror image. Same shape. The sums run
+    from the query outwards (a reversed cumulative sum), so the small sums near the query, the
+    keys that take most of the stick, are summed first."""
+    Tq, Tk = log_keep.shape[-2:]
+    s = torch.arange(Tk - Tq, Tk, device=log_keep.device)[:, None]  # (Tq, 1): each query's stream index
+    t = torch.arange(Tk, device=log_keep.device)  # (Tk,)
+    before = t <= (s if attend_current else s - 1)  # (Tq, Tk): keys up to e_i
+    after = t >= (s if attend_current else s + 1)  # keys from b_i on
+    back = torch.where(before, log_keep, 0.0).flip(-1).cumsum(-1).flip(-1)  # sum over t in [j, Tk)
+    fwd = torch.where(after, log_keep, 0.0).cumsum(-1)  # sum over t in [0, j]
+    return torch.where(before, back, torch.where(t > s, fwd, EXCLUDED))
+
+
+@dataclass(frozen=True, eq=False)
+class StickBreakingTerm:
+    """Stick-breaking attention (Tan et al. 2024, "Scaling Stick-Breaking Attention", ICLR 2025,
+    arXiv:2410.17980; the reference ``stickbreaking_attention/sb_ref.py``), as a logit term. With z_ij = scale q_i·k_j and
+    beta_ij = sigmoid(z_ij), query i's weight of key j is what is left of its stick once the
+    keys between j and i have broken off their shares, times beta_ij:
+
+        A_ij = beta_ij prod_{j<t<=e_i} (1 - beta_it),  log A_ij = z_ij + sum_{t=j}^{e_i} log(1 - beta_it)
+
+    (log beta = z + log(1 - beta)), with e_i the query's own stream index when
+    ``attend_current`` and the one before it otherwise (the reference's default: "for each
+    token before the current"). So ``dense`` is the sum (:func:`stick_log_left`) and the
+    logits are the log weights themselves: the layer's output is sum_j A_ij v_j = sum_j
+    exp(logit_ij) v_j, not a softmax (:attr:`normalized` is False; the backends take
+    exp(logits), or the softmax times exp(logsumexp), which is sum_j A_ij = 1 - prod_t
+    (1 - beta_it) <= 1). The rest of the stick is dropped, as the reference kernels' output.
+
+    ``q`` (B, H, Tq, D) and ``k`` (B, H, Tk, D) are the attention's own queries and keys (its
+    scaled logits are the breaks), ``scale`` its logit scale. ``dense`` builds (B, H, Tq, Tk)
+    (the eager reference; ``score_mod`` reads it);
+    :func:`posenc.backends.fused.fused_attention` computes the term block by block of query
+    rows from the block's own logits, forward and backward (:mod:`posenc.backends.stick_breaking`).
+    """
+
+    q: Tensor
+    k: Tensor
+    scale: float
+    attend_current: bool = False
+
+    #: The layer's weights are exp(logits): rows sum to at most 1, the stick's broken part.
+    normalized = False
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors this term reads."""
+        return (self.q, self.k)
+
+    def logits(self) -> Tensor:
+        """z = scale q·kᵀ (B, H, Tq, Tk), float32 or wider."""
+        dt = torch.promote_types(self.q.dtype, torch.float32)
+        return (self.q.to(dt) @ self.k.to(dt).transpose(-1, -2)) * self.scale
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B, H, Tq, Tk): the sums of log(1 - beta) from key j to the query (:func:`stick_log_left`)."""
+        return stick_log_left(F.logsigmoid(-self.logits()), self.attend_current)
+
+    def weights(self) -> Tensor:
+        """The stick-breaking weights A_ij (B, H, Tq, Tk), float32 or wider, unmasked."""
+        z = self.logits()
+        return torch.exp(z + stick_log_left(F.logsigmoid(-z), self.attend_current))
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` reading the dense tensor (the sums are a scan over keys,
+        which a pointwise score_mod cannot compute)."""
+        return _dense_score_mod(self.dense(q_pos, k_pos))
