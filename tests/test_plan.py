@@ -61,6 +61,19 @@ def _value_terms() -> str:
     raise AssertionError("no registered encoding has value terms")
 
 
+def _unnormalized() -> str:
+    """The first registered encoding whose terms leave the weights unnormalised (exp of the
+    logits: ``LayerTerms.normalized`` False), read from the terms it returns, not its name."""
+    for name in posenc.list_encodings():
+        enc = posenc.build(name, d_model=H * D, num_heads=H)
+        if not enc.has_terms or enc.reads_layer_input:
+            continue
+        q, pos = torch.zeros(1, H, 2, D), torch.arange(2)[None]
+        if not LayerTerms.of(pos, pos, None, enc.terms(q, q, enc.prepare(pos, pos), None)).normalized:
+            return name
+    raise AssertionError("no registered encoding has unnormalised weights")
+
+
 def _seqs(kind: str, T: int, B: int = 2) -> tuple[SequenceInfo, SequenceInfo]:
     if kind == "padded":
         valid = torch.ones(B, T, dtype=torch.bool)
@@ -114,7 +127,12 @@ CASES = [
     (Leaf.FUSED, "sdpa", "learned_bias", "padded", 7, True, True),
     (Leaf.FUSED, "sdpa", "has_terms", "plain", 7, True, True),
     (Leaf.FUSED, "sdpa", "value_terms", "padded", 7, True, True),
+    (Leaf.FUSED, "sdpa", "unnormalized", "padded", 7, True, True),
+    (Leaf.FUSED, "sdpa", "unnormalized", "plain", 70, False, True),
+    (Leaf.EAGER, "sdpa", "unnormalized", "decode", 40, True, False),
     (Leaf.FLEX, "flex", "has_terms", "padded", 7, True, False),
+    (Leaf.FLEX, "flex", "unnormalized", "padded", 7, True, False),
+    (Leaf.FLEX, "flex", "unnormalized", "plain", 7, False, False),
     (Leaf.FLEX, "flex", "has_bias", "plain", 7, False, False),
 ]
 
@@ -122,7 +140,8 @@ CASES = [
 def _encoding(capability: str | None) -> str | None:
     if capability is None:
         return None
-    return {"learned_bias": _learned_bias, "fixed_bias": _fixed_bias, "value_terms": _value_terms}.get(
+    return {"learned_bias": _learned_bias, "fixed_bias": _fixed_bias, "value_terms": _value_terms,
+            "unnormalized": _unnormalized}.get(
         capability, lambda: _first(capability))()
 
 
