@@ -1,15 +1,18 @@
 """The KV cache: each layer's rotated keys and values, kept across decoding steps.
 
-Shapes: k, v (B, Hkv, T, D). :class:`LayerCache` holds one layer's keys and values in
-buffers that grow by doubling; :class:`KVCache` holds the layers, the keys'
-:class:`~posenc.positions.SequenceInfo`, the stream counter and the encodings' decoding state
-(per encoding module for ``embed`` and ``prepare_cached``; per layer for ``terms``).
+Shapes: k, v (B, Hkv, T, D); a latent layer's c_kv (B, T, R) and k_pe (B, T, r). Time is
+dim -2 of every cached tensor. :class:`LayerCache` holds one layer's keys and values in
+buffers that grow by doubling; :class:`LatentCache` is the slot of a multi-head latent
+attention layer (:mod:`posenc.mla`): its normalised latents and its one rotated key slice;
+:class:`KVCache` holds the layers, the keys' :class:`~posenc.positions.SequenceInfo`, the
+stream counter and the encodings' decoding state (per encoding module for ``embed`` and
+``prepare_cached``; per layer for ``terms``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 from torch import Tensor
@@ -17,7 +20,7 @@ from torch import Tensor
 from .config import check_int
 from .positions import SequenceInfo
 
-__all__ = ["KVCache", "LayerCache"]
+__all__ = ["KVCache", "LatentCache", "LayerCache"]
 
 
 def _writable(t: Tensor) -> bool:
@@ -29,9 +32,9 @@ def _writable(t: Tensor) -> bool:
 class LayerCache:
     """Keys and values of one layer, (B, Hkv, T, D), after rotation.
 
-    Stored in buffers with spare capacity along T that double when full, so appending one
-    decoded token writes one slot instead of copying the whole cache (amortized O(1) per token,
-    not O(T)). ``k``/``v`` are views of the filled part.
+    Stored in buffers with spare capacity along T (dim -2) that double when full, so appending
+    one decoded token writes one slot instead of copying the whole cache (amortized O(1) per
+    token, not O(T)). ``k``/``v`` are views of the filled part.
     """
 
     def __init__(self) -> None:
@@ -41,26 +44,29 @@ class LayerCache:
 
     @property
     def k(self) -> Tensor | None:
-        return None if self.kbuf is None else self.kbuf[:, :, : self.n]
+        return None if self.kbuf is None else self.kbuf[..., : self.n, :]
 
     @property
     def v(self) -> Tensor | None:
-        return None if self.vbuf is None else self.vbuf[:, :, : self.n]
+        return None if self.vbuf is None else self.vbuf[..., : self.n, :]
 
     def set(self, k: Tensor, v: Tensor) -> None:
         """Replace the contents (the sliding-memory and autograd paths)."""
-        self.kbuf, self.vbuf, self.n = k, v, k.shape[2]
+        self.kbuf, self.vbuf, self.n = k, v, k.shape[-2]
+
+    def _check_batch(self, batch: int) -> None:
+        if batch != self.kbuf.shape[0]:
+            raise ValueError(
+                f"batch size changed from {self.kbuf.shape[0]} to {batch} during decoding: a KVCache holds one "
+                "batch; start a new cache (model.new_cache()) for another batch size"
+            )
 
     def check(self, k: Tensor, v: Tensor, layer: int) -> None:
         """Raise ``ValueError`` unless k, v (B, Hkv, t, D) continue what this layer holds."""
         if self.kbuf is None:
             return
-        (B, H, _, D), Dv = self.kbuf.shape, self.vbuf.shape[-1]
-        if k.shape[0] != B:
-            raise ValueError(
-                f"batch size changed from {B} to {k.shape[0]} during decoding: a KVCache holds one "
-                "batch; start a new cache (model.new_cache()) for another batch size"
-            )
+        self._check_batch(k.shape[0])
+        (_, H, _, D), Dv = self.kbuf.shape, self.vbuf.shape[-1]
         if (k.shape[1], k.shape[3], v.shape[3]) != (H, D, Dv):
             raise ValueError(
                 f"cache layer {layer} holds keys of {H} heads x {D} dims (values {Dv}) but this "
@@ -73,24 +79,61 @@ class LayerCache:
 
         Buffers filled under ``torch.inference_mode()`` are copied into new ones on the first
         append outside it (a prefill in inference mode, decoding under ``no_grad``)."""
-        need = self.n + k.shape[2]
+        need = self.n + k.shape[-2]
         buf = self.kbuf
         if (
-            buf is None or need > buf.shape[2] or buf.dtype != k.dtype or buf.device != k.device
+            buf is None or need > buf.shape[-2] or buf.dtype != k.dtype or buf.device != k.device
             or not (_writable(buf) and _writable(self.vbuf))
         ):
-            cap = max(need, 2 * (0 if buf is None else buf.shape[2]), 16)
-            B, H, _, D = k.shape
-            kbuf = k.new_empty(B, H, cap, D)  # (B, Hkv, capacity, D)
-            vbuf = v.new_empty(B, H, cap, v.shape[-1])
+            cap = max(need, 2 * (0 if buf is None else buf.shape[-2]), 16)
+            kbuf = k.new_empty(*k.shape[:-2], cap, k.shape[-1])  # (B, Hkv, capacity, D)
+            vbuf = v.new_empty(*v.shape[:-2], cap, v.shape[-1])
             if self.n:
-                kbuf[:, :, : self.n] = self.kbuf[:, :, : self.n]
-                vbuf[:, :, : self.n] = self.vbuf[:, :, : self.n]
+                kbuf[..., : self.n, :] = self.k
+                vbuf[..., : self.n, :] = self.v
             self.kbuf, self.vbuf = kbuf, vbuf
-        self.kbuf[:, :, self.n : need] = k
-        self.vbuf[:, :, self.n : need] = v
+        self.kbuf[..., self.n : need, :] = k
+        self.vbuf[..., self.n : need, :] = v
         self.n = need
         return self.k, self.v
+
+
+class LatentCache(LayerCache):
+    """One multi-head latent attention layer's slot (:mod:`posenc.mla`, DeepSeek-V2 §2.1):
+    ``latent`` (B, T, R), the normalised compressed latents c_kv, and ``k_pe`` (B, T, r), the
+    rotated key slice every head shares: R + r numbers per token, where a :class:`LayerCache`
+    of the expanded keys and values would hold H·(D + Dv).
+
+    The buffers (``kbuf`` the latents, ``vbuf`` the key slices) grow by doubling along T and
+    leave inference mode as :class:`LayerCache`'s do; :class:`KVCache` makes one for each of
+    its ``latent_layers``.
+    """
+
+    @property
+    def latent(self) -> Tensor | None:
+        return self.k
+
+    @property
+    def k_pe(self) -> Tensor | None:
+        return self.v
+
+    def check(self, latent: Tensor, k_pe: Tensor, layer: int) -> None:
+        """Raise ``ValueError`` unless latent (B, t, R) and k_pe (B, t, r) continue this slot."""
+        if latent.dim() != 3 or k_pe.dim() != 3:
+            raise ValueError(
+                f"cache layer {layer} holds latents (B, T, R) and key slices (B, T, r) of multi-head latent "
+                f"attention, got tensors of shapes {tuple(latent.shape)} and {tuple(k_pe.shape)}: build the "
+                f"cache with latent_layers naming only the MLA layers (model.new_cache() does)"
+            )
+        if self.kbuf is None:
+            return
+        self._check_batch(latent.shape[0])
+        if (latent.shape[-1], k_pe.shape[-1]) != (self.kbuf.shape[-1], self.vbuf.shape[-1]):
+            raise ValueError(
+                f"cache layer {layer} holds latents of {self.kbuf.shape[-1]} and key slices of {self.vbuf.shape[-1]} "
+                f"dims but this attention makes {latent.shape[-1]} and {k_pe.shape[-1]}: the cache was built for "
+                "another model"
+            )
 
 
 class KVCache:
@@ -100,6 +143,8 @@ class KVCache:
         num_layers: one :class:`LayerCache` per layer.
         max_length: keep at most this many past tokens (a sliding memory); None keeps all.
         detach: store keys/values without gradient (Transformer-XL's memory).
+        latent_layers: the layers of multi-head latent attention (:mod:`posenc.mla`), whose
+            slot is a :class:`LatentCache` (latents and one shared key slice per token).
 
     ``seq`` holds the positions/segments/validity of the cached tokens (shared by all layers);
     ``embed_state`` is where stateful ``embed`` hooks (recurrent, convolutional) keep context;
@@ -117,13 +162,19 @@ class KVCache:
     tensors. With ``detach``, the layers' state is detached at ``commit`` like the keys.
     """
 
-    def __init__(self, num_layers: int, max_length: int | None = None, detach: bool = False) -> None:
+    def __init__(
+        self, num_layers: int, max_length: int | None = None, detach: bool = False, *, latent_layers: Iterable[int] = ()
+    ) -> None:
         check_int("num_layers", num_layers, minimum=1)
         if max_length is not None:
             check_int("max_length", max_length, minimum=1)
         if not isinstance(detach, bool):
             raise TypeError(f"detach must be a bool, got {type(detach).__name__} {detach!r}")
-        self.layers = [LayerCache() for _ in range(num_layers)]
+        latent = set()
+        for i in latent_layers:
+            check_int("latent_layers entry", i, minimum=0, maximum=num_layers - 1)
+            latent.add(i)
+        self.layers = [LatentCache() if i in latent else LayerCache() for i in range(num_layers)]
         self.max_length = max_length
         self.detach = detach
         self.seq: SequenceInfo | None = None
@@ -249,8 +300,8 @@ class KVCache:
             return c.append(k, v)
         # Sliding memory, or keys that carry gradient (in-place writes would break autograd).
         if c.kbuf is not None:
-            k, v = torch.cat([c.k, k], dim=2), torch.cat([c.v, v], dim=2)
-        keep = self._keep(k.shape[2])
-        ck, cv = k[:, :, -keep:], v[:, :, -keep:]
+            k, v = torch.cat([c.k, k], dim=-2), torch.cat([c.v, v], dim=-2)
+        keep = self._keep(k.shape[-2])
+        ck, cv = k[..., -keep:, :], v[..., -keep:, :]
         c.set(ck.detach(), cv.detach()) if self.detach else c.set(ck, cv)
         return k, v
