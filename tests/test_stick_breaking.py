@@ -300,3 +300,16 @@ def test_config_is_typed():
     with pytest.raises(TypeError, match="attend_current"):
         posenc.build("stick_breaking", d_model=C, num_heads=H, attend_current="yes")
     assert not any(True for _ in _enc().parameters())
+
+
+@pytest.mark.compile
+def test_compiles_fullgraph_and_equals_eager():
+    """Under torch.compile the plan takes the dense composition (the eager leaf: exp of the
+    logits), which inductor fuses; dynamic lengths, fullgraph."""
+    torch._dynamo.reset()
+    model = tiny_model("stick_breaking")
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        for T in (9, 17):
+            x = torch.randint(0, 64, (2, T), generator=torch.Generator().manual_seed(T))
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
