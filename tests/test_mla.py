@@ -385,3 +385,58 @@ def test_a_cache_without_a_latent_slot_is_refused():
     attn = posenc.Attention(32, 4)
     with pytest.raises(ValueError, match=r"cache layer 0 holds latents \(B, T, R\)"):
         attn(x.float(), SequenceInfo.from_offset(1, 4), cache=KVCache(1, latent_layers=[0]))
+
+
+# ---- in posenc's Transformer -------------------------------------------------------------------------
+MLA_SIZES = dict(kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, q_lora_rank=12)
+
+
+def mla_model(**kw) -> posenc.Transformer:
+    torch.manual_seed(0)
+    cfg = posenc.ModelConfig(vocab_size=50, d_model=32, n_head=4, n_layer=3, mla=MLA_SIZES, **kw)
+    return posenc.Transformer(cfg).double().eval()
+
+
+def test_a_model_of_mla_layers_decodes_as_its_full_forward():
+    model = mla_model(encoding={"name": "rope", "layout": "interleaved", "scaling": "yarn", "factor": 4.0,
+                                "original_max_position_embeddings": 8, "mscale": 1.0, "mscale_all_dim": 1.0})
+    assert all(isinstance(b.attn, MultiHeadLatentAttention) for b in model.blocks)
+    assert model.encodings[0].rotary_dim == 8 and softmax_mscale(model.encodings[0]) > 1
+    ids = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids)
+        cache = model.new_cache()
+        got = torch.cat([model(ids[:, :9], cache=cache)] + [model(ids[:, t:t + 1], cache=cache) for t in range(9, 16)], 1)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert all(isinstance(s, LatentCache) and s.latent.shape == (2, 16, 16) and s.k_pe.shape == (2, 16, 8)
+               for s in cache.layers)
+
+
+def test_generate_with_the_latent_cache_is_greedy_decoding_of_the_full_forward():
+    model = mla_model()
+    prompt = torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(2))
+    out = model.generate(prompt, max_new_tokens=6)
+    with torch.no_grad():
+        want = prompt
+        for _ in range(6):
+            want = torch.cat([want, model(want)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, want)
+
+
+def test_a_hybrid_of_mla_layers_decodes_as_its_full_forward():
+    """NoPE and RoPE layers, one of them a sliding window, all of them latent attention."""
+    from posenc.model_config import LayerSpec
+
+    model = mla_model(layer_pattern=(LayerSpec("rope", "sliding", 4), LayerSpec(None)))
+    ids = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = model(ids)
+        cache = model.new_cache()
+        got = torch.cat([model(ids[:, :5], cache=cache)] + [model(ids[:, t:t + 1], cache=cache) for t in range(5, 12)], 1)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_model_config_round_trips_its_mla_sizes():
+    cfg = posenc.ModelConfig(d_model=32, n_head=4, mla=MLA_SIZES)
+    assert cfg.mla == MLAConfig(d_model=32, num_heads=4, **MLA_SIZES)
+    assert posenc.ModelConfig(**cfg.to_dict()) == cfg

@@ -234,7 +234,7 @@ class MultiHeadLatentAttention(nn.Module):
         check_choice("impl", impl, IMPLS)
         check_choice("path", path, PATHS)
         if pe is not None:
-            self._check_encoding(pe, config)
+            self.check_encoding(pe, config)
         self.config, self.causal, self.impl, self.path = config, causal, impl, path
         c, H = config, config.num_heads
         if c.q_lora_rank is None:
@@ -250,7 +250,9 @@ class MultiHeadLatentAttention(nn.Module):
         self.pe = pe  # a registered submodule (or None): standalone use only
 
     @staticmethod
-    def _check_encoding(pe: PositionalEncoding, cfg: MLAConfig) -> None:
+    def check_encoding(pe: PositionalEncoding, cfg: MLAConfig) -> None:
+        """Raise unless ``pe`` can serve layers of ``cfg``: no content-dependent terms, and built
+        for H heads of the rope slice's dr dims."""
         if not isinstance(pe, PositionalEncoding):
             raise TypeError(f"pe must be a PositionalEncoding or None, got {type(pe).__name__}")
         if pe.has_terms or pe.has_value_terms:
@@ -315,7 +317,7 @@ class MultiHeadLatentAttention(nn.Module):
         elif self.pe is not None and encoding.pe is not self.pe:
             raise ValueError("this attention owns an encoding (pe=...); pass encoding=None or ctx.prepare(mla.pe)")
         if encoding.pe is not None and encoding.pe is not self.pe:
-            self._check_encoding(encoding.pe, c)
+            self.check_encoding(encoding.pe, c)
         if cache is not None and not isinstance(cache.layers[layer] if 0 <= layer < len(cache.layers) else None, LatentCache):
             raise ValueError(f"cache layer {layer} is not a LatentCache: build the cache with "
                              f"KVCache(n, latent_layers=[..., {layer}, ...]) (model.new_cache() does)")

@@ -17,6 +17,7 @@ from .context import AttentionContext, EncodingState
 from .kv_cache import KVCache
 from .config import check_int
 from .encoding import PositionalEncoding
+from .mla import MultiHeadLatentAttention
 from .model_config import EncodingSpec, ModelConfig
 from .positions import SequenceInfo
 from .registry import build
@@ -41,7 +42,10 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = Attention(cfg.d_model, cfg.n_head, cfg.n_kv_head, causal=cfg.causal, impl=cfg.attn_impl)
+        if cfg.mla is None:
+            self.attn = Attention(cfg.d_model, cfg.n_head, cfg.n_kv_head, causal=cfg.causal, impl=cfg.attn_impl)
+        else:
+            self.attn = MultiHeadLatentAttention(cfg.mla, causal=cfg.causal, impl=cfg.attn_impl)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg.d_model, cfg.d_ff or 4 * cfg.d_model, cfg.dropout)
         self.drop = nn.Dropout(cfg.dropout)
@@ -66,6 +70,8 @@ class Transformer(nn.Module):
         encodings: list[PositionalEncoding] = []
         shared: dict[EncodingSpec, int] = {}
         layer_enc: list[int | None] = []
+        # Multi-head latent attention rotates only its qk_rope_head_dim slice of each head.
+        head_dim = None if cfg.mla is None else cfg.mla.qk_rope_head_dim
         for spec in cfg.layer_specs():
             if spec is None:
                 layer_enc.append(None)
@@ -73,7 +79,9 @@ class Transformer(nn.Module):
             if spec.shared and spec in shared:
                 layer_enc.append(shared[spec])
                 continue
-            encodings.append(build(spec.name, d_model=cfg.d_model, num_heads=cfg.n_head, **dict(spec.config)))
+            encodings.append(build(spec.name, d_model=cfg.d_model, num_heads=cfg.n_head, head_dim=head_dim, **dict(spec.config)))
+            if cfg.mla is not None:
+                MultiHeadLatentAttention.check_encoding(encodings[-1], cfg.mla)
             if spec.shared:
                 shared[spec] = len(encodings) - 1
             layer_enc.append(len(encodings) - 1)
@@ -246,7 +254,8 @@ class Transformer(nn.Module):
 
     def new_cache(self, max_length: int | None = None, detach: bool = False) -> KVCache:
         """An empty :class:`KVCache` with one layer per block (see KVCache for the arguments)."""
-        return KVCache(len(self.blocks), max_length=max_length, detach=detach)
+        latent = range(len(self.blocks)) if self.cfg.mla is not None else ()  # MLA layers cache latents
+        return KVCache(len(self.blocks), max_length=max_length, detach=detach, latent_layers=latent)
 
     @torch.no_grad()
     def generate(self, tokens: Tensor, max_new_tokens: int, seq: SequenceInfo | None = None) -> Tensor:

@@ -15,6 +15,9 @@ Positional setup:
 * ``embed`` hooks (the absolute family) run once: at the input, or, with
   ``absolute_before_last=N``, on the hidden states before the last N layers (DeBERTa's
   enhanced mask decoder); ``embed_scale=s`` runs them in coordinates scaled by ``1 / s``.
+
+``mla`` (an :class:`~posenc.mla.MLAConfig` or a dict of its fields) makes every layer multi-head
+latent attention (DeepSeek-V2): the encodings then act on its ``qk_rope_head_dim`` slice.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 from .backends import IMPLS
 from .config import check_choice, check_fields, check_int, check_positive, check_range
+from .mla import MLAConfig
 from .registry import get_info
 
 __all__ = ["ATTENTION_KINDS", "EncodingSpec", "LayerSpec", "ModelConfig", "PRESETS", "naming", "preset"]
@@ -213,6 +217,9 @@ class ModelConfig:
     embed_scale: float | None = None
     attn_impl: str = "sdpa"  # attention backend: eager | sdpa | flex | auto (posenc.backends)
     tie_weights: bool = True
+    # Multi-head latent attention in every layer (posenc.mla): an MLAConfig or a dict of its
+    # fields, whose d_model and num_heads default to the model's; None: posenc.Attention.
+    mla: MLAConfig | dict | None = None
 
     def __post_init__(self) -> None:
         if self.encoding_config is None:
@@ -261,9 +268,30 @@ class ModelConfig:
                     raise ValueError(f"layer_pattern gives every layer's encoding; {other} must be unset with it, "
                                      f"got {other}={getattr(self, other)!r}")
             self.layer_pattern = tuple(LayerSpec.coerce(s, f"layer_pattern[{i}]") for i, s in enumerate(self.layer_pattern))
+        if self.mla is not None:
+            self.mla = self._mla_config()
         # Eager: every spec's encoding config is built here, so a bad name, key, type or value
         # fails at ModelConfig(...), not later at Transformer(...).
         self.layer_specs()
+
+    def _mla_config(self) -> MLAConfig:
+        """``mla`` checked against the model: its width and heads, and no grouped KV heads."""
+        if self.n_kv_head is not None:
+            raise ValueError(f"n_kv_head must be None with mla (its keys and values come from one latent per token), "
+                             f"got {self.n_kv_head}")
+        given = dataclasses.asdict(self.mla) if isinstance(self.mla, MLAConfig) else dict(self.mla)
+        for key, mine, name in (("d_model", self.d_model, "d_model"), ("num_heads", self.n_head, "n_head")):
+            if given.setdefault(key, mine) != mine:
+                raise ValueError(f"mla: {key} must be the model's {name} ({mine}), got {given[key]!r}")
+        fields = [f.name for f in dataclasses.fields(MLAConfig)]
+        unknown = [k for k in given if k not in fields]
+        if unknown:
+            raise TypeError(f"mla: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                            f"valid: {', '.join(fields)}")
+        try:
+            return MLAConfig(**given)
+        except (TypeError, ValueError) as e:
+            raise naming("mla", e) from None
 
     def layer_specs(self) -> list[EncodingSpec | None]:
         """The checked :class:`EncodingSpec` (or None) of every layer."""

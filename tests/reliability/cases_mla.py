@@ -61,3 +61,27 @@ CASES = [
     Case(A, "MultiHeadLatentAttention: x of the wrong width", r"x must have shape \(B, T, 32\), got \(1, 3, 16\)",
          run=lambda: MultiHeadLatentAttention(CFG)(torch.zeros(1, 3, 16), SequenceInfo.from_offset(1, 3))),
 ]
+
+
+def _model(**kw) -> None:
+    posenc.Transformer(posenc.ModelConfig(d_model=32, n_head=4, n_layer=1, **kw))
+
+
+MLA = dict(kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8)
+CASES += [
+    Case(A, "ModelConfig: mla's num_heads other than n_head", r"mla: num_heads must be the model's n_head \(4\), got 8",
+         run=lambda: posenc.ModelConfig(d_model=32, n_head=4, mla=MLA | {"num_heads": 8})),
+    Case(A, "ModelConfig: mla with grouped key/value heads (n_kv_head)",
+         r"n_kv_head must be None with mla \(its keys and values come from one latent per token\), got 2",
+         run=lambda: posenc.ModelConfig(d_model=32, n_head=4, n_kv_head=2, mla=MLA)),
+    Case(A, "ModelConfig: an unknown key in mla", r"mla: unknown key 'kv_rank'; valid: d_model, num_heads, kv_lora_rank",
+         run=lambda: posenc.ModelConfig(d_model=32, n_head=4, mla={"kv_rank": 16}), error=TypeError),
+    Case(A, "ModelConfig: mla without its sizes", r"mla: .*missing .* required positional arguments?: 'kv_lora_rank'",
+         run=lambda: posenc.ModelConfig(d_model=32, n_head=4, mla={}), error=TypeError),
+    Case(A, "ModelConfig: mla with an odd qk_rope_head_dim",
+         r"mla: qk_rope_head_dim must be even \(it is split into pairs\), got 5",
+         run=lambda: posenc.ModelConfig(d_model=32, n_head=4, mla=MLA | {"qk_rope_head_dim": 5})),
+    Case(A, "Transformer: mla layers with an encoding of content-dependent terms (Shaw)",
+         r"encoding 'shaw' has content-dependent terms",
+         run=lambda: _model(mla=MLA, encoding="shaw")),
+]
