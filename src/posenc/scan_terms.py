@@ -140,9 +140,9 @@ def stick_log_left(log_keep: Tensor, attend_current: bool) -> Tensor:
 @dataclass(frozen=True, eq=False)
 class StickBreakingTerm:
     """Stick-breaking attention (Tan et al. 2024, "Scaling Stick-Breaking Attention", ICLR 2025,
-    arXiv:2410.17980; the reference ``stickbreaking_attention/sb_ref.py``), as a logit term. With z_ij = scale q_i·k_j and
-    beta_ij = sigmoid(z_ij), query i's weight of key j is what is left of its stick once the
-    keys between j and i have broken off their shares, times beta_ij:
+    arXiv:2410.17980; the reference ``stickbreaking_attention/sb_ref.py``) as a logit term. With
+    z_ij = scale q_i·k_j and beta_ij = sigmoid(z_ij), query i's weight of key j is what is left
+    of its stick once the keys between j and i have broken off their shares, times beta_ij:
 
         A_ij = beta_ij prod_{j<t<=e_i} (1 - beta_it),  log A_ij = z_ij + sum_{t=j}^{e_i} log(1 - beta_it)
 

@@ -24,7 +24,8 @@ def _first_token() -> str:
     torch.manual_seed(0)
     attn = Attention(8, 2, pe=build("stick_breaking", d_model=8, num_heads=2), causal=True)
     out = attn(torch.randn(1, 4, 8), SequenceInfo.from_offset(1, 4))
-    return f"first token's output all zero: {bool((out[0, 0] == 0).all())}; the others not: {bool((out[0, 1:] != 0).any())}"
+    first, others = bool((out[0, 0] == 0).all()), bool((out[0, 1:] != 0).any())
+    return f"first token's output all zero: {first}; the others not: {others}"
 
 
 A = "stick_breaking"

@@ -68,6 +68,7 @@ class StickBlock:
             dkeep = ds.cumsum(-1).masked_fill_(~self.before, 0.0)
         else:
             dkeep = torch.where(self.before, ds, 0.0).cumsum(-1).masked_fill_(~self.before, 0.0)
-            later = torch.where(self.later, ds, 0.0).flip(-1).cumsum(-1).flip(-1)  # sum over keys j >= t after the query
+            # the forward stick: the sum over keys j >= t after the query
+            later = torch.where(self.later, ds, 0.0).flip(-1).cumsum(-1).flip(-1)
             dkeep = dkeep + later.masked_fill_(~self.after, 0.0)
         return dkeep.mul_(torch.expm1(self.log_keep))

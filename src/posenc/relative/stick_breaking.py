@@ -80,7 +80,7 @@ class StickBreakingConfig(EncodingConfig):
 @register(
     "stick_breaking",
     family="relative",
-    summary="stick-breaking attention: key j takes sigmoid(q·k) of the stick the keys after it leave; no position encoding",
+    summary="stick-breaking attention: key j takes sigmoid(q·k) of the stick the keys after it leave; no positions",
     paper="Tan et al. 2024, Scaling Stick-Breaking Attention: An Efficient Implementation and In-depth Study",
     claims={
         "absolute": (False, f"{TAN}: the weights depend on the keys between j and i, no position ids"),
