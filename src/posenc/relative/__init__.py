@@ -16,6 +16,7 @@ from . import cope  # noqa: F401
 from . import fox, per_row_alibi  # noqa: F401
 from . import sandwich  # noqa: F401
 from . import stick_breaking  # noqa: F401
+from . import path_attention  # noqa: F401
 
 from .alibi import ALiBi, alibi_bias, alibi_slopes
 from .deberta import DebertaRelative, log_bucket_position

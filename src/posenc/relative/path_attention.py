@@ -1,0 +1,360 @@
+"""PaTH: position encoding by accumulating Householder transformations (Yang et al. 2025, "PaTH
+Attention: Position Encoding via Accumulating Householder Transformations", arXiv:2505.16381,
+NeurIPS 2025), as flash-linear-attention (FLA) implements it: the layer
+``fla/layers/path_attn.py`` (``PaTHAttention``) and the reference ``fla/ops/path_attn/naive.py``
+(``naive_path_attn``), github.com/fla-org/flash-linear-attention at commit
+bc3b101dcb713ddc5bd8924b66754eb68b5ccf89.
+
+Every token t carries, per head, a Householder-like matrix made from the attention layer's input
+x_t (the normed hidden state):
+
+    H_t = I - beta_t w_t w_tᵀ,    beta_t = 2 sigmoid(u·x_t + b) in (0, 2),   |w_t| = 1,
+
+and the logit of a query i and a key j <= i is the bilinear form through the product of the
+matrices of the tokens after the key, up to and including the query (the paper's
+A_ij ∝ exp(k_jᵀ (prod_{s=j+1}^{i} H_s) q_i)):
+
+    logit_ij = s · q_iᵀ P_ij k_j,    P_ij = H_i H_{i-1} ⋯ H_{j+1}    (P_ii = I),
+
+then softmax as usual (s = 1/sqrt(D)). The order and the ends (H_i in, H_j out) are FLA's: its
+decoding step multiplies every cached key by the new token's H_t before the new key joins the
+cache (``rank_one_update`` in ``fla/layers/path_attn.py``), and its reference's within-chunk
+term masks q_i·w_l to l <= i and w_l·k_j to l > j. β reaching past 1 gives negative eigenvalues
+1 - β (the paper's "allowing negative eigenvalues"); at β = 2 every H_t is a reflection, at
+β → 0 the identity (NoPE).
+
+w and β as FLA's ``PaTHAttention`` makes them (``use_w_shortconv=True, use_low_rank_w=True``, its
+defaults): ``w_proj`` = Linear(C, 32) then Linear(32, H·D), both without bias (``w_rank=0``:
+one Linear(C, H·D), FLA's ``use_low_rank_w=False``); ``w_conv1d`` a causal depthwise convolution
+of ``conv_size`` = 3 taps over the H·D channels, without bias, then SiLU (FLA's
+``ShortConvolution``; ``conv_size=0``: none, ``use_w_shortconv=False``); then per head
+w = y / sqrt(|y|² + 1e-6) (FLA's ``l2_norm``, its eps included, so |w| is 1 to within
+1e-6/|y|²). ``bt_proj`` = Linear(C, H) with bias, β = 2 sigmoid of it. FLA makes w and β per
+key/value head, shared by a group of query heads; posenc builds an encoding from (C, H, D)
+alone, without the key/value head count, so here they are per query head (the same thing when
+H = Hkv). FLA's optional forget gate (``use_forget_gate``: PaTH-FoX) is not part of this
+encoding (:mod:`posenc.relative.fox` is FoX alone).
+
+How posenc adds it. Attention computes s·q_i·k_j itself, so the encoding's one term is the
+difference, a :class:`~posenc.terms.DenseTerm` in logit units:
+
+    term_ij = s · (q_iᵀ P_ij k_j - q_i·k_j),
+
+and every backend (eager, sdpa / the fused function, flex) takes it unchanged. Honestly: the
+term is a dense (B, H, Tq, Tk) tensor, computed in O(Tq·Tk·D) work. FLA's chunked kernels
+(``fla/ops/path_attn/parallel.py``: the UT transform inside a FlashAttention-style loop) are the
+route with no (Tq, Tk) tensor; they are not built here.
+
+How the products are computed (:func:`path_scan`), never as a (T, T, D, D) object: the keys are
+taken in chunks of ``chunk`` (64) tokens, first to last. Within a chunk [a, b) the product of its
+matrices has the compact "UT transform" form of the paper's training algorithm (FLA's reference
+builds the same triangular factor): H_{b-1} ⋯ H_a = I - Wᵀ R, where the rows r_m of R solve the unit lower
+triangular system (I + diag(β) tril₋₁(W Wᵀ)) R = diag(β) W. The same system with right-hand side
+diag(β) tril₋₁(W Kᵀ) gives S, from which the chunk's own logits q_iᵀ P_ij k_j = q_i·k_j -
+sum_{l<=i} (q_i·w_l) S_lj follow, the chunk's keys carried to its end (K - Sᵀ W) and its queries
+carried back to its start (Q - tril(Q Wᵀ) R). A running set of every earlier key carried up to
+the chunk (k̃_j = H_{a-1} ⋯ H_{j+1} k_j, O(T·D) state) then gives the logits of the chunk's
+queries against all earlier keys in one product, and is carried through the chunk by
+k̃ <- k̃ - (k̃ Rᵀ) W. Work O(Tq·Tk·D); under autograd each chunk keeps its carried keys
+(O(T²·D / chunk) in all). The chunk loop runs in Python: torch.compile unrolls it, one graph
+per sequence length.
+
+The KV cache keeps, per layer (``QKProjection.memory``, entries replaced, never written in
+place), the cached keys carried through every Householder up to the last cached token (what
+FLA's decoding keeps in place of its key cache) and the short convolution's last
+``conv_size - 1`` inputs with their position ids: a decoding step carries them through the new
+tokens' matrices (a rank-one update per token) and scans only the new tokens. A sliding cache
+keeps the carried keys of the keys it keeps, which is all a query needs.
+
+Positions. PaTH reads no position ids: the order is the stream order (i, j and the tokens
+between them are stream indices; the queries are the last Tq of the Tk keys, as in the mask).
+Between two tokens that see each other there is no other document and no padding when documents
+are contiguous in the stream and padding sits at the ends of a row, so the products need no
+mask (packed == separate). The one place position ids enter is the short convolution's
+boundary: FLA restarts the convolution at each packed document (``cu_seqlens``), and posenc's
+``terms`` hook sees position ids but not document ids, so a tap reads the token s places back
+only when that token's position id is the query token's minus s: consecutive ids are one
+document (packing restarts ids at 0, left padding gives padding ids that never continue into
+the first real token's). Position ids with gaps (``randomized_positions``) therefore cut the
+convolution at every gap.
+
+Bidirectional attention: PaTH is causal. For a key after its query posenc mirrors the causal
+rule instead of refusing (every registered encoding serves encoders):
+P_ij = H_{i+1} H_{i+2} ⋯ H_j for j > i (the tokens after the query up to and including the key,
+nearest the query first), computed by the same scan on the reversed stream. The term cannot
+know whether the layer is causal, so it always holds both triangles: in a causal model the
+mirror costs a second scan whose result the mask drops.
+
+Precision: w, β, the products and the term in float32 (float64 in a float64 model), autocast
+off: a bfloat16 product of Householders drifts with every token it passes. The KV cache's carried
+keys are float32 too.
+
+Shapes: x (B, t, C); q (B, H, Tq, D), k (B, H, Tk, D); w (B, H, T, D), β (B, H, T);
+term (B, H, Tq, Tk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import EncodingConfig, check_int
+from ..encoding import Dims, PositionalEncoding, QKProjection
+from ..literature import LEARNED, UNTRAINED
+from ..registry import register
+from ..terms import DenseTerm
+
+__all__ = ["PathConfig", "PathAttention", "path_logits", "path_scan"]
+
+#: Keys of a layer's KV-cache dict: the cached keys carried through every Householder up to the
+#: last cached token (B, H, Tc, D); the short convolution's last inputs (B, n, H·D), n <=
+#: conv_size - 1, and their position ids (B, n).
+MEMORY_KEYS = "path_carried_keys"
+MEMORY_CONV = "path_conv_inputs"
+MEMORY_CONV_POS = "path_conv_positions"
+#: Tokens per chunk of the scan (FLA's reference uses 64): the UT transform's triangular system
+#: is chunk x chunk; the scan takes ceil(T / chunk) steps.
+CHUNK = 64
+#: FLA's ``l2_norm`` eps (fla/modules/l2norm.py): w = y / sqrt(|y|² + eps).
+L2_EPS = 1e-6
+MAX_W_RANK = 4096
+MAX_CONV_SIZE = 64
+_PAPER = "Yang et al. 2025 (PaTH)"
+
+
+def path_scan(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, carried: Tensor | None = None, *,
+              chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
+    """The causal PaTH logits q_iᵀ H_i ⋯ H_{j+1} k_j, and every key carried to the last token.
+
+    ``k`` (..., t, D) are new keys with their unit ``w`` (..., t, D) and ``beta`` (..., t);
+    ``q`` (..., Tq, D) the queries, the last Tq of the new keys' tokens; ``carried``
+    (..., c, D) the c earlier keys, each already multiplied by every Householder up to the last
+    earlier token (None: no earlier keys). Returns the logits (..., Tq, c + t), 0 for a key
+    after its query, and the c + t keys carried to the last new token (the next call's
+    ``carried``). All in the dtype of the inputs (float32 or wider).
+    """
+    *lead, Tq, D = q.shape
+    t = k.shape[-2]
+    if carried is None:
+        carried = k[..., :0, :]  # (..., 0, D)
+    o = t - Tq  # the first query's index among the new tokens
+    rows = []
+    for a in range(0, t, chunk):
+        b = min(a + chunk, t)
+        n = b - a
+        W, K, bc = w[..., a:b, :], k[..., a:b, :], beta[..., a:b]  # (..., n, D), (..., n, D), (..., n)
+        below = torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-1)  # l > l'
+        system = torch.eye(n, dtype=q.dtype, device=q.device) + bc[..., None] * (W @ W.mT).masked_fill(~below, 0)
+        rhs = bc[..., None] * torch.cat([W, (W @ K.mT).masked_fill(~below, 0)], dim=-1)  # (..., n, D + n)
+        sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+        R, S = sol[..., :D], sol[..., D:]  # (..., n, D): H_{b-1}⋯H_a = I - WᵀR; (..., n, n): S_lj
+        first = max(a, o)
+        if first < b:  # queries in this chunk, at local positions first - a .. n - 1
+            Qc = q[..., first - o : b - o, :]  # (..., m, D)
+            seen = torch.arange(n, device=q.device) <= torch.arange(first - a, n, device=q.device)[:, None]  # (m, n)
+            QW = (Qc @ W.mT).masked_fill(~seen, 0)  # q_i·w_l for l <= i
+            own = (Qc @ K.mT - QW @ S).masked_fill(~seen, 0)  # (..., m, n): keys of the chunk up to the query
+            back = Qc - QW @ R  # (..., m, D): H_a ⋯ H_i q_i
+            rows.append(F.pad(torch.cat([back @ carried.mT, own], dim=-1), (0, t - b)))  # (..., m, c + t)
+        carried = torch.cat([carried - (carried @ R.mT) @ W, K - S.mT @ W], dim=-2)  # (..., c + b, D)
+    if not rows:
+        return q.new_zeros(*lead, Tq, carried.shape[-2]), carried
+    return torch.cat(rows, dim=-2), carried
+
+
+def path_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, *, chunk: int = CHUNK) -> Tensor:
+    """q_iᵀ P_ij k_j (..., Tq, Tk) of the queries (the last Tq of the Tk keys) against every key:
+    P_ij = H_i ⋯ H_{j+1} for j <= i, and the mirror H_{i+1} ⋯ H_j for j > i. ``w`` (..., Tk, D)
+    unit vectors and ``beta`` (..., Tk) of every key's token."""
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    causal, _ = path_scan(q, k, w, beta, chunk=chunk)
+    if Tq < 2:
+        return causal  # no key after a query
+    return causal + F.pad(_mirror(q, k[..., Tk - Tq:, :], w[..., Tk - Tq:, :], beta[..., Tk - Tq:], chunk), (Tk - Tq, 0))
+
+
+def _mirror(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk: int) -> Tensor:
+    """q_iᵀ H_{i+1} ⋯ H_j k_j for the keys j > i among n tokens (q, k, w (..., n, D), beta
+    (..., n): queries and keys of the same tokens), (..., n, n), 0 on and below the diagonal."""
+    # Reversed, the tokens between a key j > i and its query are j..i+1 counted back: the causal
+    # rule with each token's matrix taken from the token before it in the reversed stream (the
+    # first reversed token's is never used: beta 0, the identity).
+    wr, br = w.flip(-2), beta.flip(-1)
+    wr = torch.cat([torch.zeros_like(wr[..., :1, :]), wr[..., :-1, :]], dim=-2)
+    br = torch.cat([torch.zeros_like(br[..., :1]), br[..., :-1]], dim=-1)
+    reverse, _ = path_scan(q.flip(-2), k.flip(-2), wr, br, chunk=chunk)
+    return reverse.flip(-2).flip(-1).triu(1)
+
+
+@dataclass
+class PathConfig(EncodingConfig):
+    """Config of :class:`PathAttention` (defaults: FLA's ``PaTHAttention``).
+
+    Attributes:
+        w_rank: rank of the projection making w from the layer input, in [0, 4096]: 32 is FLA's
+            ``use_low_rank_w=True`` (Linear(C, 32) then Linear(32, H·D)); 0 a full Linear(C, H·D)
+            (``use_low_rank_w=False``).
+        conv_size: taps of the causal depthwise short convolution on w's projection, in
+            [0, 64]: 3 as FLA's ``conv_size``; 0 none (``use_w_shortconv=False``).
+        conv_bias: the short convolution has a bias (FLA's ``conv_bias``, False).
+    """
+
+    w_rank: int = 32
+    conv_size: int = 3
+    conv_bias: bool = False
+
+    def validate(self) -> None:
+        check_int("w_rank", self.w_rank, minimum=0, maximum=MAX_W_RANK)
+        check_int("conv_size", self.conv_size, minimum=0, maximum=MAX_CONV_SIZE)
+
+
+@register(
+    "path",
+    family="relative",
+    summary="PaTH: q_iᵀ H_i⋯H_{j+1} k_j, products of data-dependent Householders I - β w wᵀ of the layer input",
+    paper="Yang et al. 2025, PaTH Attention: Position Encoding via Accumulating Householder Transformations",
+    claims={
+        "absolute": (False, _PAPER + ": no position ids; the logit passes through the Householders of the tokens "
+                            "between j and i"),
+        "relative": (UNTRAINED, _PAPER + ": the transform between j and i is made from the tokens between them "
+                                "by learned projections of the input"),
+        "bounded": (True, _PAPER + ": every H_t has eigenvalues 1 and 1 - β_t in (-1, 1), so "
+                          "|q_iᵀ P_ij k_j| <= |q_i| |k_j| at every distance"),
+        "decay": (UNTRAINED, LEARNED),
+        "extrapolation": (True, _PAPER + ": no position ids, defined at every length (its length-extrapolation "
+                                "experiments)"),
+        "linear_attention": (False, _PAPER + ": softmax attention over a (Tq, Tk) term of products of the tokens' "
+                                    "Householders; its linear-attention counterpart is DeltaNet's recurrence, "
+                                    "not a feature map"),
+    },
+)
+class PathAttention(PositionalEncoding):
+    """PaTH as a content-dependent ``terms`` hook returning one :class:`~posenc.terms.DenseTerm`.
+
+    Modules named as FLA's ``PaTHAttention`` (their weights load by name): ``w_proj`` (a
+    Sequential of two bias-free Linears, or one with ``w_rank=0``), ``w_conv1d`` (a depthwise
+    Conv1d, weight (H·D, 1, conv_size), absent with ``conv_size=0``), ``bt_proj``
+    (Linear(C, H) with bias).
+    """
+
+    Config = PathConfig
+
+    def __init__(self, config: PathConfig, dims: Dims) -> None:
+        super().__init__(config, dims)
+        C, width = dims.d_model, dims.num_heads * dims.head_dim
+        if config.w_rank:
+            self.w_proj: nn.Module = nn.Sequential(nn.Linear(C, config.w_rank, bias=False),
+                                                   nn.Linear(config.w_rank, width, bias=False))
+        else:
+            self.w_proj = nn.Linear(C, width, bias=False)
+        if config.conv_size:
+            self.w_conv1d = nn.Conv1d(width, width, config.conv_size, groups=width, padding=config.conv_size - 1,
+                                      bias=config.conv_bias)
+        self.bt_proj = nn.Linear(C, dims.num_heads)
+
+    @property
+    def reads_layer_input(self) -> bool:
+        return True
+
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """The keys' position ids (B|1, Tk): the short convolution's boundaries, nothing else."""
+        return k_pos
+
+    def householders(self, x: Tensor, positions: Tensor | None = None,
+                     past: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
+        """Unit w (B, H, t, D) and β (B, H, t) of the t tokens of the layer input x (B, t, C),
+        float32 or wider, and what the next tokens' short convolution reads.
+
+        ``positions`` (B|1, t): the tokens' position ids, where the convolution restarts (None:
+        one run of consecutive tokens). ``past``: the convolution's inputs (B, n, H·D) and
+        position ids (B, n) of the n <= conv_size - 1 tokens just before these (a KV cache's);
+        the third result is the same pair for the tokens after these.
+        """
+        dt = torch.promote_types(x.dtype, torch.float32)
+        B, t = x.shape[:2]
+        H, D = self.dims.num_heads, self.dims.head_dim
+        x = x.to(dt)
+        y = x
+        for lin in (self.w_proj if isinstance(self.w_proj, nn.Sequential) else [self.w_proj]):
+            y = F.linear(y, lin.weight.to(dt))  # (B, t, rank) then (B, t, H·D)
+        pos = torch.arange(t, device=x.device).expand(B, t) if positions is None else positions.expand(B, t)
+        if past is not None:
+            y_all, pos_all = torch.cat([past[0].to(dt), y], dim=1), torch.cat([past[1], pos], dim=1)
+        else:
+            y_all, pos_all = y, pos
+        first = y_all.shape[1] - min(max(self.config.conv_size - 1, 0), y_all.shape[1])  # the last conv_size - 1
+        tail = (y_all[:, first:], pos_all[:, first:])
+        if self.config.conv_size:
+            y = self._short_conv(y_all, pos_all, t)
+        w = y.view(B, t, H, D)
+        w = w * torch.rsqrt((w * w).sum(-1, keepdim=True) + L2_EPS)  # FLA's l2_norm
+        beta = 2 * torch.sigmoid(F.linear(x, self.bt_proj.weight.to(dt), self.bt_proj.bias.to(dt)))  # (B, t, H)
+        return w.transpose(1, 2), beta.transpose(1, 2), tail
+
+    def _short_conv(self, y: Tensor, pos: Tensor, t: int) -> Tensor:
+        """silu(causal depthwise convolution) (B, t, H·D) of the last t of the tokens y (B, n + t, H·D)
+        with position ids pos (B, n + t): a tap reads the token s back only when that token is
+        there and its position id is this token's minus s."""
+        size, first = self.config.conv_size, y.shape[1] - t
+        if t == 0:
+            return y[:, first:]
+        present = F.pad(torch.ones_like(pos, dtype=torch.bool), (size - 1, 0))
+        windows = F.pad(y, (0, 0, size - 1, 0)).unfold(1, size, 1)[:, first:]  # (B, t, H·D, size)
+        win_pos = F.pad(pos, (size - 1, 0)).unfold(1, size, 1)[:, first:]  # (B, t, size)
+        lag = torch.arange(size - 1, -1, -1, device=y.device)  # tap k reads the token size - 1 - k back
+        taps = present.unfold(1, size, 1)[:, first:] & (win_pos == pos[:, first:, None] - lag)  # (B, t, size)
+        weight = self.w_conv1d.weight.to(y.dtype)[:, 0]  # (H·D, size)
+        out = (windows * taps[:, :, None].to(y.dtype) * weight).sum(-1)  # (B, t, H·D)
+        if self.w_conv1d.bias is not None:
+            out = out + self.w_conv1d.bias.to(y.dtype)
+        return F.silu(out)
+
+    def terms(self, q: Tensor, k: Tensor, state: Any, proj: QKProjection | None = None) -> list[DenseTerm]:
+        """s·(q_iᵀ P_ij k_j - q_i·k_j) of the Tq queries against the Tk keys: the new tokens'
+        w and β from ``proj.x``, the cached keys carried through their products from
+        ``proj.memory`` (which receives all Tk keys carried to the last). The queries are the
+        last Tq of the keys."""
+        x = None if proj is None else proj.x
+        B, H, Tq, D = q.shape
+        Tk = k.shape[2]
+        if x is None:
+            raise ValueError(
+                "path computes its Householders from the attention layer's input: call it through "
+                "posenc.Attention, or pass proj=QKProjection.of(layer, x)"
+            )
+        if x.dim() != 3 or x.shape[0] != B or not Tq <= x.shape[1] <= Tk or x.shape[2] != self.dims.d_model:
+            raise ValueError(f"path's layer input must have shape ({B}, t, {self.dims.d_model}) for the call's t new "
+                             f"keys, {Tq} <= t <= {Tk} (the queries are the last of the keys), got {tuple(x.shape)}")
+        if not isinstance(state, Tensor) or state.shape[-1] != Tk:
+            raise ValueError(f"path's state must be the {Tk} keys' position ids (prepare(q_pos, k_pos)), got "
+                             f"{tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__}")
+        t = x.shape[1]
+        cached = Tk - t
+        memory = None if proj is None else proj.memory
+        past = None if memory is None else memory.get(MEMORY_KEYS)
+        held = 0 if past is None else past.shape[-2]
+        if cached > held:
+            raise ValueError(
+                f"path needs the Householders of all {Tk} keys: this call has the layer input of {t} and "
+                f"{held} cached keys' products; keys beyond them come from a KVCache "
+                "(decode through posenc.Attention or Transformer with cache=...)"
+            )
+        conv_past = (memory[MEMORY_CONV], memory[MEMORY_CONV_POS]) if cached and MEMORY_CONV in memory else None
+        with torch.autocast(q.device.type, enabled=False):
+            w, beta, tail = self.householders(x, state[..., cached:], conv_past)
+            dt = w.dtype
+            qd, kd = q.to(dt), k.to(dt)
+            carried = past[..., held - cached:, :].to(dt) if cached else None
+            logits, carried = path_scan(qd, kd[..., cached:, :], w, beta, carried)  # (B, H, Tq, Tk)
+            if Tq > 1:  # keys after a query (bidirectional): the mirror among the last Tq tokens
+                mirror = _mirror(qd, kd[..., Tk - Tq:, :], w[..., t - Tq:, :], beta[..., t - Tq:], CHUNK)
+                logits = logits + F.pad(mirror, (Tk - Tq, 0))
+            term = self.attention_scale(D) * (logits - qd @ kd.mT)
+        if memory is not None:
+            memory[MEMORY_KEYS] = carried
+            memory[MEMORY_CONV], memory[MEMORY_CONV_POS] = tail
+        return [DenseTerm(term)]
