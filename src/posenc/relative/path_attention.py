@@ -73,7 +73,7 @@ are contiguous in the stream and padding sits at the ends of a row, so the produ
 mask (packed == separate). The one place position ids enter is the short convolution's
 boundary: FLA restarts the convolution at each packed document (``cu_seqlens``), and posenc's
 ``terms`` hook sees position ids but not document ids, so a tap reads the token s places back
-only when that token's position id is the query token's minus s: consecutive ids are one
+only when that token's position id is the reading token's minus s: consecutive ids are one
 document (packing restarts ids at 0, left padding gives padding ids that never continue into
 the first real token's). Position ids with gaps (``randomized_positions``) therefore cut the
 convolution at every gap.
