@@ -29,3 +29,47 @@ def test_causal_sdpa_with_bias_row_blocks_match_reference(bias_batch):
     g_want = torch.autograd.grad((want * up).sum(), (q, k, v, bias))
     for a, w in zip(g_got, g_want):
         torch.testing.assert_close(a, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tq", [1, 3, 40])
+@pytest.mark.parametrize("mask", ["none", "bool", "float", "causal"])
+def test_values_narrower_than_q_and_k_match_a_softmax_loop(tq, mask, dtype, monkeypatch):
+    """q and k wider than v (PoPE): sdpa() computes few-row calls directly and pads v for
+    longer ones (SDPA's CPU flash kernel takes one head dim only): outputs and gradients equal
+    a per-query softmax loop, and SDPA is never handed unequal widths (its math kernel)."""
+    import torch.nn.functional as F
+
+    from posenc.backends import sdpa as leaves
+
+    if mask == "causal" and tq != 40:
+        pytest.skip("is_causal: Tq == Tk")
+    torch.manual_seed(tq)
+    B, H, Tk, D, Dv = 2, 3, 40, 8, 4
+    q = torch.randn(B, H, tq, D, dtype=dtype, requires_grad=True)
+    k = torch.randn(B, H, Tk, D, dtype=dtype, requires_grad=True)
+    v = torch.randn(B, H, Tk, Dv, dtype=dtype, requires_grad=True)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-12)
+    visible = torch.rand(tq, Tk) < 0.7
+    visible[:, 0] = True
+    attn = {"none": None, "bool": visible, "float": torch.randn(B, H, tq, Tk, dtype=dtype), "causal": None}[mask]
+    calls, real = [], F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda q, k, v, **kw: calls.append(v.shape[-1]) or real(q, k, v, **kw))
+    got = leaves.sdpa(q, k, v, attn_mask=attn, is_causal=mask == "causal", scale=0.4)
+    assert got.shape == (B, H, tq, Dv) and calls == ([] if tq <= leaves.FEW_ROWS and mask != "causal" else [D])
+    want = torch.zeros(B, H, tq, Dv, dtype=dtype)
+    for b in range(B):
+        for h in range(H):
+            for i in range(tq):
+                logits = 0.4 * (k[b, h] @ q[b, h, i])  # (Tk,)
+                if mask == "bool":
+                    logits = logits.masked_fill(~visible[i], float("-inf"))
+                elif mask == "float":
+                    logits = logits + attn[b, h, i]
+                elif mask == "causal":
+                    logits = logits.masked_fill(torch.arange(Tk) > i, float("-inf"))
+                want[b, h, i] = torch.softmax(logits, -1) @ v[b, h]
+    torch.testing.assert_close(got, want, **tol)
+    up = torch.randn_like(want)
+    for a, w in zip(torch.autograd.grad((got * up).sum(), (q, k, v)), torch.autograd.grad((want * up).sum(), (q, k, v))):
+        torch.testing.assert_close(a, w, **tol)

@@ -14,7 +14,8 @@
 * :func:`local_rows` — no terms, a causal sliding window or chunks alone
   (``mask.local_rows``): row blocks that read only the keys their window or chunk reaches.
 
-Shapes: q (B, H, Tq, D), k, v (B, H, Tk, D).
+Shapes: q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv); Dv may differ from D (PoPE's q and k
+are twice as wide as its values): see :func:`sdpa`.
 """
 
 from __future__ import annotations
@@ -27,13 +28,40 @@ from ..masks import AttentionMask
 from . import LayerTerms
 from .cpu_flash import flash_bias_attention
 
-__all__ = ["ROWS", "LOCAL_ROWS", "bias", "bias_rows", "causal", "causal_sdpa_with_bias", "cpu_flash_bias", "local_rows",
+__all__ = ["ROWS", "LOCAL_ROWS", "FEW_ROWS", "sdpa", "bias", "bias_rows", "causal", "causal_sdpa_with_bias", "cpu_flash_bias", "local_rows",
            "masked"]
 
 #: Query rows per block of :func:`causal_sdpa_with_bias`.
 ROWS = 256
 #: Query rows per block of :func:`local_rows`.
 LOCAL_ROWS = 128
+#: With q and k wider than v on CPU, calls of at most this many query rows (decoding steps)
+#: compute their scores directly; longer ones pad v (see :func:`sdpa`).
+FEW_ROWS = 16
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
+         scale: float | None = None) -> Tensor:
+    """``F.scaled_dot_product_attention``, also fast on CPU when v is narrower than q and k.
+
+    torch's CPU flash kernel needs one head dim for q, k and v; otherwise SDPA falls to its math
+    kernel, which keeps the (Tq, Tk) probabilities for the backward and, with Tq = 1, copies
+    every key to scale it. So on CPU, with Dv < D: a call of a few query rows computes
+    ``softmax(q·scale @ kᵀ + mask) @ v`` (the scale on q alone: no copy of the keys); a longer
+    call pads v with zeros to width D, runs the flash kernel and keeps the first Dv channels of
+    its output (the zero channels' outputs are zero; their gradient is dropped with them).
+    """
+    dq, dv = q.shape[-1], v.shape[-1]
+    if dv == dq or dv > dq or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+    if q.shape[-2] <= FEW_ROWS and not is_causal:
+        s = (q * (dq ** -0.5 if scale is None else scale)) @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
+        return s.softmax(-1, dtype=torch.promote_types(s.dtype, torch.float32)).to(v.dtype) @ v  # (B, H, Tq, Dv)
+    out = F.scaled_dot_product_attention(q, k, F.pad(v, (0, dq - dv)), attn_mask=attn_mask, is_causal=is_causal,
+                                         scale=dq ** -0.5 if scale is None else scale)
+    return out[..., :dv]
 
 
 def causal_sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, masked_bias: Tensor, scale: float, rows: int = ROWS) -> Tensor:
@@ -50,16 +78,16 @@ def causal_sdpa_with_bias(q: Tensor, k: Tensor, v: Tensor, masked_bias: Tensor, 
     for a in range(0, T, rows):
         z = min(a + rows, T)
         m = masked_bias[:, :, a:z, :z]  # (B|1, H, z - a, z): a view, no copy
-        outs.append(F.scaled_dot_product_attention(q[:, :, a:z], k[:, :, :z], v[:, :, :z], attn_mask=m, scale=scale))
+        outs.append(sdpa(q[:, :, a:z], k[:, :, :z], v[:, :, :z], attn_mask=m, scale=scale))
     return torch.cat(outs, dim=2)  # (B, H, T, D)
 
 
 def causal(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    return sdpa(q, k, v, is_causal=True, scale=scale)
 
 
 def masked(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense(), scale=scale)
+    return sdpa(q, k, v, attn_mask=mask.dense(), scale=scale)
 
 
 def local_rows(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
@@ -71,7 +99,7 @@ def local_rows(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: Attention
     for a in range(0, mask.tq, LOCAL_ROWS):
         z = min(a + LOCAL_ROWS, mask.tq)
         lo, m = mask.row_block(a, z)  # m (z - a, z + off - lo)
-        outs.append(F.scaled_dot_product_attention(q[:, :, a:z], k[:, :, lo:z + off], v[:, :, lo:z + off],
+        outs.append(sdpa(q[:, :, a:z], k[:, :, lo:z + off], v[:, :, lo:z + off],
                                                    attn_mask=m, scale=scale))
     return torch.cat(outs, dim=2)  # (B, H, Tq, D)
 
@@ -82,7 +110,7 @@ def cpu_flash_bias(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: Atten
 
 def bias(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
     masked_bias = terms.bias.masked(q.dtype)  # (B|1, H, Tq, Tk), shared by the layers
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=masked_bias, scale=scale)
+    return sdpa(q, k, v, attn_mask=masked_bias, scale=scale)
 
 
 def bias_rows(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
