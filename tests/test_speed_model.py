@@ -92,3 +92,41 @@ def test_json_file_is_replaced_whole_by_concurrent_writers(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # a plain file's permissions, not a temp file's 0600
+
+
+def test_flops_ratio_counts_the_widened_q_k_of_pope_by_hand():
+    """PoPE's q·k is 2D wide: its FLOPs ratio to NoPE, counted by hand for one shape (per token:
+    projections 4C², MLP 8C², head C·V; per key and head q·k at 2D or D, p·v at D), and 1 for
+    an encoding that keeps the width."""
+    from posenc.model import Transformer
+    from posenc.model_config import ModelConfig
+    from posenc.speed.model import flops_ratio, qk_width
+
+    C, L, H, V = 64, 3, 4, 50
+    D = C // H
+    pope = Transformer(ModelConfig(vocab_size=V, d_model=C, n_layer=L, n_head=H, encoding="pope"))
+    rope = Transformer(ModelConfig(vocab_size=V, d_model=C, n_layer=L, n_head=H, encoding="rope"))
+    assert qk_width(pope.encodings[0]) == 2 * D and qk_width(rope.encodings[0]) == D
+    for keys in (8.5, 100.0):
+        dense = L * 12 * C * C + C * V
+        want = (dense + L * H * keys * 3 * D) / (dense + L * H * keys * 2 * D)
+        assert abs(flops_ratio(pope, keys) - want) < 1e-12 and flops_ratio(rope, keys) == 1.0
+
+
+def test_a_goal_scaled_by_flops_is_checked_per_column():
+    """A row with FLOPs ratios has each column's goal scaled by its own ratio: 1.10x training
+    within 1.05 x 1.07, 1.30x decoding within 1.05 x 1.285, but not 1.20x training."""
+    from posenc.speed.model import column_goals, goal_label, within_goal
+
+    res = _results(True)
+    res["goal"]["alibi"] = ("rotary/absolute", 1.05, 1.3)
+    res["flops_ratio"] = {"none": {"train": {64: 1.0}, "decode": {128: 1.0}},
+                          "alibi": {"train": {64: 1.07}, "decode": {128: 1.285}}}
+    res["ratio"]["decode"]["alibi"][128] = 1.30
+    train, decode = column_goals(res, "alibi")
+    assert abs(train[64] - 1.1235) < 1e-9 and abs(decode[128] - 1.34925) < 1e-9
+    assert within_goal(res, "alibi") and "FLOPs ratio (1.12, 1.35)" in goal_label(res, "alibi")[0]
+    res["ratio"]["train"]["alibi"][64] = 1.20
+    assert not within_goal(res, "alibi") and format_table(res).splitlines()[2].split()[-1] == "NO"
+    del res["flops_ratio"]  # an older file: the class goal alone
+    assert column_goals(res, "alibi") == ({64: 1.05}, {128: 1.05})

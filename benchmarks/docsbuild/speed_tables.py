@@ -95,7 +95,7 @@ def relative_long(page: str, load) -> str:
 def model(page: str, load) -> str:
     """Whole-model training step and decoding, every encoding as a ratio to NoPE (the paired
     ratios of ``posenc.speed.model``)."""
-    from posenc.speed.model import row_ratios
+    from posenc.speed.model import goal_label, row_ratios, within_goal
 
     data = load("model_cpu")
     train, decode, mem = data["train"], data["decode"], data["memory"]
@@ -106,14 +106,13 @@ def model(page: str, load) -> str:
     for name in train:
         if name == "none":
             continue
-        _, goal, mem_goal = (*data["goal"][name], None)[:3]  # older files have no memory goal
         train_ratio, decode_ratio = row_ratios(data, name)
         r = [train_ratio[T]] + [decode_ratio[c] for c in contexts]
         (Tm, m), = mem[name].items()
         m_ratio = m / mem["none"][Tm]
-        ok = all(x <= goal for x in r) and (mem_goal is None or m_ratio <= mem_goal)
-        goal_text = ratio(goal) + (f", memory {ratio(mem_goal)}" if mem_goal is not None else "")
-        rows.append([name, goal_text, *map(ratio, r), ratio(m_ratio), "yes" if ok else "no"])
+        time_goal, mem_goal = goal_label(data, name, fmt=ratio)
+        goal_text = time_goal + (f", memory {mem_goal}" if mem_goal is not None else "")
+        rows.append([name, goal_text, *map(ratio, r), ratio(m_ratio), "yes" if within_goal(data, name) else "no"])
     header = ["encoding", "goal", f"train step T={T}", *(f"decode at {c}" for c in contexts),
               "peak memory (train)", "within goal"]
     base = (f"ratios to NoPE: {train['none'][T]:.2f} s per training step, "

@@ -13,7 +13,11 @@ content-independent biases (``logit_bias``) <= 1.15 in time and 1.10 in peak mem
 content-dependent terms (``terms``) <= 1.6 in time and 1.3 in peak memory with one logit term
 per layer (Shaw, relative_key, CoPE's count) and <= 2 with two (relative_key_query,
 Transformer-XL, DeBERTa), decoding included; prefix-sum terms alone (FoX: O(T) sums, no
-(T, T) tensor) are held to a bias's goal.
+(T, T) tensor) are held to a bias's goal. An encoding whose ``rotate`` widens q and k (PoPE:
+2D channels against D) does more work by construction: its time goal in each column is its
+class goal times the ratio of the model's matmul FLOPs to NoPE's there (:func:`flops_ratio`:
+projections, MLP, head, and q·kᵀ and p·v over the keys each query sees), so only the cost
+beyond its arithmetic counts against it.
 
 ``impl`` picks the attention backend of every model (posenc.backends: eager, sdpa, flex,
 auto); the results record it. Where flex_attention cannot train (on CPU unless
@@ -41,7 +45,8 @@ from ..terms import PrefixSumTerm, ValueTerm
 from ..torch_facts import FLEX_HAS_CPU_BACKWARD
 from .timing import describe_machine, peak_memory
 
-__all__ = ["GOALS", "goal_for", "run_model_speed", "row_ratios", "format_table"]
+__all__ = ["GOALS", "goal_for", "qk_width", "flops_ratio", "run_model_speed", "row_ratios", "column_goals",
+           "within_goal", "goal_label", "format_table"]
 
 
 # Goals, ratios to NoPE: (time, for the training step and every decoding context; peak training
@@ -72,6 +77,64 @@ def goal_for(model: Transformer) -> tuple[str, float, float | None]:
     else:
         cls = "rotary/absolute"
     return (cls, *GOALS[cls])
+
+
+def qk_width(enc) -> int:
+    """The width of q and k after ``enc.rotate`` (PoPE: twice the head dim), from a probe."""
+    dims = enc.dims
+    if not enc.has_rotate:
+        return dims.head_dim
+    pos = torch.arange(2)[None]
+    q = torch.zeros(1, dims.num_heads, 2, dims.head_dim)
+    with torch.no_grad():
+        return enc.rotate(q, q, pos, pos, enc.prepare(pos, pos))[0].shape[-1]
+
+
+def flops_ratio(model: Transformer, keys: float) -> float:
+    """Matmul FLOPs per token of ``model`` over NoPE's in the same shape, with ``keys`` keys
+    per query (causal training at length T: (T + 1) / 2; decoding at context C: C + 1):
+    the projections, the MLP and the head, plus q·kᵀ at the width the encodings' ``rotate``
+    returns and p·v at the head dim. Training's backward scales both alike."""
+    c = model.cfg
+    H, C = c.n_head, c.d_model
+    D = C // H
+    Hkv = c.n_kv_head or H
+    d_ff = c.d_ff or 4 * C
+    dense = c.n_layer * (C * (H * D) * 2 + 2 * C * (Hkv * D) + 2 * C * d_ff) + C * c.vocab_size
+    width = max(qk_width(e) for e in model.encodings) if len(model.encodings) else D
+    return (dense + c.n_layer * H * keys * (width + D)) / (dense + c.n_layer * H * keys * 2 * D)
+
+
+def column_goals(res: dict[str, Any], name: str) -> tuple[dict, dict]:
+    """``name``'s time goal per training length and per decoding context: its class goal, times
+    the FLOPs ratio where the results hold one (``res["flops_ratio"]``; 1 for every encoding
+    that keeps q·k's width, and for files written before)."""
+    goal = res["goal"][name][1]
+    flops = res.get("flops_ratio", {}).get(name, {})
+    train, decode = row_ratios(res, name)
+    return ({T: goal * flops.get("train", {}).get(T, 1.0) for T in train},
+            {C: goal * flops.get("decode", {}).get(C, 1.0) for C in decode})
+
+
+def within_goal(res: dict[str, Any], name: str) -> bool:
+    """Whether every time ratio of ``name`` is within its column's goal and its peak training
+    memory within the memory goal (where its class has one)."""
+    mem_goal = (*res["goal"][name], None)[2]  # older files have no memory goal
+    (T_mem, m), = res["memory"][name].items()
+    mem_ok = mem_goal is None or m / res["memory"]["none"][T_mem] <= mem_goal
+    goals, ratios = column_goals(res, name), row_ratios(res, name)
+    return mem_ok and all(ratios[i][key] <= goals[i][key] for i in (0, 1) for key in ratios[i])
+
+
+def goal_label(res: dict[str, Any], name: str, fmt=lambda x: f"<= {x:.2f}x") -> tuple[str, str | None]:
+    """(time goal, memory goal or None) as text; a goal scaled by FLOPs names its columns' values."""
+    _, goal, mem_goal = (*res["goal"][name], None)[:3]
+    train, decode = column_goals(res, name)
+    values = [*train.values(), *decode.values()]
+    text = fmt(goal)
+    if any(abs(v - goal) > 1e-9 for v in values):
+        text += " × FLOPs ratio (" + ", ".join(f"{v:.2f}" for v in values) + ")"
+    return text, None if mem_goal is None else fmt(mem_goal)
 
 
 def _logit_terms(enc) -> list:
@@ -192,7 +255,7 @@ def run_model_speed(
                          rounds=rounds, decode_tokens=decode_tokens, decode_batch=decode_batch, impl=impl,
                          method="paired: each encoding alternates with NoPE; ratios are medians of "
                                 "per-round training ratios and ratios of median decoding steps"),
-        "train": {"none": {}}, "decode": {"none": {}}, "memory": {}, "goal": {},
+        "train": {"none": {}}, "decode": {"none": {}}, "memory": {}, "goal": {}, "flops_ratio": {},
         "ratio": {"train": {"none": {T: 1.0 for T in lengths}}, "decode": {"none": {C: 1.0 for C in decode_contexts}}},
         "rounds": {},  # every round's training ratio to NoPE, per encoding and length
     }
@@ -239,6 +302,8 @@ def run_model_speed(
         T_mem = min(lengths)
         results["memory"][name] = {T_mem: peak_memory(lambda: train_step(model, T_mem))}
         results["goal"][name] = goal_for(model[0])
+        results["flops_ratio"][name] = {"train": {T: flops_ratio(model[0], (T + 1) / 2) for T in lengths},
+                                        "decode": {C: flops_ratio(model[0], C + 1) for C in decode_contexts}}
         if bar:
             bar.update()
         del model
@@ -249,11 +314,12 @@ def run_model_speed(
     if "none" not in results["memory"]:
         results["memory"]["none"] = {min(lengths): peak_memory(lambda: train_step(reference, min(lengths)))}
         results["goal"]["none"] = goal_for(reference[0])
+        results["flops_ratio"]["none"] = {"train": {T: 1.0 for T in lengths}, "decode": {C: 1.0 for C in decode_contexts}}
     if bar:
         bar.close()
     # Rows in the order asked for, NoPE first.
     order = ["none", *others]
-    for key in ("train", "decode", "memory", "goal"):
+    for key in ("train", "decode", "memory", "goal", "flops_ratio"):
         results[key] = {n: results[key][n] for n in order}
     for key in ("train", "decode"):
         results["ratio"][key] = {n: results["ratio"][key][n] for n in order}
@@ -280,13 +346,13 @@ def format_table(res: dict[str, Any]) -> str:
     head += ["peak mem", "within goal"]
     rows = [head]
     for name in train:
-        _, goal, mem_goal = (*res["goal"][name], None)[:3]
         train_ratio, decode_ratio = row_ratios(res, name)  # decoding: time per token
         ratios = [train_ratio[T] for T in lengths] + [decode_ratio[C] for C in contexts]
         (T_mem, m), = mem[name].items()
         m0 = mem["none"][T_mem]
-        ok = all(r <= goal for r in ratios) and (mem_goal is None or m / m0 <= mem_goal)
-        label = f"<= {goal:.2f}x" + (f", mem <= {mem_goal:.2f}x" if mem_goal is not None else "")
+        time_goal, mem_goal = goal_label(res, name)
+        label = time_goal + (f", mem {mem_goal}" if mem_goal is not None else "")
+        ok = within_goal(res, name)
         rows.append([name, label] + [f"{r:.2f}x" for r in ratios] + [f"{m / m0:.2f}x", "yes" if ok else "NO"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
