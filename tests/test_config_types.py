@@ -294,6 +294,7 @@ MODEL_WRONG = {
     "embed_scale": ["0.02", True],
     "attn_impl": [3],
     "tie_weights": ["no", 1],
+    "mla": ["kv_lora_rank=16", 3, True, [("kv_lora_rank", 16)]],
 }
 
 
