@@ -276,3 +276,60 @@ def test_speed_goals_follow_the_hooks():
     assert goal["fox"] == "prefix sums" and GOALS["prefix sums"] == GOALS["position bias"]  # O(T) sums: a bias's cost
     assert goal["relative_key_query"] == goal["deberta"] == "content-dependent, two terms"
 
+
+
+@pytest.mark.parametrize("i0, rows, z", [(0, 1, 1), (0, 5, 5), (3, 4, 7), (10, 6, 16), (2, 6, 20)])
+def test_diagonal_sums_of_a_block_equal_a_loop(i0, rows, z):
+    """DiagonalSums.add: a block's dbias summed along its diagonals into the Toeplitz values,
+    value w = Tq - 1 - i + j, element by element."""
+    from posenc.backends.cpu_flash import DiagonalSums
+
+    H, Tq, Tk = 3, 16, 20
+    block = torch.randn(1, H, rows, z, dtype=torch.float64)
+    sums = DiagonalSums(H, Tq, Tk, torch.float64, torch.device("cpu"))
+    sums.add(i0, block)
+    want = torch.zeros(1, H, Tq + Tk - 1, dtype=torch.float64)
+    for r in range(rows):
+        for j in range(z):
+            want[0, :, Tq - 1 - (i0 + r) + j] += block[0, :, r, j]
+    torch.testing.assert_close(sums.values, want, atol=1e-14, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_toeplitz_summed_bias_hands_its_values_the_gradient(causal, spy):
+    """SummedBias.toeplitz: the layers' gradients summed per diagonal (no dense buffer) equal
+    autograd's through the dense Toeplitz layout, with a second use of the bias as well."""
+    from posenc.backends import cpu_flash
+    from posenc.terms import BiasTerm
+
+    T = 70
+    q, k, v, _ = inputs(2, 3, T, 8, torch.float64, 1)
+    base = torch.randn(1, 3, 2 * T - 1, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 3, T, 8, dtype=torch.float64)
+    grads = []
+    for toeplitz in (False, True):
+        values = base * 1.5  # a non-leaf, as a model's values are
+        taken = spy(cpu_flash, "backward_with_bias")
+        bias = SummedBias.toeplitz(values, T, T) if toeplitz else BiasTerm.toeplitz_layout(values, T, T)
+        out, extra = _layers(q, k, v, bias, causal=causal)
+        grads.append(torch.autograd.grad((out * w).sum() + extra, (q, k, v, base)))
+        assert len(taken) == 3
+    for name, a, b in zip("q k v values".split(), *grads):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=0, msg=f"d{name}")
+
+
+def test_toeplitz_summed_bias_keeps_no_dense_gradient():
+    """With a Toeplitz bias the backward's accumulator is the (1, H, Tq + Tk - 1) values, not a
+    (1, H, Tq, Tk) buffer."""
+    from posenc.backends.cpu_flash import DiagonalSums
+
+    T = 40
+    q, k, v, _ = inputs(1, 2, T, 8, torch.float32, 1)
+    values = torch.randn(1, 2, 2 * T - 1, requires_grad=True)
+    summed = SummedBias.toeplitz(values, T, T)
+    seen = []
+    real = summed.sum.accumulator
+    summed.sum.accumulator = lambda dtype: seen.append(real(dtype)) or seen[-1]
+    flash_bias_attention(q, k, v, summed, scale=0.3, causal=True).sum().backward()
+    assert seen and all(isinstance(s, DiagonalSums) and s.values.shape == (1, 2, 2 * T - 1) for s in seen)
+    assert values.grad.shape == (1, 2, 2 * T - 1)

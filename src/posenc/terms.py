@@ -82,11 +82,9 @@ class BiasTerm:
         :func:`~posenc.positions.shared_rows`).
         """
         q_pos, k_pos = shared_rows(q_pos, k_pos)
-        s = None
-        if self.toeplitz and q_pos.shape[0] == 1 and k_pos.shape[0] == 1:
-            s = contiguous_offset(q_pos, k_pos)
-        if s is not None:
-            return self._toeplitz(s, q_pos.shape[1], k_pos.shape[1], q_pos.device)
+        values = self.toeplitz_values(q_pos, k_pos)
+        if values is not None:
+            return self.toeplitz_layout(values, q_pos.shape[1], k_pos.shape[1])
         if torch.is_grad_enabled() and not torch.compiler.is_compiling():
             # Recomputed in the backward: autograd would keep fn's per-pair intermediates (T5's
             # bucket indices, KERPLE's distances) through every layer's forward, not only the bias.
@@ -98,20 +96,36 @@ class BiasTerm:
         h = torch.arange(self.num_heads, device=q_pos.device)[:, None, None]  # (H, 1, 1)
         return self.fn(h, q_pos[:, None, :, None], k_pos[:, None, None, :])  # (B|1, H, Tq, Tk)
 
-    def _toeplitz(self, s: int, tq: int, tk: int, device: torch.device, query: Tensor | None = None) -> Tensor:
+    def toeplitz_values(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """The bias's Tq + Tk - 1 distinct values (1, H, Tq + Tk - 1), in the order
+        :meth:`toeplitz_layout` reads them, when it is Toeplitz here (``toeplitz``, one row of
+        contiguous positions for every batch row); else None."""
+        q_pos, k_pos = shared_rows(q_pos, k_pos)
+        if not (self.toeplitz and q_pos.shape[0] == 1 and k_pos.shape[0] == 1):
+            return None
+        s = contiguous_offset(q_pos, k_pos)
+        return None if s is None else self._per_distance(s, q_pos.shape[1], k_pos.shape[1], q_pos.device)
+
+    @staticmethod
+    def toeplitz_layout(values: Tensor, tq: int, tk: int) -> Tensor:
+        """(1, H, Tq, Tk) with entry (i, j) = ``values[..., Tq - 1 - i + j]`` (distance s + i - j)."""
+        # Window w holds distances s + Tq - 1 - w - j over keys j, i.e. query i = Tq - 1 - w;
+        # picking the windows in reverse is one contiguous copy (flip would keep the windows'
+        # overlapping strides).
+        windows = values.unfold(-1, tk, 1)  # (1, H, Tq, Tk) view, rows in reverse order
+        return windows.index_select(-2, torch.arange(tq - 1, -1, -1, device=values.device))  # (1, H, Tq, Tk)
+
+    def _per_distance(self, s: int, tq: int, tk: int, device: torch.device, query: Tensor | None = None) -> Tensor:
         # Distances q_pos_i - k_pos_j = s + i - j, evaluated once each as "query at d, key at 0",
         # or, given ``query`` (a 0-d position), as "query at `query`, key at query - d": for a
         # fn that depends on the distance only among queries like that one (FIRE below its L).
         d = s + torch.arange(tq - 1, -tk, -1, device=device)  # (Tq + Tk - 1,) descending
         if query is None:
-            per_distance = self.all_pairs(d[None], d.new_zeros(1, 1))[..., 0]  # (1, H, Tq + Tk - 1)
-        else:
-            per_distance = self.all_pairs(query.view(1, 1), (query - d)[None])[..., 0, :]  # (1, H, Tq + Tk - 1)
-        # Window w holds distances s + Tq - 1 - w - j over keys j, i.e. query i = Tq - 1 - w;
-        # picking the windows in reverse is one contiguous copy (flip would keep the windows'
-        # overlapping strides).
-        windows = per_distance.unfold(-1, tk, 1)  # (1, H, Tq, Tk) view, rows in reverse order
-        return windows.index_select(-2, torch.arange(tq - 1, -1, -1, device=device))  # (1, H, Tq, Tk)
+            return self.all_pairs(d[None], d.new_zeros(1, 1))[..., 0]  # (1, H, Tq + Tk - 1)
+        return self.all_pairs(query.view(1, 1), (query - d)[None])[..., 0, :]  # (1, H, Tq + Tk - 1)
+
+    def _toeplitz(self, s: int, tq: int, tk: int, device: torch.device, query: Tensor | None = None) -> Tensor:
+        return self.toeplitz_layout(self._per_distance(s, tq, tk, device, query), tq, tk)
 
     def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
         """FlexAttention ``score_mod`` adding this bias: positions looked up per (b, q_idx, kv_idx)."""

@@ -60,9 +60,14 @@ class SharedBias:
         return self._dense
 
     def summed(self) -> SummedBias:
-        """``dense()`` for the CPU flash calls of every layer, which sum their gradients in one buffer."""
+        """``dense()`` for the CPU flash calls of every layer, which sum their gradients in one
+        buffer (per diagonal, for a bias that is Toeplitz at these positions)."""
         if self._summed is None:
-            self._summed = SummedBias(self.dense())
+            values = self.term.toeplitz_values(self.q_pos, self.k_pos) if torch.is_grad_enabled() else None
+            if values is not None and values.requires_grad:
+                self._summed = SummedBias.toeplitz(values, self.q_pos.shape[-1], self.k_pos.shape[-1])
+            else:
+                self._summed = SummedBias(self.dense())
         return self._summed
 
     def masked(self, dtype: torch.dtype) -> Tensor:

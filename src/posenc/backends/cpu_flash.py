@@ -26,7 +26,10 @@ encoding's parameters once (a Toeplitz bias's per-distance values, FIRE's pieces
 The layers' gradients are summed in place (:class:`SummedBias`): every layer's backward adds
 its dS into one buffer, instead of returning a fresh dense gradient for autograd to add up.
 On CPU a fresh tensor of that size costs several times more to allocate (its pages are faulted
-in on first touch) than to fill, once per layer.
+in on first touch) than to fill, once per layer. A Toeplitz bias (T5, KERPLE, dynamic_bias on
+contiguous positions: entry (i, j) one of Tq + Tk - 1 values) sums each block's dS along its
+diagonals straight into the gradient of those values (:class:`DiagonalSums`): no dense
+gradient exists at all, and the backward's extra memory is the bias the forward kept.
 
 Shapes: q (B, H, T, D), k, v (B, H, T, D) (grouped heads already repeated), bias (B|1, H, T, T)
 float, finite. The kernel's causal mask is aligned top-left, so ``causal`` needs Tq == Tk.
@@ -35,9 +38,10 @@ float, finite. The kernel's causal mask is aligned top-left, so ``causal`` needs
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["flash_bias_attention", "backward_with_bias", "SummedBias", "BLOCK_ROWS"]
+__all__ = ["flash_bias_attention", "backward_with_bias", "SummedBias", "DiagonalSums", "BLOCK_ROWS"]
 
 # Query rows per block of the backward with a learned bias: the scratch is (B, H, rows, T) in
 # float32; 64 rows kept it near cache and measured fastest among 64, 128 and 256 on a 2-core CPU.
@@ -45,6 +49,29 @@ BLOCK_ROWS = 64
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+class DiagonalSums:
+    """The gradient of a Toeplitz bias's values, summed from dense gradient blocks.
+
+    The bias (1, H, Tq, Tk) has entry (i, j) = ``values[..., Tq - 1 - i + j]``
+    (:meth:`posenc.terms.BiasTerm.toeplitz_layout`), so the gradient of value w is the sum of
+    dbias over the diagonal j - i = w - (Tq - 1). :meth:`add` takes a block of rows: flipped,
+    each row padded by the block's height and the rows re-read one element shorter, the
+    block's diagonals become columns (row r moves r places right), summed in one reduction.
+    """
+
+    def __init__(self, num_heads: int, tq: int, tk: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.tq = tq
+        self.values = torch.zeros(1, num_heads, tq + tk - 1, dtype=dtype, device=device)
+
+    def add(self, i0: int, block: Tensor) -> None:
+        """Add dbias of rows i0 .. i0 + rows and keys 0 .. z: ``block`` (1, H, rows, z)."""
+        H, rows, z = block.shape[1:]
+        skewed = F.pad(block.flip(-2), (0, rows))  # (1, H, rows, z + rows)
+        skewed = skewed.flatten(-2)[..., : rows * (z + rows - 1)].view(1, H, rows, z + rows - 1)
+        start = self.tq - i0 - rows  # the value of row i0 + rows - 1, key 0
+        self.values[..., start:start + z + rows - 1] += skewed.sum(-2)
 
 
 class SummedBias:
@@ -58,6 +85,11 @@ class SummedBias:
     uses of ``tensor``. This is how Megatron-LM's fused gradient accumulation writes weight
     gradients into ``main_grad``; here it saves a dense allocation and an add per layer. The
     buffer is handed on and forgotten, so a second backward (``retain_graph``) starts again.
+
+    ``SummedBias.toeplitz(values, tq, tk)``: the bias laid out from a Toeplitz bias's values
+    (1, H, Tq + Tk - 1) (:meth:`posenc.terms.BiasTerm.toeplitz_layout`, computed here without
+    autograd); the calls sum their gradients per diagonal (:class:`DiagonalSums`) and the node
+    hands ``values`` their gradient, never a dense one.
     """
 
     def __init__(self, bias: Tensor) -> None:
@@ -68,16 +100,33 @@ class SummedBias:
         self.sum = _GradientSum(bias)
         self.tensor = _Summed.apply(bias, self.sum) if bias.requires_grad and torch.is_grad_enabled() else bias
 
+    @classmethod
+    def toeplitz(cls, values: Tensor, tq: int, tk: int) -> "SummedBias":
+        from ..terms import BiasTerm
+
+        with torch.no_grad():
+            bias = BiasTerm.toeplitz_layout(values, tq, tk)  # (1, H, Tq, Tk), no graph of its own
+        out = cls(bias)
+        if values.requires_grad and torch.is_grad_enabled():
+            out.sum = _GradientSum(bias, tq=tq, tk=tk)
+            out.tensor = _ToeplitzSummed.apply(values, bias, out.sum)
+        return out
+
 
 class _GradientSum:
-    def __init__(self, bias: Tensor) -> None:
+    def __init__(self, bias: Tensor, tq: int | None = None, tk: int | None = None) -> None:
         self.shape, self.dtype, self.device = bias.shape, bias.dtype, bias.device
-        self.buffer: Tensor | None = None  # the sum so far, in the backward's compute dtype
+        self.diagonals = None if tq is None else (tq, tk)  # a Toeplitz bias: sums per diagonal
+        self.buffer: Tensor | DiagonalSums | None = None  # the sum so far, in the backward's compute dtype
 
-    def accumulator(self, dtype: torch.dtype) -> Tensor:
-        """The buffer to add into (zeros on first use): (B|1, H, Tq, Tk) in ``dtype``."""
+    def accumulator(self, dtype: torch.dtype) -> Tensor | DiagonalSums:
+        """What to add into (zeros on first use): (B|1, H, Tq, Tk) in ``dtype``, or the
+        :class:`DiagonalSums` of a Toeplitz bias."""
         if self.buffer is None:
-            self.buffer = torch.zeros(self.shape, dtype=dtype, device=self.device)
+            if self.diagonals is None:
+                self.buffer = torch.zeros(self.shape, dtype=dtype, device=self.device)
+            else:
+                self.buffer = DiagonalSums(self.shape[1], *self.diagonals, dtype, self.device)
         return self.buffer
 
 
@@ -94,6 +143,26 @@ class _Summed(torch.autograd.Function):
         if grad is not None:  # other uses of the tensor (rare): out of place, dtypes may differ
             total = grad if total is None else total + grad
         return (None if total is None else total.to(ctx.total.dtype)), None
+
+
+class _ToeplitzSummed(torch.autograd.Function):
+    """The bias laid out from ``values``, whose backward hands ``values`` the calls' diagonal sums."""
+
+    @staticmethod
+    def forward(ctx, values: Tensor, bias: Tensor, total: _GradientSum) -> Tensor:
+        ctx.total, ctx.values_dtype = total, values.dtype
+        ctx.set_materialize_grads(False)
+        return bias.view_as(bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor | None):
+        sums, ctx.total.buffer = ctx.total.buffer, None
+        if grad is not None:  # other uses of the tensor (rare): their dense gradient, folded
+            if sums is None:
+                sums = DiagonalSums(grad.shape[1], *ctx.total.diagonals, torch.promote_types(grad.dtype, torch.float32),
+                                    grad.device)
+            sums.add(0, grad.sum(0, keepdim=True).to(sums.values.dtype))
+        return (None if sums is None else sums.values.to(ctx.values_dtype)), None, None
 
 
 def flash_bias_attention(
@@ -171,8 +240,9 @@ def backward_with_bias(
     probabilities are one exp (no softmax reductions); with ``causal`` the keys right of a
     block are never touched. Computed in float32 (float64 stays float64); returned in the
     inputs' dtypes, dbias (B|1, H, Tq, Tk) summed over the batch when the bias is shared.
-    With ``into`` (a tensor of the bias's shape in the compute dtype), dbias is added into it
-    and None is returned in its place.
+    With ``into`` (a tensor of the bias's shape in the compute dtype, or the
+    :class:`DiagonalSums` of a Toeplitz bias), dbias is added into it and None is returned in
+    its place.
     """
     cdt = torch.promote_types(q.dtype, torch.float32)
     B, H, Tq, D = q.shape
@@ -180,6 +250,11 @@ def backward_with_bias(
     batch_sum = bias.shape[0] == 1 and B > 1
     if into is None:
         dbias = torch.zeros(bias.shape, dtype=cdt, device=q.device)  # (B|1, H, Tq, Tk)
+    elif isinstance(into, DiagonalSums):
+        if bias.shape[0] != 1 or into.values.shape != (1, H, Tq + Tk - 1) or into.values.dtype != cdt:
+            raise ValueError(f"into: DiagonalSums of a (1, {H}, {Tq}, {Tk}) bias in {cdt}, got values "
+                             f"{into.values.dtype} {tuple(into.values.shape)} for a bias {tuple(bias.shape)}")
+        dbias = into
     elif into.shape == bias.shape and into.dtype == cdt:
         dbias = into
     else:
@@ -220,7 +295,10 @@ def backward_with_bias(
         ds.mul_(p)  # (B, H, rows, z): dL/dlogits
         if batch_sum:
             ds = torch.sum(ds, 0, keepdim=True, out=sum_buf[:n].view(1, H, rows, z))
-        dbias[..., i0:i1, :z] += ds
+        if isinstance(dbias, DiagonalSums):
+            dbias.add(i0, ds)
+        else:
+            dbias[..., i0:i1, :z] += ds
         torch.bmm(dsf, kf[:, :z], out=dq[:, i0:i1])
         dk[:, :z].baddbmm_(dsf.transpose(-1, -2), qs[:, i0:i1])
     dq.mul_(scale)
