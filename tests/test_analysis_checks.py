@@ -250,7 +250,8 @@ TINY = P.Probe(d_model=16, num_heads=2, train_len=16, far_len=64, max_probe_posi
 def test_probe_logits_are_the_attention_layers(name, case):
     """The probe's logits are those of ``posenc.Attention(impl="eager")``: a layer whose query
     and key projections give the probe's content at every position and whose values differ
-    per key outputs softmax(probe logits)·v (+ value terms), forward at offset positions."""
+    per key outputs the probe's weights·v (+ value terms): softmax(probe logits), or their exp
+    where the layer's terms are log weights (stick-breaking), forward at offset positions."""
     enc = R.build_probe_encoding(name, TINY)
     C, H, D = TINY.d_model, TINY.num_heads, TINY.d_model // TINY.num_heads
     tq, tk = (6, 6) if case == "self" else (3, 5)
@@ -285,15 +286,16 @@ def test_probe_logits_are_the_attention_layers(name, case):
             got = attn(x, ctx, context=ctx_x)
             v = attn.v_proj(ctx_x)
         v = v.view(1, tk, H, D).transpose(1, 2)  # (1, H, Tk, D)
-        probs = logits.softmax(-1)
+        probs = P.attention_weights(enc, q, k, q_pos, k_pos, proj)  # softmax, or exp of log weights
         want = probs @ v.double()
         if enc.has_value_terms:
             want = want + enc.output(probs.float(), v, q_pos, k_pos).double()
     assert logits.shape == (1, H, tq, tk) and logits.isfinite().all()
     torch.testing.assert_close(got.double(), want.transpose(1, 2).reshape(1, tq, C), atol=1e-5, rtol=1e-5)
     # position_logits is the same attention part (plus the embed codes' product); an encoding that
-    # reads the layer input (FoX) sees the probe's own identical tokens there, not this test's
-    if not enc.reads_layer_input:
+    # reads the stream (FoX's gates, CoPE's counts, stick-breaking's sticks, across the cross case's
+    # queries and keys) sees the probe's own identical tokens there, not this test's
+    if not (enc.reads_layer_input or (case == "cross" and P.reads_the_stream(enc, TINY))):
         s = P.position_logits(enc, q_pos[0], k_pos[0], TINY)
         if not enc.has_embed:
             torch.testing.assert_close(s, logits[0].expand(H, tq, tk), atol=1e-6, rtol=1e-6)  # float32 rotations

@@ -313,3 +313,28 @@ def test_compiles_fullgraph_and_equals_eager():
         for T in (9, 17):
             x = torch.randint(0, 64, (2, T), generator=torch.Generator().manual_seed(T))
             torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_the_probe_reads_positions_as_one_stream_of_identical_tokens():
+    """``posenc check``'s probe: a query at p and a key at 0 are the ends of a stream of p + 1
+    identical tokens (a one-key call would put the key on the query's own, excluded, place), so
+    the term is the stick the p - 1 tokens between them and the key itself leave: -p softplus(z)
+    for p >= 1, growing without bound, as the claim says (ALiBi-like for identical tokens)."""
+    from posenc.analysis import checks as CH
+    from posenc.analysis import probes as P
+    from posenc.scan_terms import EXCLUDED
+
+    probe = P.Probe(train_len=16, far_len=512, max_probe_position=1024)
+    enc = posenc.build("stick_breaking", d_model=probe.d_model, num_heads=probe.num_heads)
+    assert P.reads_the_stream(enc, probe) and not enc.reads_layer_input
+    n = P.STREAM_CHUNK + 40
+    stream = P.position_logits(enc, torch.arange(n), torch.tensor([0]), probe, terms_only=True)[:, :, 0]  # (H, n)
+    whole = P.position_logits(enc, torch.arange(n), torch.arange(n), probe, terms_only=True)[:, :, 0]
+    torch.testing.assert_close(stream, whole, atol=1e-3, rtol=1e-6)
+    qc, kc = P.content_vectors(enc, probe)
+    z = (qc.double() * kc.double()).sum(-1) / math.sqrt(probe.d_model // probe.num_heads)  # (H,)
+    p = torch.arange(1, n, dtype=F64)
+    torch.testing.assert_close(stream[:, 1:], -p * F.softplus(z)[:, None], atol=1e-3, rtol=1e-5)
+    assert (stream[:, 0] == EXCLUDED).all()  # the query's own key: hidden
+    assert P.values_at(enc, torch.tensor([0]), probe).item() == 0  # a hidden pair has no value
+    assert CH.check_bounded(enc, probe).status == "no"

@@ -10,7 +10,12 @@ share:
   :class:`posenc.Attention` itself uses (the context, the encoding's ``EncodingState``: its
   rotation, shared bias and layer terms) and the eager backend's formula
   ``q·kᵀ·scale + terms``, in float64; an ``embed`` encoding adds code(i)·code(j) / sqrt(C),
-  the textbook PE(i)·PE(j) (identity projections).
+  the textbook PE(i)·PE(j) (identity projections). The weights of those logits are the layer's
+  (:func:`attention_weights`: their softmax, or their exp where the terms are log weights).
+
+An encoding whose logit depends on the tokens between key and query (:func:`reads_the_stream`:
+FoX's gates of the layer input, CoPE's counts, stick-breaking's sticks) is probed on one stream of
+identical tokens, the keys at or before the queries, as a decoding run sees them.
 
 Notation: B batch, T length, H heads, D head dim, C model width, N positions.
 """
@@ -26,13 +31,16 @@ import torch
 from torch import Tensor
 
 from .. import Attention, AttentionContext
+from ..backends import LayerTerms
 from ..config import check_int
 from ..encoding import Dims, PositionalEncoding, QKProjection
 from ..positions import SequenceInfo
+from ..scan_terms import EXCLUDED, CountTerm, StickBreakingTerm
 
 __all__ = [
     "Probe",
     "attention_logits",
+    "attention_weights",
     "code_parts",
     "content_input",
     "content_vectors",
@@ -44,6 +52,7 @@ __all__ = [
     "position_codes",
     "position_logits",
     "probe_projection",
+    "reads_the_stream",
     "rotated",
     "spread",
     "values_at",
@@ -167,7 +176,8 @@ def attention_logits(
     enc: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, proj: QKProjection | None,
     terms_only: bool = False,
 ) -> Tensor:
-    """Logits (B, H, Tq, Tk) float64 of one bidirectional attention call, before the softmax.
+    """Logits (B, H, Tq, Tk) float64 of one bidirectional attention call, before the softmax
+    (or the exp: :func:`attention_weights`).
 
     q (B, H, Tq, D) at q_pos (B, Tq) and k (B, H, Tk, D) at k_pos (B, Tk), unrotated. The steps
     are :class:`posenc.Attention`'s: the context prepares the encoding once
@@ -176,6 +186,25 @@ def attention_logits(
     eager backend's logits ``q·kᵀ·scale + terms`` are formed, here in float64 from the same
     operands. ``terms_only``: the additive terms alone, without q·kᵀ.
     """
+    return _logits_and_terms(enc, q, k, q_pos, k_pos, proj, terms_only)[0]
+
+
+def attention_weights(
+    enc: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, proj: QKProjection | None,
+) -> Tensor:
+    """Weights (B, H, Tq, Tk) float64 of the same call as :func:`attention_logits`: softmax of
+    the logits, or exp of them when the layer's terms say the logits are log weights
+    (``LayerTerms.normalized`` False: stick-breaking, whose rows sum to at most 1), as the
+    eager backend forms them."""
+    logits, terms = _logits_and_terms(enc, q, k, q_pos, k_pos, proj)
+    return logits.softmax(-1) if terms.normalized else logits.exp()
+
+
+def _logits_and_terms(
+    enc: PositionalEncoding, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, proj: QKProjection | None,
+    terms_only: bool = False,
+) -> tuple[Tensor, LayerTerms]:
+    """:func:`attention_logits` and the layer's terms they were formed with."""
     state = _prepared(enc, q_pos, k_pos)
     scale = state.scale(q.shape[-1])  # of the head dim before rotation (PoPE's rotate doubles the width)
     q, k = state.rotate(q, k, k_pos)
@@ -186,7 +215,29 @@ def attention_logits(
     add = terms.dense_logits()  # (B|1, H|1, Tq, Tk)
     if add is not None:
         logits = logits + add.double()
-    return logits
+    return logits, terms
+
+
+#: Term kinds whose value at a pair is a scan over the keys between the key and its query.
+SCAN_TERMS = (CountTerm, StickBreakingTerm)
+
+
+def reads_the_stream(enc: PositionalEncoding, probe: Probe) -> bool:
+    """Whether a logit depends on the tokens between its key and its query: the terms read the
+    layer input (FoX's gates), or one of them is a scan over the keys in between (CoPE's counts,
+    stick-breaking's sticks; read from the layer's terms of a two-token call). Such an
+    encoding is probed on a stream (:func:`position_logits`): a query at p and a key at 0 alone
+    would see no token between them."""
+    if enc.reads_layer_input:
+        return True
+    if not enc.has_terms:
+        return False
+    H, D = enc.dims.num_heads, enc.dims.head_dim
+    qc, kc = content_vectors(enc, probe, "ones")
+    pos = torch.arange(2)[None]
+    q, k = qc[None, :, None].expand(1, H, 2, D), kc[None, :, None].expand(1, H, 2, D)
+    terms = _logits_and_terms(enc, q, k, pos, pos, probe_projection(probe), terms_only=True)[1]
+    return any(isinstance(t, SCAN_TERMS) for t in terms.logits)
 
 
 def position_logits(
@@ -202,7 +253,7 @@ def position_logits(
     """
     H, D, C = enc.dims.num_heads, enc.dims.head_dim, enc.dims.d_model
     Tq, Tk = q_pos.numel(), k_pos.numel()
-    if enc.reads_layer_input and not torch.equal(q_pos, k_pos):
+    if not torch.equal(q_pos, k_pos) and reads_the_stream(enc, probe):
         return _stream_logits(enc, q_pos, k_pos, probe, content, terms_only)
     qc, kc = content_vectors(enc, probe, content)
     q = qc[None, :, None, :].expand(1, H, Tq, D).contiguous()  # (1, H, Tq, D)
@@ -223,9 +274,10 @@ STREAM_CHUNK = 512
 def _stream_logits(
     enc: PositionalEncoding, q_pos: Tensor, k_pos: Tensor, probe: Probe, content: str, terms_only: bool
 ) -> Tensor:
-    """:func:`position_logits` (H, Tq, Tk) for an encoding whose terms read the layer input
-    (FoX): what lies between a query and a key matters, so positions are read as places in one
-    stream of identical tokens 0..max(q_pos), each with the content input. The stream runs
+    """:func:`position_logits` (H, Tq, Tk) for an encoding that reads the stream (FoX, CoPE,
+    stick-breaking: :func:`reads_the_stream`): what lies between a query and a key matters, so
+    positions are read as places in one stream of identical tokens 0..max(q_pos), each with the
+    content input. The stream runs
     through the hooks as a decoding run does, STREAM_CHUNK tokens a step with the step's
     memory carried (the KV cache's slot), and the rows of the wanted queries are kept. Keys
     must sit at or before every query (the checks' "query at p, key at 0")."""
@@ -367,10 +419,13 @@ def code_parts(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> list
 def values_at(enc: PositionalEncoding, positions: Tensor, probe: Probe) -> Tensor:
     """Largest magnitude of everything position-dependent at each position p: the code, and the
     additive logit terms (bias, logit terms) of a query at p and a key at 0 on their own (the
-    content part q·k is the same at every position and would hide a small growing bias)."""
+    content part q·k is the same at every position and would hide a small growing bias). A pair
+    its term hides (stick-breaking's query and its own key: ``scan_terms.EXCLUDED``, a log
+    weight whose exp is 0) has no value: a term at or below it counts as 0."""
     out = torch.zeros(positions.numel(), dtype=torch.float64)
     if enc.has_bias or enc.has_terms:
-        out = position_logits(enc, positions, torch.tensor([0]), probe, terms_only=True)[:, :, 0].abs().amax(0)  # (N,)
+        terms = position_logits(enc, positions, torch.tensor([0]), probe, terms_only=True)[:, :, 0]  # (H, N)
+        out = terms.masked_fill(terms <= EXCLUDED, 0.0).abs().amax(0)  # (N,)
     codes = position_codes(enc, positions, probe)
     if codes is not None:
         out = torch.maximum(out, codes.abs().amax(-1))
