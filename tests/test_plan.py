@@ -210,3 +210,28 @@ def test_a_model_forward_records_its_plans(plans):
         assert [p.leaf for p in plans] == [Leaf.FUSED] * 2
         model(torch.randint(0, 64, (1, 1)), cache=cache)
     assert [p.leaf for p in plans[2:]] == [Leaf.EAGER] * 2
+
+
+@pytest.mark.parametrize("capability,grad,T,leaf", [
+    ("fixed_bias", False, 7, Leaf.SDPA_BIAS),
+    ("fixed_bias", True, 7, Leaf.SDPA_BIAS),
+    ("fixed_bias", False, 300, Leaf.SDPA_BIAS_ROWS),
+    ("learned_bias", True, 7, Leaf.FUSED),
+])
+@pytest.mark.parametrize("dv", [D // 2, 2 * D])
+def test_values_of_another_width_skip_the_cpu_flash_leaf(capability, grad, T, leaf, dv):
+    """The CPU flash kernel needs one head size for q, k and v ("Q/K/V should have the same head
+    size"): with values narrower (PoPE's q and k are twice their width) or wider than q, a bias
+    alone on CPU takes the next leaf, whose sdpa() handles the widths, and equals eager."""
+    q, k, v, mask, terms = _call(_encoding(capability), "plain", T, grad=grad)
+    assert plan("sdpa", q, k, v, mask, terms).leaf is Leaf.CPU_FLASH_BIAS  # one width: the flash leaf
+    v = torch.randn(*v.shape[:3], dv, generator=torch.Generator().manual_seed(5), dtype=F64).requires_grad_(grad)
+    with torch.set_grad_enabled(grad):
+        p = plan("sdpa", q, k, v, mask, terms)
+        assert p.leaf is leaf, p
+        got = LEAVES[p.leaf](q, k, v, scale=0.3, mask=mask, terms=terms)
+        want = LEAVES[Leaf.EAGER](q, k, v, scale=0.3, mask=mask, terms=terms)
+    assert got.shape == want.shape == (2, H, T, dv)
+    torch.testing.assert_close(got, want, **TOL)
+    if grad:
+        assert_same_grads(got, want, (q, k, v), **TOL)

@@ -26,8 +26,9 @@ SDPA_LOCAL_ROWS    no terms, a causal sliding window or chunks alone (``mask.loc
                    forward 90 ms against 369 ms with the bool mask (SDPA_MASK), forward +
                    backward 327 against 1359 ms; chunks of 256 forward 43 ms against 331 ms
                    (plain causal attention: 188 ms), forward + backward 237 against 1352 ms
-CPU_FLASH_BIAS     a bias alone on CPU, plain causal or full: a learned bias (T5), T=512
-                   forward + backward 112 ms against 125 ms fused and 162 ms with SDPA's
+CPU_FLASH_BIAS     a bias alone on CPU, plain causal or full, v as wide as q (the kernel
+                   needs one head size): a learned bias (T5), T=512 forward + backward
+                   112 ms against 125 ms fused and 162 ms with SDPA's
                    float mask (which keeps every layer's probabilities); a fixed bias (ALiBi)
                    forward T=1024 79 ms, level with the row blocks' 72 ms, without their
                    masked (T, T) copy of the bias
@@ -135,7 +136,9 @@ def plan(impl: str, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, terms:
         return Plan(Leaf.SDPA_MASK, "no terms: the bool mask")
     compiling = torch.compiler.is_compiling()
     bias_only = len(terms.logits) == 0 and len(terms.values) == 0
-    if bias_only and not compiling and q.device.type == "cpu" and (mask.plain_causal or mask.is_full):
+    # the CPU flash kernel needs one head size for q, k and v; the SDPA leaves' sdpa() pads a narrower v
+    same_width = v.shape[-1] == q.shape[-1]
+    if bias_only and same_width and not compiling and q.device.type == "cpu" and (mask.plain_causal or mask.is_full):
         return Plan(Leaf.CPU_FLASH_BIAS, "a bias alone on CPU, plain causal or full: the flash kernel with the bias")
     if bias_only and (compiling or not _learned_bias(terms)):
         if mask.plain_causal and mask.tq > BIAS_ROWS:
