@@ -43,7 +43,6 @@ from a whole checkpoint, :func:`deepseek_v3_keys` strips ``model.layers.{i}.self
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -59,6 +58,7 @@ from .encoding import PositionalEncoding
 from .kv_cache import KVCache, LatentCache
 from .positions import SequenceInfo
 from .registry import build
+from .rotary.scaling.yarn import yarn_mscale
 
 __all__ = ["MLAConfig", "MultiHeadLatentAttention", "PATHS", "RMSNorm", "deepseek_v3_keys", "multiply_adds",
            "softmax_mscale"]
@@ -169,9 +169,9 @@ def softmax_mscale(pe: PositionalEncoding | None) -> float:
     # has the field follows.
     scaling = getattr(getattr(pe, "config", None), "scaling_config", None)
     m = getattr(scaling, "mscale_all_dim", None)
-    if not m or scaling.factor <= 1:
+    if not m:
         return 1.0
-    return (0.1 * m * math.log(scaling.factor) + 1.0) ** 2
+    return yarn_mscale(scaling.factor, m) ** 2
 
 
 def multiply_adds(cfg: MLAConfig, path: str, tq: int, tk: int) -> int:

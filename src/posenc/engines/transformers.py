@@ -10,21 +10,16 @@ transformers 5.23 ``models/deepseek_v3/modeling_deepseek_v3.py``).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 from ..rotary.hf_config import layer_ropes
 from ..rotary.rope import RotaryEmbedding
+from ..rotary.scaling.yarn import yarn_mscale
 from .base import EngineRope, register_engine
 
 __all__ = ["deepseek_softmax_scale", "transformers_rope"]
 
 SOURCE = "transformers 5.23: modeling_rope_utils.py (ROPE_INIT_FUNCTIONS, dynamic_rope_update)"
-
-
-def _yarn_mscale(scale: float, mscale: float) -> float:
-    """DeepSeek's ``yarn_get_mscale``: 0.1 * mscale * ln(scale) + 1 for scale > 1, else 1."""
-    return 0.1 * mscale * math.log(scale) + 1.0 if scale > 1 else 1.0
 
 
 def deepseek_softmax_scale(config: Mapping[str, Any]) -> float:
@@ -34,7 +29,7 @@ def deepseek_softmax_scale(config: Mapping[str, Any]) -> float:
     kind = rope.get("rope_type", rope.get("type"))
     if kind != "yarn" or not rope.get("mscale_all_dim"):
         return 1.0
-    m = _yarn_mscale(float(rope["factor"]), float(rope["mscale_all_dim"]))
+    m = yarn_mscale(float(rope["factor"]), float(rope["mscale_all_dim"]))
     return m * m
 
 

@@ -12,7 +12,7 @@ from torch import Tensor
 from ...config import check_positive, check_range
 from .schema import HFSpec, Scaling, ScalingConfig, check_factor, check_original, factor_and_length_rule
 
-__all__ = ["YARN", "YarnScaling"]
+__all__ = ["YARN", "YarnScaling", "yarn_mscale"]
 
 
 @dataclass
@@ -59,7 +59,10 @@ class YarnScaling(ScalingConfig):
         return 1.0 if self.beta_slow is None else self.beta_slow
 
 
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's attention factor at scale factor s: 0.1 * mscale * ln(s) + 1 for s > 1, else 1
+    (``yarn_get_mscale`` of the YaRN and DeepSeek-V2/V3 code; DeepSeek's softmax scale is its
+    square at ``mscale_all_dim``)."""
     return 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
 
 
@@ -87,9 +90,9 @@ def _yarn(inv_freq: Tensor, cfg: YarnScaling, *, base: float, seq_len: int | Non
     if cfg.attention_factor is not None:
         factor = float(cfg.attention_factor)
     elif cfg.mscale and cfg.mscale_all_dim:
-        factor = _yarn_mscale(s, cfg.mscale) / _yarn_mscale(s, cfg.mscale_all_dim)
+        factor = yarn_mscale(s, cfg.mscale) / yarn_mscale(s, cfg.mscale_all_dim)
     else:
-        factor = _yarn_mscale(s)
+        factor = yarn_mscale(s)
     return out, factor
 
 
