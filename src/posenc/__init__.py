@@ -20,6 +20,8 @@ _NAMES: dict[str, str] = {
     "Dims": "encoding",
     "PositionalEncoding": "encoding",
     "KVCache": "kv_cache",
+    "MLAConfig": "mla",
+    "MultiHeadLatentAttention": "mla",
     "Transformer": "model",
     "EncodingSpec": "model_config",
     "ModelConfig": "model_config",
@@ -41,6 +43,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see
     from .context import AttentionContext
     from .encoding import Dims, PositionalEncoding
     from .kv_cache import KVCache
+    from .mla import MLAConfig, MultiHeadLatentAttention
     from .model import Transformer
     from .model_config import EncodingSpec, ModelConfig, preset
     from .positions import SequenceInfo, relative_positions
