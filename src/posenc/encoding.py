@@ -115,6 +115,11 @@ class PositionalEncoding(nn.Module):
     family: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
+    # How many position axes the hooks are built for: 1, a sequence's positions (B, T); A >= 2 for a
+    # multi-axis encoding (M-RoPE 3, 2-D RoPE 2, XD-RoPE 4 by default), whose ``position_ids``
+    # return ``seq.axes`` (A, B, T) when given. A class attribute, so the registry answers without
+    # building the encoding (``posenc bench``'s presets run the 1-D ones).
+    position_axes: ClassVar[int] = 1
 
     def __init__(self, config: EncodingConfig, dims: Dims) -> None:
         super().__init__()

@@ -136,6 +136,8 @@ class AxialConfig(EncodingConfig):
 class _Rope2D(PositionalEncoding):
     """What the two 2-D encodings share: positions, per-forward state, the hook."""
 
+    position_axes = 2  # row, column
+
     def position_ids(self, seq: SequenceInfo) -> Tensor:
         """``seq.axes`` (2, B, T) = (row, column) when given, else ``seq.positions`` (B, T) (raster)."""
         if seq.axes is None:

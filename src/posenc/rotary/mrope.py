@@ -191,6 +191,7 @@ class MRopeEmbedding(RotaryEmbedding):
     """
 
     Config = MRopeConfig
+    position_axes = 3  # time, height, width
 
     def __init__(self, config: MRopeConfig, dims: Dims) -> None:
         super().__init__(config, dims)

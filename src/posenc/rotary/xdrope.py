@@ -118,6 +118,7 @@ class XDRopeEmbedding(RotaryEmbedding):
     """
 
     Config = XDRopeConfig
+    position_axes = 4  # position, width, height, image; 3 with a 3-item section (num_axes)
 
     def __init__(self, config: XDRopeConfig, dims: Dims) -> None:
         super().__init__(config, dims)
