@@ -50,7 +50,7 @@ def test_micro_smoke_resume_and_overwrite(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--tasks", "multiply"], "unknown task 'multiply'; valid tasks: copy, reverse, sort, addition, parity, summation, passkey, lm"),
+        (["--tasks", "multiply"], "unknown task 'multiply'; valid tasks: copy, reverse, sort, addition, parity, summation, passkey, selective_copy, count, lm"),
         (["--encodings", "nope"], "unknown encoding 'nope'; valid encodings: "),
         (["--tasks", "lm", "--data", "/no/such/path"], "argument --data: must be an existing file or directory, got '/no/such/path'"),
         (["--steps", "0"], "argument --steps: must be an int in [1, 100000000], got 0"),
@@ -89,7 +89,10 @@ def test_corpus_split_by_file_is_deterministic(tmp_path):
 
 
 def test_unknown_preset():
-    assert set(settings_for("paper").encodings) == set(list_encodings())  # every registered one
+    from posenc.bench.settings import ROPE_VARIANTS, sequence_encodings
+
+    # every registered 1-D encoding, and RoPE's variants
+    assert settings_for("paper").encodings == sequence_encodings() + tuple(ROPE_VARIANTS.values())
     with pytest.raises(ValueError, match="valid presets: micro, quick, "):
         settings_for("huge")
 

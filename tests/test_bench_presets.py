@@ -1,6 +1,7 @@
 """The bench's presets and its fair token-embedding convention (issue 14).
 
-* ``standard`` and ``paper`` run every registered encoding and every built-in task with >= 3
+* ``standard`` and ``paper`` run every registered 1-D encoding (the multi-axis ones declare 2 to 4
+  position axes and are left out), RoPE's published variants, and every built-in task with >= 3
   seeds; an encoding registered later joins them without any edit (checked by registering one).
 * ``embedding="matched"`` (the default): GPT-2's tied N(0, 0.02) tokens; the absolute codes of
   fixed amplitude (sinusoidal, FLOATER, recurrent) are computed on unit-scale tokens and scaled
@@ -19,24 +20,51 @@ import torch
 
 from posenc import ModelConfig, Transformer
 from posenc.bench.build import build_model
-from posenc.bench.settings import EMBEDDINGS, FIXED_AMPLITUDE, PRESETS, BenchSettings, settings_for
+from posenc.bench.settings import EMBEDDINGS, FIXED_AMPLITUDE, PRESETS, ROPE_VARIANTS, BenchSettings, settings_for
 from posenc.bench.tasks import builtin_task_names
 from posenc.bench.tokens import VOCAB_SIZE
 from posenc.registry import list_encodings
 
 
-def test_standard_runs_every_registered_encoding_and_task():
+def _one_d() -> tuple[str, ...]:
+    """The registered encodings whose class reads one position axis (the registry's answer)."""
+    from posenc.registry import get_info
+
+    return tuple(n for n in list_encodings() if get_info(n).cls.position_axes == 1)
+
+
+def test_standard_runs_every_1d_encoding_the_rope_variants_and_every_task():
     s = settings_for("standard")
-    registered = list_encodings()
-    assert len(registered) >= 19
-    assert s.encodings == tuple(registered)
+    assert len(_one_d()) >= 19
+    assert s.encodings == _one_d() + tuple(ROPE_VARIANTS.values())
     assert s.tasks == builtin_task_names() and s.seeds >= 3
 
 
-def test_paper_runs_every_registered_encoding_and_task():
+def test_paper_runs_every_1d_encoding_the_rope_variants_and_every_task():
     s = settings_for("paper")
-    assert s.encodings == tuple(list_encodings()) and s.tasks == builtin_task_names() and s.seeds >= 3
+    assert s.encodings == _one_d() + tuple(ROPE_VARIANTS.values())
+    assert s.tasks == builtin_task_names() and s.seeds >= 3
     assert s.d_model > settings_for("standard").d_model  # the GPU size, not the CPU one
+
+
+def test_the_multi_axis_encodings_are_not_in_the_1d_presets():
+    """M-RoPE, XD-RoPE and the 2-D RoPEs declare 2 to 4 position axes and are left out, by that
+    capability (sequence_encodings), not by name; --encodings still runs one."""
+    multi = set(list_encodings()) - set(_one_d())
+    assert {"mrope", "xdrope", "rope_axial", "rope_mixed", "rope_dinov3"} <= multi
+    assert not multi & set(settings_for("standard").encodings)
+    assert settings_for("standard", encodings=["mrope"]).encodings == ("mrope",)
+
+
+def test_all_in_encodings_stands_for_every_1d_encoding():
+    s = settings_for("micro", encodings=["all", "rope:randomized_positions=4", "rope"])
+    assert s.encodings == _one_d() + ("rope@randomized_positions=4",)
+
+
+def test_the_rope_variants_are_canonical_labels():
+    from posenc.bench.entries import parse_entry
+
+    assert ROPE_VARIANTS and all(parse_entry(label).label == label for label in ROPE_VARIANTS.values())
 
 
 def test_an_encoding_registered_later_joins_standard():

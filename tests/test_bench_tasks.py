@@ -40,6 +40,12 @@ def solve(task: str, prompt: tuple[int, ...]) -> tuple[int, ...]:
         total = int("".join(map(str, a[::-1]))) + int("".join(map(str, b[::-1])))
         digits = str(total).zfill(len(a) + 1)
         return tuple(int(c) for c in reversed(digits))
+    if task == "selective_copy":  # the digits, in order, without the blanks (FILLER[0] = 15)
+        assert body.count(15) == len(body) // 2
+        return tuple(t for t in body if t != 15)
+    if task == "count":  # the ones among bits, two digits least-significant first
+        assert set(body) <= {0, 1}
+        return (sum(body) % 10, sum(body) // 10)
     if task == "passkey":
         assert prompt[-2] == QUERY
         ctx = list(prompt[:-2])
@@ -54,10 +60,12 @@ def problem_size(task: str, prompt: tuple[int, ...]) -> int:
         return (len(prompt) - 2) // 2
     if task == "passkey":
         return len(prompt) - 2
+    if task == "selective_copy":
+        return (len(prompt) - 1) // 2
     return len(prompt) - 1
 
 
-@pytest.mark.parametrize("name", [*SYNTHETIC_TASKS, "passkey"])
+@pytest.mark.parametrize("name", [*SYNTHETIC_TASKS, "passkey", "selective_copy", "count"])
 def test_every_example_is_solvable_and_sized(name):
     task = get_task(name)
     rng = random.Random(0)
@@ -150,7 +158,26 @@ def registry(monkeypatch):
 
 
 def test_builtin_tasks_are_registered_in_order():
-    assert task_names() == ("copy", "reverse", "sort", "addition", "parity", "summation", "passkey", "lm")
+    assert task_names() == ("copy", "reverse", "sort", "addition", "parity", "summation", "passkey", "selective_copy",
+                            "count", "lm")
+
+
+def test_selective_copy_and_count_by_hand():
+    """selective_copy puts its n digits among n blanks at random places; count writes 10 ones as 0 1."""
+    rng = random.Random(0)
+    places = {tuple(t == 15 for t in get_task("selective_copy").sample(3, rng).prompt[:-1]) for _ in range(300)}
+    assert len(places) == 20  # every choice of 3 blank places among 6
+    e = next(x for x in (get_task("count").sample(12, rng) for _ in range(10_000)) if sum(x.prompt[:-1]) == 10)
+    assert e.target == (0, 1)
+
+
+def test_count_refuses_sizes_with_a_three_digit_count():
+    from posenc.bench.settings import settings_for
+
+    with pytest.raises(ValueError, match="synthetic_length must be < 50 for task 'count'"):
+        settings_for("micro", tasks=["count"], synthetic_length=50)
+    with pytest.raises(ValueError, match="size must be < 100, got 100"):
+        get_task("count").make(100, random.Random(0))
 
 
 def test_a_custom_task_is_one_class_and_one_decorator(registry):
@@ -222,7 +249,7 @@ def test_a_task_emitting_bad_tokens_is_named(registry):
         get_task("wild").sample(1, random.Random(0))
     with pytest.raises(ValueError, match="task 'wild': prompt and target must be non-empty"):
         get_task("wild").sample(2, random.Random(0))
-    with pytest.raises(ValueError, match="^unknown task 'multiply'; valid tasks: copy, .*, passkey, lm, wild$"):
+    with pytest.raises(ValueError, match="^unknown task 'multiply'; valid tasks: copy, .*, passkey, selective_copy, count, lm, wild$"):
         get_task("multiply")
 
 

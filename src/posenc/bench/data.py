@@ -48,10 +48,12 @@ def example_rng(*keys: object) -> random.Random:
 
 @dataclass
 class Batch:
-    """Next-token inputs and labels, (B, T) each."""
+    """Next-token inputs and labels, (B, T) each; ``positions`` (B, T) the position ids the model
+    reads, or None: ``0 .. T - 1`` (randomized positions set them: :mod:`posenc.bench.randomized`)."""
 
     inputs: Tensor
     labels: Tensor
+    positions: Tensor | None = None
 
     @property
     def num_targets(self) -> int:
@@ -62,10 +64,12 @@ class Batch:
         """Rows ``rank, rank + world, ...`` of the global batch (this rank's share)."""
         if self.inputs.shape[0] % world:
             raise ValueError(f"batch size {self.inputs.shape[0]} must be divisible by the world size {world}")
-        return Batch(self.inputs[rank::world], self.labels[rank::world])
+        pos = None if self.positions is None else self.positions[rank::world]
+        return Batch(self.inputs[rank::world], self.labels[rank::world], pos)
 
     def to(self, device: torch.device | str) -> "Batch":
-        return Batch(self.inputs.to(device), self.labels.to(device))
+        pos = None if self.positions is None else self.positions.to(device)
+        return Batch(self.inputs.to(device), self.labels.to(device), pos)
 
 
 def collate(examples: list[Example]) -> Batch:

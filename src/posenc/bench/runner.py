@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from ..files import OutDirLock, write_json
 from ..results import RunFolder, RunLayout, RunRecord, ResultsFile, check_out_dir, read_run, run_record, write_run
-from .build import build_batches, build_model, train_config
+from .build import build_batches, build_model, evaluation_model, train_config
 from .data import ByteCorpus, load_corpus
 from .runs import check_runs, run_folder
 from .settings import BenchSettings
@@ -41,13 +41,13 @@ def run_one(
         return read_run(run.result)
     rank, world = distributed_info()
     model = build_model(s, encoding, task, seed).to(device)
-    result = train(model, build_batches(s, task, seed, corpus), train_config(s, seed), checkpoint=run.checkpoint,
-                   progress=progress, desc=f"{task}/{encoding}/seed{seed}")
+    result = train(model, build_batches(s, task, seed, corpus, encoding), train_config(s, seed),
+                   checkpoint=run.checkpoint, progress=progress, desc=f"{task}/{encoding}/seed{seed}")
     record = None
     if rank == 0:
         save_weights(model, run.model)
         t = get_task(task)
-        points = t.evaluate(model, s, corpus)
+        points = t.evaluate(*evaluation_model(s, model, task, encoding), corpus)
         record = run_record(
             task=task, encoding=encoding, seed=seed, train_length=t.train_length(s), metric=t.metric,
             train_loss=result.last_loss, train_seconds=result.seconds,

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from ..results import RunFolder, RunLayout, check_run_dir
-from ..variants import parse_variant
+from .entries import parse_entry
 from .settings import BenchSettings, run_settings
 from .train import verify_weights
 
@@ -28,8 +28,8 @@ __all__ = ["check_runs", "run_folder"]
 
 def run_folder(out: Path, task: str, encoding: str, seed: int) -> RunFolder:
     """``OUT/runs/TASK/ENCODING/seedK``: the folder of one (task, encoding, seed), named by the
-    encoding variant's folder name."""
-    return RunLayout(Path(out)).run(task, parse_variant(encoding).dirname, seed)
+    encoding entry's folder name (its label, :mod:`posenc.bench.entries`)."""
+    return RunLayout(Path(out)).run(task, parse_entry(encoding).dirname, seed)
 
 
 def check_runs(out: Path, s: BenchSettings, *, trusted: bool) -> None:

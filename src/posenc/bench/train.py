@@ -42,8 +42,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import check_int, check_nonnegative, check_positive, check_range
-from .data import IGNORE, Batch
 from ..files import load_tensors, save_tensors
+from ..positions import SequenceInfo
+from .data import IGNORE, Batch
 
 __all__ = [
     "TrainConfig",
@@ -310,8 +311,11 @@ def train(
             local = batch.shard(rank, world).to(device)
             for g in optimizer.param_groups:
                 g["lr"] = lr_at(step, cfg)
-            with autocast:
-                logits = net(local.inputs)  # (B/N, T, V)
+            with autocast:  # (B/N, T, V); positions 0..T-1 unless the batch carries its own
+                if local.positions is None:
+                    logits = net(local.inputs)
+                else:
+                    logits = net(local.inputs, SequenceInfo.from_checked(local.positions))
             nll = F.cross_entropy(
                 logits.float().flatten(0, 1), local.labels.flatten(), ignore_index=IGNORE, reduction="sum"
             )

@@ -212,7 +212,10 @@ def describe_preset(name: str) -> str:
     p = PRESETS[name]
     defaults = {f.name: f.default for f in dataclasses.fields(BenchSettings)}
     get = lambda key: p.get(key, defaults.get(key))  # noqa: E731
-    encodings = "every encoding" if p["encodings"] == ALL else f"{len(p['encodings'])} encodings"
+    listed = (p["encodings"],) if p["encodings"] == ALL else p["encodings"]
+    others = len(listed) - (ALL in listed)
+    encodings = (f"every 1-D encoding{f' and {others} variants' if others else ''}" if ALL in listed
+                 else f"{others} encodings")
     tasks = "every task" if p["tasks"] == ALL else f"{len(p['tasks'])} tasks"
     seeds = get("seeds")
     return (f"{name}: {encodings} x {tasks} x {seeds} seed{'s' if seeds != 1 else ''}, {get('steps')} steps, "
