@@ -303,3 +303,54 @@ def test_orderings_verdicts_from_hand_made_results(tmp_path):
            for who in ("NoPE", "T5") for o in ("alibi", "rope", "learned", "sinusoidal")},
     }
     assert "lm ppl 4L / L: 3.00x [3.00, 3.00]" in text and "PI / plain: 0.50x [0.50, 0.50]" in text
+
+
+def test_claims_since_2023_from_hand_made_results(tmp_path):
+    """The claims of issue 30 on numbers chosen by hand: lm ppl at L 10 for every model, at 4L
+    FoX 10.5 (flat) and RoPE 20, PoPE 22 (above RoPE's in every seed), HoPE 15 in seed 0 and 25 in
+    the others (mixed), p-RoPE 9 at L (below RoPE's 10); beyond-L accuracy on selective copy and
+    count CoPE 0.6, RoPE 0.1, learned 0.7 (CoPE ahead of RoPE, behind learned in every cell);
+    randomized RoPE 0.05, 0.1, 0.2 by seed on copy and sort against RoPE's 0.1 (-5, 0, +10 points: the
+    bootstrap interval includes 0, not resolved); HoPE nowhere run on the synthetic tasks."""
+    from posenc.bench.summary import collect
+    from posenc.files import write_json
+
+    tables = _tables(tmp_path)
+    p_rope, hope, randomized = (ROPE_VARIANTS[k] for k in ("p-RoPE", "HoPE", "randomized RoPE"))
+    at_4L = {"rope": 20.0, "fox": 10.5, "pope": 22.0, p_rope: 20.0}
+    records = []
+    for seed in range(3):
+        for enc, high in {**at_4L, hope: 15.0 if seed == 0 else 25.0}.items():
+            at_L = 9.0 if enc == p_rope else 10.0
+            records.append(_record("lm", enc, seed, "ppl", 32, [("base", 32, at_L), ("base", 128, high)]))
+        for task in ("selective_copy", "count"):
+            for enc, acc in dict(cope=0.6, rope=0.1, learned=0.7).items():
+                records.append(_record(task, enc, seed, "accuracy", 2, [("base", 1, 1.0), ("base", 3, acc)]))
+        for task in ("copy", "sort"):
+            for enc, acc in {"rope": 0.1, randomized: (0.05, 0.1, 0.2)[seed]}.items():
+                records.append(_record(task, enc, seed, "accuracy", 2, [("base", 1, 1.0), ("base", 3, acc)]))
+    data = collect(settings_for("standard", seeds=3, lm_eval_factors=(1, 4)), records)
+    data["machine"] = "hand-made"
+    write_json(tmp_path / "bench_standard.json", data)
+    text = tables.render("bench_standard_orderings", "docs/bench.md")
+    rows = {line.split(" | ")[1]: (line.split(" | ")[2], line.split(" | ")[-1].rstrip(" |"))
+            for line in text.splitlines() if line.startswith("| ") and " et al. " in line.split(" | ")[0]}
+    got = {claim: verdict for claim, (_, verdict) in rows.items()}
+    assert {k: v for k, v in got.items() if not k.startswith(("sinusoidal", "learned", "ALiBi", "RoPE degrades"))} == {
+        "CoPE ahead of RoPE beyond L on selective copy and counting": "holds",
+        "CoPE ahead of a learned absolute table beyond L on selective copy and counting": "reversed",
+        "FoX stays flat beyond L (ratio ≤ 1.1)": "holds",
+        "FoX's perplexity at 4L below RoPE's": "holds",
+        "PoPE's perplexity at 4L below RoPE's": "does not hold",
+        "randomized positions lift RoPE beyond L on the algorithmic tasks": "not resolved (CI includes 0)",
+        "p-RoPE (p = 0.75) has a lower perplexity than RoPE at L": "holds",
+        "HoPE's perplexity at 4L below RoPE's": "mixed across seeds",
+        "HoPE ahead of RoPE beyond L on the algorithmic tasks": "–",
+    }
+    assert rows["CoPE ahead of RoPE beyond L on selective copy and counting"][0] == (
+        "accuracy >L, CoPE − RoPE: +50.0 pts [+50.0, +50.0] over 6 cells")
+    assert rows["FoX stays flat beyond L (ratio ≤ 1.1)"][0] == "lm ppl 4L / L: 1.05x [1.05, 1.05]"
+    assert rows["HoPE's perplexity at 4L below RoPE's"][0] == "ppl at 4L, HoPE / RoPE: 1.08x [0.75, 1.25]"
+    assert rows["HoPE ahead of RoPE beyond L on the algorithmic tasks"][0] == "not run"
+    assert rows["randomized positions lift RoPE beyond L on the algorithmic tasks"][0].startswith(
+        "accuracy >L, randomized − plain: +1.7 pts [-")

@@ -189,3 +189,18 @@ def test_bootstrap_indices_are_in_range_and_seeded():
     a = bootstrap_indices(4, 100, 3)
     assert a.shape == (100, 4) and a.dtype == torch.int64 and int(a.min()) >= 0 and int(a.max()) <= 3
     assert torch.equal(a, bootstrap_indices(4, 100, 3))
+
+
+def test_bootstrap_mean_of_paired_differences():
+    """The mean and its percentile interval over resampled cells: constant cells give a zero-width
+    interval; cells of both signs give one around 0; bad input is refused."""
+    from posenc.bench.stats import bootstrap_mean
+
+    assert bootstrap_mean([0.25] * 6) == (0.25, 0.25, 0.25)
+    mean, low, high = bootstrap_mean([-0.05, 0.0, 0.1, -0.05, 0.0, 0.1])
+    assert mean == pytest.approx(0.05 / 3) and low < 0 < high and -0.05 <= low and high <= 0.1
+    assert bootstrap_mean([1.0, 2.0, 3.0]) == bootstrap_mean([1.0, 2.0, 3.0])  # seeded
+    with pytest.raises(ValueError, match="non-empty"):
+        bootstrap_mean([])
+    with pytest.raises(ValueError, match="finite"):
+        bootstrap_mean([1.0, float("nan")])

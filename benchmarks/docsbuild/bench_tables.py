@@ -1,5 +1,5 @@
-"""Tables of ``posenc bench`` runs: the quick and standard presets, the published orderings tested
-on the standard run, determinism and the demo's timing.
+"""Tables of ``posenc bench`` runs: the quick and standard presets, determinism and the demo's
+timing (the published claims tested on the standard run: :mod:`.bench_claims`).
 
 Each renderer takes the page it renders into and ``load`` (results name -> data). Labels come
 from the library: a RoPE scaling's from its registry entry (``posenc.bench.report``), the
@@ -95,86 +95,6 @@ def standard(page: str, load) -> str:
             f"[{round(100 * m['confidence'])} % CI]: paired percentile bootstrap of the cells, {m['resamples']:,} "
             f"resamples. {len(ahead)} of {len(rank['pairs'])} pairwise MRR differences are significant.")
     return md_table(head, rows) + "\n\n" + note + "\n\n" + caption("bench_standard", page, data, settings_text(data))
-
-
-# Thresholds behind the verdicts on Press et al.'s claims (the papers give curves, not numbers):
-# perplexity at the longest length over perplexity at L, in every seed.
-COLLAPSE, FLAT = 1.5, 1.1
-
-
-def _lm_ratios(data: dict) -> dict[str, list[float]]:
-    """``encoding`` or ``encoding+scaling`` -> per seed (in seed order): ppl at the longest
-    length / ppl at L of the same seed's unscaled model."""
-    from posenc.bench.summary import run_scores
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    for r in data["runs"]:
-        if r["metric"] != "ppl":
-            continue
-        scores = run_scores(r)
-        at_L = scores["base"][0]
-        for variant, (_, beyond) in scores.items():
-            key = r["encoding"] if variant == "base" else f"{r['encoding']}+{variant}"
-            out.setdefault(key, []).append((r["seed"], beyond / at_L))
-    return {k: [v for _, v in sorted(xs)] for k, xs in out.items()}
-
-
-def _spread(xs: list[float]) -> str:
-    return f"{sum(xs) / len(xs):.2f}x [{min(xs):.2f}, {max(xs):.2f}]"
-
-
-def _verdict(xs, ok, bad) -> str:
-    return "holds" if all(map(ok, xs)) else "does not hold" if all(map(bad, xs)) else "mixed across seeds"
-
-
-def orderings(page: str, load) -> str:
-    """Does each published ordering hold in the standard run? (verdict, the number it rests on,
-    and its interval)"""
-    from posenc.bench.report import scaling_label
-    from posenc.bench.summary import ranking
-    from posenc.bench.tasks import SYNTHETIC_TASKS
-
-    data = load("bench_standard")
-    lm = _lm_ratios(data)
-    assert lm, "bench_standard.json has no lm runs"
-    longest = max(data["settings"]["lm_eval_factors"])
-    press = "Press et al. 2022"
-    rows = []
-    for enc, claim, ok, bad in (
-            ("sinusoidal", f"sinusoidal collapses beyond L (ratio ≥ {COLLAPSE})", lambda x: x >= COLLAPSE, lambda x: x < COLLAPSE),
-            ("learned", f"learned collapses beyond L (ratio ≥ {COLLAPSE})", lambda x: x >= COLLAPSE, lambda x: x < COLLAPSE),
-            ("alibi", f"ALiBi stays flat (ratio ≤ {FLAT})", lambda x: x <= FLAT, lambda x: x > FLAT),
-            ("rope", f"RoPE degrades (ratio > {FLAT})", lambda x: x > FLAT, lambda x: x <= FLAT)):
-        xs = lm.get(enc)
-        rows.append([press, claim, f"lm ppl {longest}L / L: {_spread(xs)}", _verdict(xs, ok, bad)] if xs
-                    else [press, claim, "not run", "–"])
-    for scaling in data["settings"]["scalings"]:
-        if f"rope+{scaling}" not in lm or "rope" not in lm:
-            continue
-        label = scaling_label(scaling)
-        paired = [s / b for s, b in zip(lm[f"rope+{scaling}"], lm["rope"])]  # same seed, same base model
-        rows.append([press, f"{label} repairs RoPE (ppl at {longest}L below plain RoPE's)",
-                     f"ppl at {longest}L, {label} / plain: {_spread(paired)}",
-                     _verdict(paired, lambda x: x < 1, lambda x: x >= 1)])
-    rank = ranking([r for r in data["summary"] if r["task"] in SYNTHETIC_TASKS])
-    ci = {i["encoding"]: i for i in rank["intervals"]}
-    pairs = {(p["first"], p["second"]): p for p in rank["pairs"]}
-    for leader in ("none", "t5"):
-        for other in ("alibi", "rope", "learned", "sinusoidal"):
-            if leader not in ci or other not in ci:
-                continue
-            p, sign = (pairs[(leader, other)], 1) if (leader, other) in pairs else (pairs[(other, leader)], -1)
-            diff, lo, hi = sign * p["diff"], min(sign * p["low"], sign * p["high"]), max(sign * p["low"], sign * p["high"])
-            v = "holds" if lo > 0 else "reversed" if hi < 0 else "not resolved (CI includes 0)"
-            rows.append(["Kazemnejad et al. 2023", f"{'NoPE' if leader == 'none' else 'T5'} ahead of {other} on the "
-                         "synthetic tasks", f"MRR {ci[leader]['mrr']:.2f} vs {ci[other]['mrr']:.2f}, difference "
-                         f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}]", v])
-    m = rank["method"]
-    note = (f"Intervals: lm ratios, mean [min, max] over the {data['settings']['seeds']} seeds (a verdict needs every "
-            f"seed to agree); MRR over the {m['cells']} synthetic (task, seed) cells with its "
-            f"{round(100 * m['confidence'])} % paired bootstrap CI ({m['resamples']:,} resamples).")
-    return (md_table(["paper", "claim", "measured", "verdict"], rows) + "\n\n" + note + "\n\n"
-            + caption("bench_standard", page, data))
 
 
 def determinism(page: str, load) -> str:

@@ -30,7 +30,7 @@ import torch
 from ..config import check_int, check_range
 
 __all__ = ["mean_std", "reciprocal_ranks", "bootstrap_indices", "MRRInterval", "PairDifference",
-           "bootstrap_mrr", "DEFAULT_RESAMPLES", "DEFAULT_CONFIDENCE", "DEFAULT_BOOTSTRAP_SEED"]
+           "bootstrap_mrr", "bootstrap_mean", "DEFAULT_RESAMPLES", "DEFAULT_CONFIDENCE", "DEFAULT_BOOTSTRAP_SEED"]
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_CONFIDENCE = 0.95
@@ -146,3 +146,25 @@ def bootstrap_mrr(
             pairs.append(PairDifference(names[i], names[j], float(point[i] - point[j]), lo, hi))
     return intervals, pairs
 
+
+
+def bootstrap_mean(
+    values: Sequence[float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_BOOTSTRAP_SEED,
+) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of ``values`` (one per cell, e.g. paired differences of two
+    encodings' scores in each (task, seed) cell) and its percentile bootstrap interval, resampling
+    the cells as :func:`bootstrap_mrr` does (the same generator, so the same cells are drawn)."""
+    xs = torch.tensor(list(values), dtype=torch.float64)
+    if xs.dim() != 1 or not len(xs):
+        raise ValueError(f"values must be a non-empty sequence of numbers, got {values!r}")
+    if not torch.isfinite(xs).all():
+        raise ValueError(f"values must be finite, got {list(values)}")
+    check_range("confidence", confidence, 0.0, 1.0, low_inclusive=False, high_inclusive=False)
+    reps = xs[bootstrap_indices(len(xs), resamples, seed)].mean(dim=1)  # (R,)
+    q = torch.tensor([(1 - confidence) / 2, (1 + confidence) / 2], dtype=torch.float64)
+    low, high = torch.quantile(reps, q).tolist()
+    return float(xs.mean()), low, high
