@@ -228,15 +228,18 @@ def _recording(fn, calls: list):
     return wrapped
 
 
-def test_a_term_on_other_queries_is_taken_densely_by_the_fused_leaf(monkeypatch):
+def test_a_term_on_other_queries_is_summed_from_its_own_gates_by_the_fused_leaf(monkeypatch):
     """A stick-breaking term whose q is not the call's (another scale here) is not the call's own
-    logits: the fused leaf adds its dense form, and still leaves the weights unnormalised."""
+    logits: the fused leaf sums it block by block from the term's q, k and scale as gate vectors
+    (as per_row_alibi's stick term), with their gradient, and still leaves the weights unnormalised."""
     made = []
     monkeypatch.setattr(sticks.StickBlock, "add_to", _recording(sticks.StickBlock.add_to, made))
     q, k, v, mask, terms = _blocks_call("plain", True, False)
     got = LEAVES[Leaf.FUSED](q, k, v, scale=0.3, mask=mask, terms=terms)
-    assert not made
-    torch.testing.assert_close(got, LEAVES[Leaf.EAGER](q, k, v, scale=0.3, mask=mask, terms=terms), **TOL)
+    assert made, "the fused leaf did not sum the term block by block"
+    want = LEAVES[Leaf.EAGER](q, k, v, scale=0.3, mask=mask, terms=terms)
+    torch.testing.assert_close(got, want, **TOL)
+    assert_same_grads(got, want, (q, k, v), **TOL)
 
 
 @pytest.mark.parametrize("causal", [True, False])

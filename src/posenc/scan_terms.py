@@ -1,18 +1,23 @@
-"""Logit terms computed from the attention's own logits by a scan over the keys between a key
-and its query (:mod:`posenc.terms` describes the kinds and re-exports these two):
+"""Logit terms computed by a scan over the keys between a key and its query
+(:mod:`posenc.terms` describes the kinds and re-exports these):
 
 * :class:`CountTerm` — CoPE's gain at a count of gated keys (gates sigmoid of the logits);
-* :class:`StickBreakingTerm` — stick-breaking's log weights (breaks sigmoid of the logits),
-  whose layer takes exp(logits) instead of the softmax.
+* stick terms (:class:`StickSums`): the log of what is left of a stick once the keys between
+  key and query have each kept a fraction sigmoid(±y) of it, y the dot products of the term's
+  gate vectors (:class:`StickRule` says which sign, power and diagonal):
+  :class:`StickBreakingTerm` — stick-breaking's log weights, its gates the attention's own
+  logits (keep 1 - sigmoid), whose layer takes exp(logits) instead of the softmax;
+  :class:`StickTerm` — gates of vectors of their own (per_row_alibi's per-query forget gates).
 
-Both have a dense form (the eager reference, and flex's ``score_mod`` reads it); the fused
-function computes each block by block from the block's own logits (:mod:`posenc.backends.counting`,
-:mod:`posenc.backends.stick_breaking`). The scans run over stream indices: the queries are the
-last Tq of the Tk keys.
+All have a dense form (the eager reference, and flex's ``score_mod`` reads it); the fused
+function computes each block by block (:mod:`posenc.backends.counting`,
+:mod:`posenc.backends.stick_breaking`), from the block's own logits where they are the gates.
+The scans run over stream indices: the queries are the last Tq of the Tk keys.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CountTerm", "EXCLUDED", "StickBreakingTerm", "contextual_positions", "interpolated_gain", "stick_log_left"]
+__all__ = ["CountTerm", "EXCLUDED", "StickBreakingTerm", "StickRule", "StickSums", "StickTerm", "contextual_positions",
+           "interpolated_gain", "stick_log_left"]
 
 
 def _dense_score_mod(logits: Tensor) -> Callable:
@@ -114,19 +120,62 @@ class CountTerm:
 EXCLUDED = -1e5
 
 
-def stick_log_left(log_keep: Tensor, attend_current: bool) -> Tensor:
-    """Stick-breaking's sums of ``log_keep`` = log(1 - beta_it) (B, H, Tq, Tk) over the keys
-    that break query i's stick before key j takes its share, key j's own break included:
+@dataclass(frozen=True)
+class StickRule:
+    """How a stick term turns its gate logits y_it into log keeps and where it sums them:
+
+        log_keep_it = power · log sigmoid(-y_it)   (``negate``: stick-breaking keeps 1 - sigmoid(y))
+        log_keep_it = power · log sigmoid(y_it)    (otherwise: per_row_alibi's forget gates)
+
+    summed by :func:`stick_log_left` from key j to the last token e_i that breaks query i's
+    stick: the query itself with ``attend_current``, else the token before it; a key after the
+    query mirrors it. Without ``attend_current`` the query's own key is :data:`EXCLUDED` when
+    ``hide_current`` (stick-breaking: it takes no share), else 0, the empty sum (per_row_alibi's
+    diagonal, attended with the whole stick).
+    """
+
+    negate: bool = True
+    power: float = 1.0
+    attend_current: bool = False
+    hide_current: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("negate", "attend_current", "hide_current"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"StickRule.{name} must be a bool, got {getattr(self, name)!r}")
+        p = self.power
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p):
+            raise ValueError(f"StickRule.power must be a finite float, got {p!r}")
+
+    @classmethod
+    def breaking(cls, attend_current: bool) -> "StickRule":
+        """Stick-breaking's rule: keep 1 - sigmoid(y), the query's own key hidden unless attended."""
+        return cls(negate=True, power=1.0, attend_current=attend_current, hide_current=True)
+
+    def log_sigmoid(self, y: Tensor) -> Tensor:
+        """logsigmoid(∓y), elementwise: the log keep at unit power."""
+        return F.logsigmoid(-y if self.negate else y)
+
+    def weighted(self, log_sigmoid: Tensor) -> Tensor:
+        """The log keep: ``log_sigmoid`` times the power (not multiplied at the unit power, so
+        stick-breaking stays bit for bit what it was)."""
+        return log_sigmoid if self.power == 1.0 else log_sigmoid * self.power
+
+
+def stick_log_left(log_keep: Tensor, attend_current: bool, hide_current: bool = True) -> Tensor:
+    """Sums of ``log_keep`` (B, H, Tq, Tk), the log fraction of query i's stick each key keeps,
+    over the keys that break the stick before key j takes its share, key j's own break
+    included:
 
         key j at or before e_i:  sum_{t=j}^{e_i} log_keep_it      (e_i = s_i, or s_i - 1 when not
                                                                    ``attend_current``)
         key j after the query:   sum_{t=b_i}^{j} log_keep_it      (b_i = s_i, or s_i + 1)
 
     s_i is query i's stream index (the queries are the last Tq of the Tk keys); the query's own
-    key, when not attended, gets :data:`EXCLUDED`. Keys after the query (bidirectional use)
-    break a second stick from the query forwards, the mirror image. Same shape. The sums run
-    from the query outwards (a reversed cumulative sum), so the small sums near the query, the
-    keys that take most of the stick, are summed first."""
+    key, when not attended, gets :data:`EXCLUDED` (``hide_current``) or 0. Keys after the query
+    (bidirectional use) break a second stick from the query forwards, the mirror image. Same
+    shape. The sums run from the query outwards (a reversed cumulative sum), so the small sums
+    near the query, the keys that take most of the stick, are summed first."""
     Tq, Tk = log_keep.shape[-2:]
     s = torch.arange(Tk - Tq, Tk, device=log_keep.device)[:, None]  # (Tq, 1): each query's stream index
     t = torch.arange(Tk, device=log_keep.device)  # (Tk,)
@@ -134,11 +183,68 @@ def stick_log_left(log_keep: Tensor, attend_current: bool) -> Tensor:
     after = t >= (s if attend_current else s + 1)  # keys from b_i on
     back = torch.where(before, log_keep, 0.0).flip(-1).cumsum(-1).flip(-1)  # sum over t in [j, Tk)
     fwd = torch.where(after, log_keep, 0.0).cumsum(-1)  # sum over t in [0, j]
-    return torch.where(before, back, torch.where(t > s, fwd, EXCLUDED))
+    return torch.where(before, back, torch.where(t > s, fwd, EXCLUDED if hide_current else 0.0))
+
+
+class StickSums:
+    """A logit term that is the log of what is left of query i's stick when key j takes its
+    share: the sum of log keeps (:class:`StickRule`) over the keys from j to the query
+    (:func:`stick_log_left`), the gates y = gate_scale · gate_q_i · gate_k_t.
+
+    A subclass gives ``gate_q`` (B, H, Tq, d), ``gate_k`` (B, H, Tk, d), ``gate_scale``,
+    ``rule`` and ``normalized`` (False: the logits are log weights, the layer takes their exp).
+    ``dense`` builds (B, H, Tq, Tk) (the eager reference; ``score_mod`` reads it);
+    :func:`posenc.backends.fused.fused_attention` computes the sums block by block of query
+    rows, forward and backward, from gates of the block's own (or, when the gates are the
+    call's q, k and scale, from the block's logits), so no (Tq, Tk) tensor is kept
+    (:mod:`posenc.backends.stick_breaking`).
+    """
+
+    gate_q: Tensor
+    gate_k: Tensor
+    gate_scale: float
+    rule: StickRule
+    normalized: bool = True
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors this term reads."""
+        return (self.gate_q, self.gate_k)
+
+    def gate_logits(self) -> Tensor:
+        """y = gate_scale · gate_q·gate_kᵀ (B, H, Tq, Tk), float32 or wider."""
+        dt = torch.promote_types(self.gate_q.dtype, torch.float32)
+        return (self.gate_q.to(dt) @ self.gate_k.to(dt).transpose(-1, -2)) * self.gate_scale
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B, H, Tq, Tk): the sums of the log keeps from key j to the query (:func:`stick_log_left`)."""
+        r = self.rule
+        return stick_log_left(r.weighted(r.log_sigmoid(self.gate_logits())), r.attend_current, r.hide_current)
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` reading the dense tensor (the sums are a scan over keys,
+        which a pointwise score_mod cannot compute)."""
+        return _dense_score_mod(self.dense(q_pos, k_pos))
 
 
 @dataclass(frozen=True, eq=False)
-class StickBreakingTerm:
+class StickTerm(StickSums):
+    """A stick term with gate vectors of its own (per_row_alibi: gate queries and keys of the
+    layer input), added to the logits of a softmax:
+
+        logit_ij += sum_{t=j}^{e_i} log_keep_it,   log_keep_it = power · log sigmoid(±gate_scale u_i·v_t)
+
+    ``gate_q`` (B, H, Tq, d) and ``gate_k`` (B, H, Tk, d), float32 or wider, the queries the
+    last Tq of the keys; ``rule`` the sign, power and diagonal (:class:`StickRule`).
+    """
+
+    gate_q: Tensor
+    gate_k: Tensor
+    gate_scale: float
+    rule: StickRule
+
+
+@dataclass(frozen=True, eq=False)
+class StickBreakingTerm(StickSums):
     """Stick-breaking attention (Tan et al. 2024, "Scaling Stick-Breaking Attention", ICLR 2025,
     arXiv:2410.17980; the reference ``stickbreaking_attention/sb_ref.py``) as a logit term. With
     z_ij = scale q_i·k_j and beta_ij = sigmoid(z_ij), query i's weight of key j is what is left
@@ -155,8 +261,9 @@ class StickBreakingTerm:
     (1 - beta_it) <= 1). The rest of the stick is dropped, as the reference kernels' output.
 
     ``q`` (B, H, Tq, D) and ``k`` (B, H, Tk, D) are the attention's own queries and keys (its
-    scaled logits are the breaks), ``scale`` its logit scale. ``dense`` builds (B, H, Tq, Tk)
-    (the eager reference; ``score_mod`` reads it);
+    scaled logits are the breaks), ``scale`` its logit scale: a :class:`StickSums` whose gates
+    are q, k and scale and whose rule is :meth:`StickRule.breaking`. ``dense`` builds (B, H,
+    Tq, Tk) (the eager reference; ``score_mod`` reads it);
     :func:`posenc.backends.fused.fused_attention` computes the term block by block of query
     rows from the block's own logits, forward and backward (:mod:`posenc.backends.stick_breaking`).
     """
@@ -169,25 +276,28 @@ class StickBreakingTerm:
     #: The layer's weights are exp(logits): rows sum to at most 1, the stick's broken part.
     normalized = False
 
-    def tensors(self) -> tuple[Tensor, ...]:
-        """The tensors this term reads."""
-        return (self.q, self.k)
+    @property
+    def gate_q(self) -> Tensor:
+        return self.q
+
+    @property
+    def gate_k(self) -> Tensor:
+        return self.k
+
+    @property
+    def gate_scale(self) -> float:
+        return self.scale
+
+    @property
+    def rule(self) -> StickRule:
+        """Keep 1 - sigmoid(z): :meth:`StickRule.breaking`."""
+        return StickRule.breaking(self.attend_current)
 
     def logits(self) -> Tensor:
         """z = scale q·kᵀ (B, H, Tq, Tk), float32 or wider."""
-        dt = torch.promote_types(self.q.dtype, torch.float32)
-        return (self.q.to(dt) @ self.k.to(dt).transpose(-1, -2)) * self.scale
-
-    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """(B, H, Tq, Tk): the sums of log(1 - beta) from key j to the query (:func:`stick_log_left`)."""
-        return stick_log_left(F.logsigmoid(-self.logits()), self.attend_current)
+        return self.gate_logits()
 
     def weights(self) -> Tensor:
         """The stick-breaking weights A_ij (B, H, Tq, Tk), float32 or wider, unmasked."""
         z = self.logits()
         return torch.exp(z + stick_log_left(F.logsigmoid(-z), self.attend_current))
-
-    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
-        """FlexAttention ``score_mod`` reading the dense tensor (the sums are a scan over keys,
-        which a pointwise score_mod cannot compute)."""
-        return _dense_score_mod(self.dense(q_pos, k_pos))

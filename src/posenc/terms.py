@@ -11,7 +11,7 @@ description:
   that reads only small tensors (a bias table, slopes, a (B, H, T, R) table of q·Eᵀ), so no
   (Tq, Tk) tensor is ever built.
 
-Seven kinds:
+Eight kinds:
 
 * :class:`BiasTerm` — content-independent: ``fn(h, q_pos, k_pos)`` written with broadcasting
   tensor ops (T5 buckets, ALiBi, KERPLE, FIRE). ``toeplitz=True`` says it depends on
@@ -32,6 +32,9 @@ Seven kinds:
   gains the sum of log(1 - sigmoid(logit)) over the keys from j to the query, and the layer's
   weights are exp(logits), not their softmax (:attr:`StickBreakingTerm.normalized`): the
   fused function computes it block by block from the attention's own logits, like a count.
+* :class:`StickTerm` — the same sums of log sigmoid(±y) with gates y of vectors of its own
+  (per_row_alibi's forget gates), in a softmax: the fused function computes it block by block
+  from the gate vectors (both are :class:`StickSums`, with a :class:`StickRule`).
 * :class:`ValueTerm` — Shaw's a^V: ``out_i += sum_j p_ij · values[h, bucket(q_pos_i, k_pos_j)]``.
   It needs the probabilities, so FlexAttention (which returns only the output) cannot take it.
 
@@ -49,10 +52,12 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .positions import contiguous_offset, shared_rows
-from .scan_terms import EXCLUDED, CountTerm, StickBreakingTerm, contextual_positions, interpolated_gain, stick_log_left
+from .scan_terms import (EXCLUDED, CountTerm, StickBreakingTerm, StickRule, StickSums, StickTerm, contextual_positions,
+                         interpolated_gain, stick_log_left)
 
-__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "TableTerm", "ValueTerm", "Term",
-           "EXCLUDED", "contextual_positions", "dense_logit_terms", "interpolated_gain", "stick_log_left"]
+__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "StickRule", "StickSums",
+           "StickTerm", "TableTerm", "ValueTerm", "Term", "EXCLUDED", "contextual_positions", "dense_logit_terms", "interpolated_gain",
+           "stick_log_left"]
 
 # fn(h, q_pos, k_pos) -> bias; the three arguments broadcast against each other.
 BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -379,7 +384,7 @@ class PrefixSumTerm:
         return mod
 
 
-Term = BiasTerm | TableTerm | ValueTerm | DenseTerm | PrefixSumTerm | CountTerm | StickBreakingTerm
+Term = BiasTerm | TableTerm | ValueTerm | DenseTerm | PrefixSumTerm | CountTerm | StickBreakingTerm | StickTerm
 
 
 def dense_logit_terms(terms: list[Term], q_pos: Tensor, k_pos: Tensor) -> Tensor | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from posenc import build
+from posenc.terms import StickRule
 
 from . import Case
 
@@ -40,6 +41,11 @@ CASES = [
          run=lambda: _fused(sticks=[False])),
     Case(A, "fused_attention sticks=[1] (not a bool attend_current)", r"^sticks must hold bools",
          run=lambda: _fused(sticks=[1], normalize=False), error=TypeError),
+    Case(A, "StickRule power=inf (a stick term's factor on its log keeps)",
+         r"^StickRule.power must be a finite float, got inf$",
+         run=lambda: StickRule(power=float("inf"))),
+    Case(A, "StickRule negate=1 (not a bool)", r"^StickRule.negate must be a bool, got 1$",
+         run=lambda: StickRule(negate=1), error=TypeError),
     Case(A, "fused_attention normalize='no'", r"^normalize must be a bool, got str 'no'$",
          run=lambda: _fused(normalize="no"), error=TypeError),
     Case(A, "stick_breaking's first token (no key before it to take a share)",

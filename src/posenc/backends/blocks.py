@@ -4,8 +4,9 @@ the forward and by the backward, which recomputes them block by block instead of
 
 A block is query rows [i0, i1) against keys [0, z) (with ``causal``, z stops at the block's
 last query). Its logits: ``q·kᵀ·scale`` + the dense bias + prefix-sum differences + table
-terms gathered by bucket + count terms (:mod:`.counting`) + stick-breaking sums
-(:mod:`.stick_breaking`), masked, then softmax, or exp when the logits are log weights
+terms gathered by bucket + count terms (:mod:`.counting`) + stick terms' sums
+(:mod:`.stick_breaking`: stick-breaking's, from the block's own logits; per_row_alibi's, from
+its gate vectors), masked, then softmax, or exp when the logits are log weights
 (``Spec.normalized`` False).
 """
 
@@ -17,7 +18,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..terms import BucketFn
+from ..terms import BucketFn, StickRule
 from .counting import CountBlock
 from .stick_breaking import StickBlock
 
@@ -42,7 +43,9 @@ class Spec:
     sums_after: tuple[bool, ...] = ()  # per prefix-sum term: a second pair of sums for keys after the query
     n_counts: int = 0  # count terms (their embeddings come last among the inputs)
     count_causal: bool = False  # keys after a query are hidden in every row: counts and sticks stop at the query
-    sticks: tuple[bool, ...] = ()  # per stick-breaking term on the call's own logits: its attend_current
+    # per stick term: its rule and its gates' scale, None when its gates are the call's own scaled
+    # logits; the gate vectors of the others (gate_q, gate_k per term) come last among the inputs
+    sticks: tuple[tuple[StickRule, float | None], ...] = ()
     normalized: bool = True  # False: the weights are exp(logits) (stick-breaking), not their softmax
 
 
@@ -52,10 +55,13 @@ class Blocks:
 
     def __init__(
         self, spec: Spec, q: Tensor, k: Tensor, bias: Tensor | None, tables: Sequence[Tensor], sums: Sequence[tuple] = (),
-        counts: Sequence[Tensor] = (),
+        counts: Sequence[Tensor] = (), gates: Sequence[tuple[Tensor, Tensor]] = (),
     ) -> None:
         self.spec, self.bias, self.tables = spec, bias, tables
         self.q, self.counts = q, [e.to(q.dtype) for e in counts]
+        # stick terms with gate vectors of their own: gate_q·scale (B, H, Tq, d), gate_kᵀ (B, H, d, Tk)
+        scales = [g for _, g in spec.sticks if g is not None]
+        self.gates = [(gq.to(q.dtype) * g, gk.to(q.dtype).transpose(-1, -2).contiguous()) for (gq, gk), g in zip(gates, scales)]
         # prefix-sum terms: (query sums, key sums, after pair or None) in the compute dtype
         self.sums = [(t[0].to(q.dtype), t[1].to(q.dtype), None if t[2] is None else (t[2][0].to(q.dtype), t[2][1].to(q.dtype)))
                      for t in sums]
@@ -101,13 +107,20 @@ class Blocks:
     def probs(self, i0: int, i1: int, z: int, idx_of) -> tuple[Tensor, list[CountBlock], list[StickBlock]]:
         """(B, H, rows, z) weights of the block in the compute dtype: softmax probabilities
         (rows that see no key are zero), or exp(logits) when not ``spec.normalized``; and the
-        block's count and stick-breaking terms (for their gradients)."""
+        block's count and stick terms (for their gradients)."""
         s = self.spec
         x = torch.matmul(self.qs[:, :, i0:i1], self.kt[..., :z])  # (B, H, rows, z)
         rows = torch.arange(self.offset + i0, self.offset + i1, device=x.device)  # stream indices
-        # the count terms' gates and the sticks' breaks are the scaled logits before any term is added
+        # the count terms' gates and stick-breaking's breaks are the scaled logits before any term is added
         counted = [CountBlock(x, self.q[:, :, i0:i1], e, rows, s.count_causal) for e in self.counts]
-        broken = [StickBlock(x, rows, s.count_causal, a) for a in s.sticks]
+        broken, gated = [], iter(self.gates)
+        for rule, gate_scale in s.sticks:
+            if gate_scale is None:
+                y = x
+            else:
+                gq, gkt = next(gated)
+                y = torch.matmul(gq[:, :, i0:i1], gkt[..., :z])  # (B, H, rows, z): the block's gate logits
+            broken.append(StickBlock(y, rows, s.count_causal, rule))
         # The logits' own dtype, not q's: under autocast a float32 q gives bf16 logits, where
         # float32's min overflows. Finite: exp(-inf) takes a slow path on CPU.
         neg = torch.finfo(x.dtype).min

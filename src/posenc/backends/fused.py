@@ -5,7 +5,9 @@ number of distinct (clipped or bucketed) relative positions of a term.
 
     logits = q·kᵀ·scale + bias + Σ table terms (gathered by bucket)
              + Σ prefix-sum terms (c_i - c_j) + Σ count terms q_i·e[p_ij]
-             + Σ stick-breaking terms Σ_{t=j}^{e_i} log(1 - sigmoid(x_it))  (masked: -inf)
+             + Σ stick terms Σ_{t=j}^{e_i} power·log sigmoid(∓y_it)  (masked: -inf)
+               (stick-breaking: y the logits themselves, log(1 - sigmoid); per_row_alibi: y of
+               its gate vectors)
     p      = softmax(logits), or exp(logits) with ``normalize=False`` (stick-breaking's logits
              are its log weights: rows sum to at most 1)
     out    = p·v + Σ_value terms  mass(i, r)·values[r]
@@ -28,8 +30,10 @@ softmax of the same logits, so exactly the forward's) and produces dq, dk, dv an
 * a CountTerm (CoPE) from its gates' logits, which are the block's own scaled logits, and its
   embeddings (:mod:`.counting`): its counts, gains and their gradients exist one block at a
   time, and only over the keys a count can tell apart;
-* a StickBreakingTerm likewise from the block's own logits (:mod:`.stick_breaking`): its sums
-  and their gradient (into dq and dk through the logits) exist one block at a time;
+* a stick term (:class:`~posenc.terms.StickSums`) likewise (:mod:`.stick_breaking`): its
+  sums and their gradient exist one block at a time, from the block's own logits when they are
+  its gates (stick-breaking: the gradient reaches dq and dk through the logits), else from its
+  gate vectors (per_row_alibi: a width-d product per block, the gradient into the vectors);
 * a ValueTerm's values from the block's per-bucket probability mass;
 * the dense bias, which is a (B|1, H, Tq, Tk) tensor anyway.
 
@@ -54,7 +58,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import CountTerm, DenseTerm, PrefixSumTerm, StickBreakingTerm, TableTerm, ValueTerm
+from ..terms import CountTerm, DenseTerm, PrefixSumTerm, StickRule, StickSums, TableTerm, ValueTerm
 from . import LayerTerms
 from .blocks import Blocks, Spec, bucket_range, memo_buckets
 
@@ -154,7 +158,7 @@ def fused_attention(
     sums: Sequence[PrefixSumTerm] = (),
     counts: Sequence[Tensor] = (),
     count_causal: bool | None = None,
-    sticks: Sequence[bool] = (),
+    sticks: Sequence[bool | StickSums] = (),
     normalize: bool = True,
 ) -> Tensor:
     """Attention with logit terms that never keeps (B, H, Tq, Tk) probabilities for backward.
@@ -177,27 +181,31 @@ def fused_attention(
             whose gates are this call's own scaled logits (the term's q, k and scale are these).
         count_causal: the keys after each query are hidden in every row (the counts and
             sticks need not look past the query); None: ``causal``.
-        sticks: per :class:`~posenc.terms.StickBreakingTerm` whose breaks are this call's own
-            scaled logits (the term's q, k and scale are these), its ``attend_current``.
+        sticks: stick terms summed block by block: a :class:`~posenc.terms.StickSums` term
+            (per_row_alibi's :class:`~posenc.terms.StickTerm`: gates (B, H, Tq, d) and (B, H,
+            Tk, d)), read from this call's own scaled logits when its gates are this call's q,
+            k and scale; or a bool, a :class:`~posenc.terms.StickBreakingTerm` on this call's
+            own logits given by its ``attend_current``.
         normalize: False: the weights are exp(logits), not their softmax (stick-breaking's
             logits are its log weights; given with ``sticks``, or with the term's dense form
             in ``bias``).
 
     Returns (B, H, Tq, Dv) in q's dtype. Differentiable in q, k, v, bias, every table, every
-    ValueTerm's values, every PrefixSumTerm's sums and every count term's embeddings.
+    ValueTerm's values, every PrefixSumTerm's sums, every count term's embeddings and every
+    stick term's gate vectors.
     """
     tables, values, sums, counts, sticks = tuple(tables), tuple(values), tuple(sums), tuple(counts), tuple(sticks)
     block = BLOCK_ROWS if block is None else block
     _check(q, k, v, scale, mask, bias, tables, values, q_pos, k_pos, causal, block)
     _check_sums(sums, q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     _check_counts(counts, q.shape[-1])
-    _check_sticks(sticks, normalize)
+    stick_specs, gates = _stick_inputs(sticks, q, k, scale, normalize)
     spec = Spec(
         float(scale), causal, block, q_pos, k_pos, mask,
         tuple(t.side for t in tables), tuple(_factored(t) for t in tables),
         tuple(t.bucket for t in tables), tuple(t.bucket for t in values),
         bias is not None, tuple(t.after is not None for t in sums),
-        len(counts), causal if count_causal is None else bool(count_causal), sticks, normalize,
+        len(counts), causal if count_causal is None else bool(count_causal), stick_specs, normalize,
     )
     extra = [bias] if bias is not None else []
     for t in tables:
@@ -206,6 +214,7 @@ def fused_attention(
     for t in sums:
         extra += t.tensors()
     extra += counts
+    extra += gates
     return _Fused.apply(spec, q, k, v, *extra)
 
 
@@ -224,15 +233,36 @@ def _check_counts(counts: Sequence[Tensor], D: int) -> None:
             raise ValueError(f"counts must hold float embeddings (M >= 1, D={D}), got {_desc(e)}")
 
 
-def _check_sticks(sticks: Sequence[bool], normalize: bool) -> None:
-    for a in sticks:
-        if not isinstance(a, bool):
-            raise TypeError(f"sticks must hold bools (each stick-breaking term's attend_current), got {_desc(a)}")
+def _stick_inputs(sticks: Sequence, q: Tensor, k: Tensor, scale: float, normalize: bool):
+    """Per stick term (rule, gate scale or None when its gates are this call's own logits), and
+    the gate vectors of the others, flat: [gate_q, gate_k, ...]."""
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize must be a bool, got {_desc(normalize)}")
-    if sticks and normalize:
-        raise ValueError("sticks need normalize=False: stick-breaking's logits are its log weights, "
-                         "taken by exp, not softmax")
+    B, H, Tq, _ = q.shape
+    Tk = k.shape[2]
+    specs, gates = [], []
+    for t in sticks:
+        if isinstance(t, bool):
+            specs.append((StickRule.breaking(t), None))
+            log_weights = True
+        elif isinstance(t, StickSums):
+            gq, gk = t.gate_q, t.gate_k
+            own = gq is q and gk is k and t.gate_scale == scale  # the breaks are this call's logits
+            if not own:
+                if (not gq.is_floating_point() or gq.dim() != 4 or tuple(gq.shape[:3]) != (B, H, Tq) or not gk.is_floating_point()
+                        or tuple(gk.shape) != (B, H, Tk, gq.shape[-1])):
+                    raise ValueError(f"a stick term's gates must be float (B={B}, H={H}, Tq={Tq}, d) and (B={B}, H={H}, "
+                                     f"Tk={Tk}, d), got {_desc(gq)} and {_desc(gk)}")
+                gates += [gq, gk]
+            specs.append((t.rule, None if own else float(t.gate_scale)))
+            log_weights = not t.normalized
+        else:
+            raise TypeError("sticks must hold bools (each stick-breaking term's attend_current) or stick terms "
+                            f"(StickSums), got {_desc(t)}")
+        if log_weights and normalize:
+            raise ValueError("sticks need normalize=False: stick-breaking's logits are its log weights, "
+                             "taken by exp, not softmax")
+    return tuple(specs), gates
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
@@ -240,12 +270,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
     bias = None if terms.bias is None else terms.bias.dense()
     counts, sticks = [], []
     for t in terms.logits:
-        own = isinstance(t, (CountTerm, StickBreakingTerm)) and t.q is q and t.k is k and t.scale == scale
-        if own and isinstance(t, CountTerm):
+        if isinstance(t, StickSums):
+            sticks.append(t)  # summed block by block: from the call's own logits when they are its gates
+        elif isinstance(t, CountTerm) and t.q is q and t.k is k and t.scale == scale:
             counts.append(t.emb)  # its gates are this call's own logits: counted block by block
-        elif own:
-            sticks.append(t.attend_current)  # its breaks are this call's own logits: summed block by block
-        elif isinstance(t, (DenseTerm, CountTerm, StickBreakingTerm)):  # on other q/k: its dense form
+        elif isinstance(t, (DenseTerm, CountTerm)):  # a dense term, or a count on other q/k: its dense form
             d = t.dense(terms.q_pos, terms.k_pos)
             bias = d if bias is None else bias + d
     # Causality as a flag lets the fused function skip key blocks; padding and documents (and
@@ -289,7 +318,12 @@ def _expand_heads(x: Tensor, H: int) -> Tensor:
 
 def _split(spec: Spec, extra: Sequence[Tensor]):
     """(bias or None, per table term its table or its (x, rows) factors, value tensors, per
-    prefix-sum term (query sums, key sums, after pair or None), count terms' embeddings)."""
+    prefix-sum term (query sums, key sums, after pair or None), count terms' embeddings, per
+    stick term with gate vectors of its own (gate_q, gate_k))."""
+    n_gates = 2 * sum(g is not None for _, g in spec.sticks)
+    flat = extra[len(extra) - n_gates :] if n_gates else ()
+    gates = [(flat[i], flat[i + 1]) for i in range(0, n_gates, 2)]
+    extra = extra[: len(extra) - n_gates]
     n = int(spec.has_bias)
     tables: list = []
     for f in spec.factored:
@@ -303,7 +337,7 @@ def _split(spec: Spec, extra: Sequence[Tensor]):
     for a in spec.sums_after:
         sums.append((rest[n], rest[n + 1], (rest[n + 2], rest[n + 3]) if a else None))
         n += 4 if a else 2
-    return (extra[0] if spec.has_bias else None), tables, vals, sums, counts
+    return (extra[0] if spec.has_bias else None), tables, vals, sums, counts, gates
 
 
 class _Fused(torch.autograd.Function):
@@ -311,9 +345,9 @@ class _Fused(torch.autograd.Function):
     def forward(ctx, spec: Spec, q: Tensor, k: Tensor, v: Tensor, *extra: Tensor) -> Tensor:
         cdt = _compute_dtype(q.dtype)
         B, H, Tq, _ = q.shape
-        bias, tables, vals, sums, counts = _split(spec, extra)
+        bias, tables, vals, sums, counts, gates = _split(spec, extra)
         qc, kc, vc = q.to(cdt), _expand_heads(k.to(cdt), H), _expand_heads(v.to(cdt), H)
-        geo = Blocks(spec, qc, kc, bias, tables, sums, counts)
+        geo = Blocks(spec, qc, kc, bias, tables, sums, counts, gates)
         out = qc.new_zeros(B, H, Tq, v.shape[-1])  # (B, H, Tq, Dv)
         for i0, i1, z in geo.ranges():
             if z == 0:
@@ -336,12 +370,12 @@ class _Fused(torch.autograd.Function):
         cdt = out.dtype
         B, H, Tq, _ = q.shape
         Hkv, Tk = k.shape[1], k.shape[2]
-        bias, tables, vals, sums, counts = _split(spec, extra)
+        bias, tables, vals, sums, counts, gates = _split(spec, extra)
         qc, kc, vc = q.to(cdt), _expand_heads(k.to(cdt), H), _expand_heads(v.to(cdt), H)
         do = dout.to(cdt)
         # (B, H, Tq, 1): Σ_j p_ij dP_ij, from the full output; unnormalised weights have no row sum to subtract
         delta = (do * out).sum(-1, keepdim=True) if spec.normalized else None
-        geo = Blocks(spec, qc, kc, bias, tables, sums, counts)
+        geo = Blocks(spec, qc, kc, bias, tables, sums, counts, gates)
         # per prefix-sum term: gradients of (query sums, key sums[, after query sums, after key sums])
         dsums = [[qc.new_zeros(B, H, Tq), qc.new_zeros(B, H, Tk)] + ([qc.new_zeros(B, H, Tq), qc.new_zeros(B, H, Tk)] if a else [])
                  for a in spec.sums_after]
@@ -362,6 +396,9 @@ class _Fused(torch.autograd.Function):
         dvals = [qc.new_zeros(B, H, *val.shape[-2:]) for val in vals]
         dcounts = [torch.zeros_like(e) for e in geo.counts]  # (M, D) each
         dq_counts = torch.zeros_like(qc) if counts else None  # through q_i·e: not scaled
+        # stick terms' gate vectors: d(gate_q) is summed unscaled (scaled once at the end)
+        dgates = [(torch.zeros_like(gq), gkt.new_zeros(B, H, Tk, gkt.shape[-2])) for gq, gkt in geo.gates]
+        gate_scales = [g for _, g in spec.sticks if g is not None]
         for i0, i1, z in geo.ranges():
             if z == 0:
                 continue
@@ -401,14 +438,24 @@ class _Fused(torch.autograd.Function):
                 else:
                     dtabs[n][..., :z].scatter_add_(-2, idx, ds)
             # count terms: their gains' gradients from ds, then their gates' on the same logits
-            gates = []
+            on_logits = []  # (first key, d of the block's logits [a, z)) through gates that are the logits
             for c, de in zip(counted, dcounts):
                 dx, dqc, dec = c.grads(ds)
-                gates.append((c.a, dx))
+                on_logits.append((c.a, dx))
                 dq_counts[:, :, i0:i1].add_(dqc)
                 de.add_(dec)
-            gates += [(0, b.grads(ds)) for b in broken]  # the sticks' breaks, on the same logits
-            for a, dx in gates:
+            # stick terms: on the same logits (stick-breaking), or into their gate vectors
+            n = 0
+            for b, (_, gate_scale) in zip(broken, spec.sticks):
+                dy = b.grads(ds)  # (B, H, rows, z)
+                if gate_scale is None:
+                    on_logits.append((0, dy))
+                    continue
+                gqs, gkt = geo.gates[n]
+                dgates[n][0][:, :, i0:i1] = torch.matmul(dy, gkt[..., :z].transpose(-1, -2))  # (B, H, rows, d)
+                dgates[n][1][:, :, :z].add_(torch.matmul(dy.transpose(-1, -2), gqs[:, :, i0:i1]))  # (B, H, z, d)
+                n += 1
+            for a, dx in on_logits:
                 ds[..., a:].add_(dx)
             dq[:, :, i0:i1] = torch.matmul(ds, kc[:, :, :z])
             dk[:, :, :z].add_(torch.matmul(ds.transpose(-1, -2), geo.qs[:, :, i0:i1]))
@@ -436,6 +483,8 @@ class _Fused(torch.autograd.Function):
                 grads.append(gt.to(t.dtype))
         for e, g in zip(counts, dcounts):
             grads.append(g.to(e.dtype))
+        for (gq, gk), (dgq, dgk), gate_scale in zip(gates, dgates, gate_scales):
+            grads += [dgq.mul_(gate_scale).to(gq.dtype), dgk.to(gk.dtype)]
         return tuple(grads)
 
 

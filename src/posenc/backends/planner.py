@@ -36,8 +36,8 @@ SDPA_BIAS_ROWS     a fixed bias (or compiling), plain causal, T > 256, off the C
                    leaf: ALiBi T=1024 forward 72 ms against 98 ms for one masked call
 SDPA_BIAS          a fixed bias (or compiling) otherwise: ALiBi with padding, T=512 forward +
                    backward 83 ms against the fused function's 136 ms
-FUSED              table / dense / prefix-sum / count / stick-breaking / value terms, or a
-                   learned bias in training off the CPU flash leaf: no (B, H, T, T)
+FUSED              table / dense / prefix-sum / count / stick (stick-breaking, per_row_alibi) /
+                   value terms, or a learned bias in training off the CPU flash leaf: no (B, H, T, T)
                    probabilities kept for the backward (T5's peak memory about 1.15x NoPE's
                    against 1.85x with SDPA's float mask); unnormalised weights
                    (``terms.normalized`` False: stick-breaking) as exp(logits), since no SDPA
