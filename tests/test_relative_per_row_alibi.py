@@ -2,7 +2,9 @@
 row) against a slow loop over its formula (b_ij = sum_{l=j}^{i-1} s log sigmoid(u_i·v_l / sqrt(d)),
 transcribed here, with posenc's mirror for keys after the query), against the installed
 x-transformers on the same weights (the bias and the whole attention), the exact special case
-that is FoX with shifted gates, and decoding, packing and the bias's properties."""
+that is FoX with shifted gates, and decoding, packing and the bias's properties; the fused path's
+blockwise stick term (no (Tq, Tk) tensor kept) against the dense term and the slow loop, forward
+and backward, and what autograd saves."""
 
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ import pytest
 import torch
 
 import posenc
+from helpers import assert_same_grads
 from posenc import Attention, KVCache, ModelConfig, SequenceInfo, Transformer
-from posenc.backends import flex
+from posenc.backends import LEAVES, LayerTerms, Leaf, flex, fused, plan
+from posenc.backends import stick_breaking as sticks
+from posenc.backends.fused import fused_attention
 from posenc.encoding import QKProjection
-from posenc.relative.per_row_alibi import MEMORY_KEY, PerRowDataDependentAlibi, per_row_bias
+from posenc.masks import AttentionMask
+from posenc.relative.per_row_alibi import MEMORY_KEY, PerRowDataDependentAlibi, per_row_bias, per_row_term
+from posenc.terms import StickTerm
 
 F64 = torch.float64
 C, H, D, d = 16, 2, 8, 4
@@ -76,8 +83,10 @@ def test_bias_equals_slow_loop_over_the_formula(scale):
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional-mirror"])
 @pytest.mark.parametrize("impl", ["eager", "sdpa", "flex"])
-def test_attention_equals_slow_loop(impl, causal, monkeypatch):
+def test_attention_equals_slow_loop(impl, causal, monkeypatch, plans):
+    """sdpa is the fused leaf, here in blocks of 3 query rows (3, 3 and a ragged 1)."""
     monkeypatch.setattr(flex, "COMPILE", False)
+    monkeypatch.setattr(fused, "BLOCK_ROWS", 3)
     enc = _enc().to(F64)
     torch.manual_seed(1)
     attn = Attention(C, H, pe=enc, causal=causal, impl=impl).to(F64)
@@ -91,6 +100,7 @@ def test_attention_equals_slow_loop(impl, causal, monkeypatch):
             logits = logits.masked_fill(~torch.ones(7, 7, dtype=torch.bool).tril(), -math.inf)
         want = attn.o_proj((logits.softmax(-1) @ v).transpose(1, 2).reshape(2, 7, C))
     torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+    assert [p.leaf for p in plans] == [{"eager": Leaf.EAGER, "sdpa": Leaf.FUSED, "flex": Leaf.FLEX}[impl]]
 
 
 def _x_transformers():
@@ -264,3 +274,151 @@ def test_the_probe_reads_identical_tokens_as_alibi():
     slope = stream[:, 1:2]
     assert (slope < 0).all()
     torch.testing.assert_close(stream, slope * torch.arange(n, dtype=F64), atol=1e-3, rtol=1e-5)
+
+
+# ---- the fused path: the stick term block by block ----------------------------------------------------
+TOL = dict(atol=1e-12, rtol=1e-10)
+
+
+def _recording(fn, calls: list):
+    def wrapped(self, x):
+        calls.append(x.shape)
+        return fn(self, x)
+
+    return wrapped
+
+
+def _blocks_call(kind: str, causal: bool, T: int = 23, Tq: int | None = None):
+    """q, k, v, gate vectors (leaves, float64) and the layer's terms for a call of Tq queries
+    against T keys: plain rows, left padding (row 0's first 5 keys), three packed documents, or
+    a prefill of the last Tq tokens. Gates doubled: log sigmoid far from its value at 0."""
+    g = torch.Generator().manual_seed(5)
+    Tq = T if Tq is None else Tq
+    B = 1 if kind == "packed" else 2
+    if kind == "padded":
+        valid = torch.ones(2, T, dtype=torch.bool)
+        valid[0, :5] = False
+        q_seq = k_seq = SequenceInfo.from_padding_mask(valid)
+    elif kind == "packed":
+        q_seq = k_seq = SequenceInfo.from_cu_seqlens([0, 9, 17, T])
+    else:
+        q_seq, k_seq = SequenceInfo.from_offset(B, Tq, T - Tq), SequenceInfo.from_offset(B, T)
+    mask = AttentionMask.build(q_seq, k_seq, causal=causal)
+    q = torch.randn(B, H, Tq, D, generator=g, dtype=F64).requires_grad_()
+    k = torch.randn(B, H, T, D, generator=g, dtype=F64).requires_grad_()
+    v = torch.randn(B, H, T, D, generator=g, dtype=F64).requires_grad_()
+    gq = (torch.randn(B, H, Tq, d, generator=g, dtype=F64) * 2).requires_grad_()
+    gk = (torch.randn(B, H, T, d, generator=g, dtype=F64) * 2).requires_grad_()
+    term = per_row_term(gq, gk, 0.7)
+    return (q, k, v, gq, gk), mask, LayerTerms(q_seq.positions, k_seq.positions, logits=(term,))
+
+
+@pytest.mark.parametrize("kind,causal", [("plain", True), ("plain", False), ("padded", True), ("padded", False),
+                                         ("packed", True), ("prefill", True), ("prefill", False)])
+def test_fused_blocks_equal_the_dense_term_forward_and_backward(kind, causal, monkeypatch):
+    """The fused leaf sums the term block by block from the gate vectors (blocks of 4 query
+    rows, the last ragged: 23 = 5·4 + 3; a prefill of 9 queries against 23 keys), against the
+    eager leaf with the dense term: the output and the gradients of q, k, v and both gates."""
+    monkeypatch.setattr(fused, "BLOCK_ROWS", 4)
+    made = []
+    monkeypatch.setattr(sticks.StickBlock, "add_to", _recording(sticks.StickBlock.add_to, made))
+    inputs, mask, terms = _blocks_call(kind, causal, Tq=9 if kind == "prefill" else None)
+    q, k, v = inputs[:3]
+    assert plan("sdpa", q, k, v, mask, terms).leaf is Leaf.FUSED
+    got = LEAVES[Leaf.FUSED](q, k, v, scale=1 / math.sqrt(D), mask=mask, terms=terms)
+    assert len(made) == -(-q.shape[2] // 4), "the fused leaf did not sum the term block by block"
+    want = LEAVES[Leaf.EAGER](q, k, v, scale=1 / math.sqrt(D), mask=mask, terms=terms)
+    torch.testing.assert_close(got, want, **TOL)
+    assert_same_grads(got, want, inputs, **TOL)
+
+
+def _slow_attention(x, attn, enc, causal: bool, valid=None) -> torch.Tensor:
+    """Softmax attention over q·k / sqrt(D) plus the slow loop's bias, key by key (float64)."""
+    B, T, _ = x.shape
+    q, k, v = (p(x).view(B, T, H, D).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    logits = q @ k.transpose(-2, -1) / math.sqrt(D) + _slow_bias(x, enc.gate.weight.detach(), enc.config.post_log_scale)
+    seen = torch.ones(B, 1, T, T, dtype=torch.bool)
+    if causal:
+        seen = seen & torch.ones(T, T, dtype=torch.bool).tril()
+    if valid is not None:
+        seen = seen & valid[:, None, None, :]
+    out = logits.masked_fill(~seen, -math.inf).softmax(-1) @ v
+    return attn.o_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_fused_training_step_equals_the_slow_loop_and_the_dense_gradients(causal, monkeypatch, plans):
+    """Attention(impl="sdpa") with autograd takes the fused leaf (blocks of 4 rows over 11
+    tokens, row 0 left-padded by 3): its output on the valid rows equals the slow loop's, and
+    the gradients of the layer input and of every weight (the gate map's included) equal those
+    through the dense term (impl="eager"; the slow loop's float arithmetic has none)."""
+    monkeypatch.setattr(fused, "BLOCK_ROWS", 4)
+    enc = _enc(post_log_scale=0.6).to(F64)
+    torch.manual_seed(6)
+    attn = Attention(C, H, pe=enc, causal=causal, impl="sdpa").to(F64)
+    x = (torch.randn(2, 11, C, dtype=F64) * 2).requires_grad_()
+    valid = torch.ones(2, 11, dtype=torch.bool)
+    valid[0, :3] = False
+    seq = SequenceInfo.from_padding_mask(valid)
+    got = attn(x, seq)
+    assert [p.leaf for p in plans] == [Leaf.FUSED]
+    rows = valid[..., None]  # padding rows' outputs are meaningless (the slow loop's are NaN)
+    with torch.no_grad():
+        torch.testing.assert_close(got[valid], _slow_attention(x, attn, enc, causal, valid)[valid], atol=1e-10, rtol=1e-10)
+    attn.impl = "eager"
+    want = attn(x, seq)
+    params = [x] + list(attn.parameters())
+    assert any(p is enc.gate.weight for p in params)
+    w = torch.randn(got.shape, generator=torch.Generator().manual_seed(7), dtype=F64) * rows
+    for a, b in zip(torch.autograd.grad((got * w).sum(), params), torch.autograd.grad((want * w).sum(), params)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_gradcheck_of_the_blockwise_gates(causal):
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 1, 5, 3, generator=g, dtype=F64).requires_grad_() for _ in range(3))
+    gq, gk = (torch.randn(1, 1, 5, 2, generator=g, dtype=F64).mul(2).requires_grad_() for _ in range(2))
+    fn = lambda q, k, v, gq, gk: fused_attention(q, k, v, scale=0.6, causal=causal, block=2,  # noqa: E731
+                                                 sticks=[per_row_term(gq, gk, 0.8)])
+    assert torch.autograd.gradcheck(fn, (q, k, v, gq, gk))
+
+
+def test_the_term_is_a_stick_term_of_the_layer_gates():
+    """terms() gives a StickTerm over the gate vectors (B, H, T, d), not a (Tq, Tk) tensor; its
+    dense form is the slow loop's bias."""
+    enc = _enc().to(F64)
+    x = torch.randn(2, 7, C, dtype=F64)
+    q = torch.zeros(2, H, 7, D, dtype=F64)
+    (term,) = enc.terms(q, q, None, _handle(x))
+    assert isinstance(term, StickTerm) and term.normalized
+    assert [tuple(t.shape) for t in term.tensors()] == [(2, H, 7, d), (2, H, 7, d)]
+    torch.testing.assert_close(term.dense(None, None), _slow_bias(x, enc.gate.weight.detach()), atol=1e-12, rtol=1e-12)
+
+
+def test_training_keeps_no_tensor_of_size_tq_tk():
+    """Autograd's saved tensors through the fused leaf (sdpa): the inputs, the output and the
+    (B, H, T, d) gate vectors, nothing of T·T; the eager reference keeps (1, H, T, T) tensors."""
+    T = 96
+    enc = _enc()
+    x = torch.randn(1, T, C, requires_grad=True)
+
+    def largest_saved(impl: str) -> int:
+        attn = Attention(C, H, pe=enc, causal=True, impl=impl)
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            attn(x, SequenceInfo.from_offset(1, T)).sum().backward()
+        assert sizes
+        return max(sizes)
+
+    assert largest_saved("sdpa") < T * T  # (1, T, 16), (1, 2, T, 8)
+    assert largest_saved("eager") >= H * T * T
+
+
+def test_fused_attention_refuses_gates_of_another_shape():
+    q = torch.randn(1, H, 4, D)
+    gk = torch.randn(1, H, 4, d)
+    with pytest.raises(ValueError, match=r"a stick term's gates must be float \(B=1, H=2, Tq=4, d\)"):
+        fused_attention(q, q, q, scale=1.0, sticks=[per_row_term(torch.randn(1, H, 3, d), gk)])
+    with pytest.raises(ValueError, match=r"a stick term's gates must be float"):
+        fused_attention(q, q, q, scale=1.0, sticks=[per_row_term(torch.randn(1, H, 4, d), torch.randn(1, H, 4, d + 1))])

@@ -1,4 +1,5 @@
-"""sandwich and per_row_alibi: config values refused by name, and inputs per_row_alibi refuses."""
+"""sandwich and per_row_alibi: config values refused by name, and inputs per_row_alibi (and the
+fused function, for its stick term) refuses."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ def _per_row_keys_without_their_gate_keys() -> None:
     enc.terms(q, k, None, QKProjection.of(Attention(8, 2), torch.zeros(1, 1, 8)))
 
 
+def _fused_gates_of_another_width() -> None:
+    from posenc.backends.fused import fused_attention
+    from posenc.relative.per_row_alibi import per_row_term
+
+    q = torch.zeros(1, 2, 4, 4)
+    fused_attention(q, q, q, scale=1.0, sticks=[per_row_term(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 6))])
+
+
 A = "sandwich, per_row_alibi"
 CASES = [
     Case(A, "sandwich dim=3 (sinusoids come in pairs)", r"^dim must be even \(d'/2 sinusoid pairs\), got 3$",
@@ -43,4 +52,7 @@ CASES = [
     Case(A, "per_row_alibi keys before the call's tokens without a KV cache's gate keys",
          r"per_row_alibi needs the gate keys of all 5 keys",
          run=_per_row_keys_without_their_gate_keys),
+    Case(A, "fused_attention with per_row_alibi's stick term, gate keys narrower than its gate queries",
+         r"^a stick term's gates must be float \(B=1, H=2, Tq=4, d\) and \(B=1, H=2, Tk=4, d\)",
+         run=_fused_gates_of_another_width),
 ]

@@ -21,8 +21,8 @@ to the token before the query:
 How it differs from FoX (b_ij = sum_{l=j+1}^{i} log f_l, f_l = sigmoid(w·x_l + b)):
 
 * the gate of token l depends on the query too (u_i · v_l), so the bias is no longer c_i - c_j
-  of one prefix sum per head: each query row has its own cumulative sum over the keys, and the
-  term is a dense (B, H, Tq, Tk) tensor (O(Tq·Tk·d) to build), not FoX's O(T) sums;
+  of one prefix sum per head: each query row has its own cumulative sum over the keys, O(Tq·Tk·d)
+  work, not FoX's O(T) sums (the fused path computes it block by block, below);
 * the summed tokens are shifted by one: from the key itself up to the token before the query
   (x-transformers masks the diagonal and sums in reverse), where FoX sums from the token after
   the key up to the query itself;
@@ -45,6 +45,16 @@ key it sees is in the query's document, as in FoX. The KV cache keeps each layer
 v_l of its cached tokens (``QKProjection.memory``), so a decoding step sums over them; a
 sliding cache keeps those of the keys it keeps, all a query needs (its sums stop at its keys).
 
+The term: a :class:`~posenc.terms.StickTerm`, the log of what is left of a stick once the
+tokens between key and query have each kept sigmoid(u_i·v_l/√d) of it, raised to the power s:
+stick-breaking's sums (:mod:`posenc.relative.stick_breaking`, keep 1 - sigmoid of the
+attention's own logits) with gates of their own, keep sigmoid(+y), and the query's own key
+attended with the whole stick (b_ii = 0) instead of hidden (:func:`per_row_term`). The eager,
+flex and decoding paths build its dense (B, H, Tq, Tk) form; the fused path
+(:mod:`posenc.backends.stick_breaking`) sums it per block of query rows from the gate vectors,
+forward and backward, and keeps no (Tq, Tk) tensor: its backward sends the gradient into the
+(B, H, T, d) gate vectors.
+
 Precision: gates and sums in float32 (float64 in a float64 model), as the module's output.
 
 Shapes: x (B, t, C); gate queries and keys (B, H, t, d); bias (B, H, Tq, Tk).
@@ -63,9 +73,9 @@ from torch import Tensor, nn
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding, QKProjection
 from ..registry import register
-from ..terms import DenseTerm
+from ..terms import StickRule, StickTerm
 
-__all__ = ["PerRowAlibiConfig", "PerRowDataDependentAlibi", "per_row_bias"]
+__all__ = ["PerRowAlibiConfig", "PerRowDataDependentAlibi", "per_row_bias", "per_row_term"]
 
 #: The key of a layer's KV-cache dict holding the gate keys of its cached tokens, (B, H, T, d).
 MEMORY_KEY = "per_row_alibi_gate_keys"
@@ -74,19 +84,19 @@ MAX_POST_LOG_SCALE = 100.0
 _XT = "x-transformers' PerRowDataDependentAlibi (lucidrains)"
 
 
+def per_row_term(gate_q: Tensor, gate_k: Tensor, post_log_scale: float = 1.0) -> StickTerm:
+    """The term of gate queries (B, H, Tq, d) against gate keys (B, H, Tk, d), the queries being
+    the last Tq of the keys: sum_{l=j}^{i-1} g_il at or before the query, the mirror
+    sum_{l=i+1}^{j} g_il after it, g = s·log sigmoid(u·v / sqrt(d)): log sigmoid(+y) (not
+    stick-breaking's 1 - sigmoid), the query's own token breaking nothing and its own key
+    attended (0 on the diagonal)."""
+    rule = StickRule(negate=False, power=float(post_log_scale), attend_current=False, hide_current=False)
+    return StickTerm(gate_q, gate_k, 1.0 / math.sqrt(gate_q.shape[-1]), rule)
+
+
 def per_row_bias(gate_q: Tensor, gate_k: Tensor, post_log_scale: float = 1.0) -> Tensor:
-    """The bias (B, H, Tq, Tk) from gate queries (B, H, Tq, d) and gate keys (B, H, Tk, d), the
-    queries being the last Tq of the keys: sum_{l=j}^{i-1} g_il at or before the query, the
-    mirror sum_{l=i+1}^{j} g_il after it, g = s·log sigmoid(u·v / sqrt(d)). In their dtype."""
-    Tq, Tk, d = gate_q.shape[-2], gate_k.shape[-2], gate_q.shape[-1]
-    g = F.logsigmoid(gate_q @ gate_k.transpose(-2, -1) / math.sqrt(d)) * post_log_scale  # (B, H, Tq, Tk): g_il
-    stream = torch.arange(Tk, device=g.device)  # l
-    query = torch.arange(Tk - Tq, Tk, device=g.device)[:, None]  # (Tq, 1): the queries' stream indices
-    before = g.masked_fill(stream >= query, 0.0)  # l < i
-    after = g.masked_fill(stream <= query, 0.0)  # l > i
-    # key j <= i: sum over l in [j, i) is the reverse cumulative sum of `before` (0 past i);
-    # key j > i: sum over l in (i, j] is the cumulative sum of `after` (0 up to i).
-    return before.flip(-1).cumsum(-1).flip(-1) + after.cumsum(-1)
+    """The dense bias (B, H, Tq, Tk) of :func:`per_row_term`, float32 or wider."""
+    return per_row_term(gate_q, gate_k, post_log_scale).dense(None, None)
 
 
 @dataclass
@@ -122,7 +132,7 @@ class PerRowAlibiConfig(EncodingConfig):
     },
 )
 class PerRowDataDependentAlibi(PositionalEncoding):
-    """Per-row data-dependent ALiBi as a ``terms`` hook returning one :class:`~posenc.terms.DenseTerm`.
+    """Per-row data-dependent ALiBi as a ``terms`` hook returning one :class:`~posenc.terms.StickTerm`.
 
     ``gate``: ``nn.Linear(C, 2·H·d, bias=False)``, output features laid out as x-transformers'
     ``(qk h d)`` (gate queries first, then gate keys, heads major), so its weight loads as is.
@@ -146,7 +156,7 @@ class PerRowDataDependentAlibi(PositionalEncoding):
     def reads_layer_input(self) -> bool:
         return True
 
-    def terms(self, q: Tensor, k: Tensor, state: Any, proj: QKProjection | None = None) -> list[DenseTerm]:
+    def terms(self, q: Tensor, k: Tensor, state: Any, proj: QKProjection | None = None) -> list[StickTerm]:
         """The bias of the Tq queries against the Tk keys: the new tokens' gate vectors from
         ``proj.x``, the cached keys' gate keys from ``proj.memory`` (which receives those of all
         Tk keys). The queries are the last Tq of the keys."""
@@ -176,4 +186,4 @@ class PerRowDataDependentAlibi(PositionalEncoding):
             gate_k = torch.cat([past[..., held - cached:, :], gate_k], dim=-2)  # (B, H, Tk, d)
         if memory is not None:
             memory[MEMORY_KEY] = gate_k
-        return [DenseTerm(per_row_bias(gate_q[..., -Tq:, :], gate_k, self.config.post_log_scale))]
+        return [per_row_term(gate_q[..., -Tq:, :], gate_k, self.config.post_log_scale)]
