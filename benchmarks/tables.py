@@ -65,7 +65,7 @@ def load(name: str) -> dict:
     path = RESULTS_DIR / res.file
     if not path.is_file():
         raise FileNotFoundError(f"no results file {res.file}; python benchmarks/tables.py --rerun {name} writes it")
-    if res.argv[0] == "bench":
+    if res.bench:
         from posenc.results import read_results
 
         return read_results(path)

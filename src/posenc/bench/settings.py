@@ -201,9 +201,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         synthetic_length=6, eval_examples=64, passkey_length=16, passkey_examples=32,
         lm_length=64, lm_batch_size=16, lm_eval_tokens=16_384,
     ),
-    # every encoding x every task x 3 seeds = 456 runs, sized for about an hour on a quiet 2-core
-    # CPU (--threads 1): one seed of copy over the 19 encodings took 563 s under a load average
-    # of 7 (floater 88 s, deberta 7 s), ~3.5x slower than quiet (docs/bench.md "Presets")
+    # every 1-D encoding and RoPE variant x every task x 3 seeds: 32 x 10 x 3 = 960 runs, sized for
+    # two 1-thread processes on a 2-core CPU (benchmarks/bench_split.py): one seed of copy over the
+    # 32 entries took 130 s in one process under a load average of 3 (path 9 s, none 2.3 s), about
+    # an hour of one core for the whole preset (docs/bench.md "The rerun of issue 30")
     "standard": dict(
         encodings=(ALL, *ROPE_VARIANTS.values()),
         tasks=ALL,
