@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .backends import IMPLS, Impl, run
 from .config import check_int
-from .context import AttentionContext, EncodingState
+from .context import AttentionContext, EncodingState, layer_context
 from .encoding import PositionalEncoding, QKProjection
 from .kv_cache import KVCache
 from .positions import SequenceInfo
@@ -101,16 +101,8 @@ class Attention(nn.Module):
         for name, t in (("x", x), ("context", context)):
             if t is not None and (t.dim() != 3 or t.shape[-1] != self.d_model):
                 raise ValueError(f"{name} must have shape (B, T, {self.d_model}), got {tuple(t.shape)}")
-        if isinstance(ctx, SequenceInfo):
-            ctx = AttentionContext.build(ctx, causal=self.causal, cache=cache)
-        elif not isinstance(ctx, AttentionContext):
-            raise TypeError(f"ctx must be an AttentionContext or a SequenceInfo, got {type(ctx).__name__}")
-        if encoding is None:
-            encoding = ctx.prepare(self.pe)
-        elif not isinstance(encoding, EncodingState):
-            raise TypeError(f"encoding must be an EncodingState (ctx.prepare(pe)) or None, got {type(encoding).__name__}")
-        elif self.pe is not None and encoding.pe is not self.pe:
-            raise ValueError("this Attention owns an encoding (pe=...); pass encoding=None or ctx.prepare(attn.pe)")
+        ctx, encoding = layer_context(ctx, encoding, self.pe, causal=self.causal, cache=cache, owner="Attention",
+                                      handle="attn")
         B, Tq, _ = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         if ctx.q_seq.positions.shape[1] != Tq:

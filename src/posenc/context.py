@@ -23,7 +23,7 @@ from .kv_cache import KVCache
 from .masks import AttentionMask
 from .positions import SequenceInfo
 
-__all__ = ["AttentionContext", "EncodingState"]
+__all__ = ["AttentionContext", "EncodingState", "layer_context"]
 
 
 @dataclass(eq=False)
@@ -144,3 +144,26 @@ class AttentionContext:
             bias = SharedBias(pe.logit_bias_cached(q_pos, k_pos, memo), self.mask) if pe.has_bias else None
             state = pe.prepare_cached(q_pos, k_pos, memo)
         return EncodingState(pe, q_pos, k_pos, state, bias)
+
+
+def layer_context(
+    ctx: AttentionContext | SequenceInfo, encoding: EncodingState | None, pe: PositionalEncoding | None, *,
+    causal: bool, cache: KVCache | None, owner: str, handle: str,
+) -> tuple[AttentionContext, EncodingState]:
+    """The context and encoding state an attention layer's forward runs with, from what it was
+    given: ``ctx`` an :class:`AttentionContext` (as the model passes) or the queries'
+    :class:`SequenceInfo` (standalone: a context built here, ``causal``, with ``cache``);
+    ``encoding`` the layer's :class:`EncodingState` (``ctx.prepare(pe)``), or None to prepare
+    the layer's own ``pe``. ``owner`` and ``handle`` name the layer in the error for a state
+    of another encoding than the one it owns (``ctx.prepare(<handle>.pe)``)."""
+    if isinstance(ctx, SequenceInfo):
+        ctx = AttentionContext.build(ctx, causal=causal, cache=cache)
+    elif not isinstance(ctx, AttentionContext):
+        raise TypeError(f"ctx must be an AttentionContext or a SequenceInfo, got {type(ctx).__name__}")
+    if encoding is None:
+        return ctx, ctx.prepare(pe)
+    if not isinstance(encoding, EncodingState):
+        raise TypeError(f"encoding must be an EncodingState (ctx.prepare(pe)) or None, got {type(encoding).__name__}")
+    if pe is not None and encoding.pe is not pe:
+        raise ValueError(f"this {owner} owns an encoding (pe=...); pass encoding=None or ctx.prepare({handle}.pe)")
+    return ctx, encoding

@@ -53,7 +53,7 @@ from torch import Tensor, nn
 
 from .backends import IMPLS, Impl, LayerTerms, run
 from .config import check_choice, check_even, check_fields, check_int, check_positive
-from .context import AttentionContext, EncodingState
+from .context import AttentionContext, EncodingState, layer_context
 from .encoding import PositionalEncoding
 from .kv_cache import KVCache, LatentCache
 from .positions import SequenceInfo
@@ -306,16 +306,8 @@ class MultiHeadLatentAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != c.d_model:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (B, T, {c.d_model}), got {got}")
-        if isinstance(ctx, SequenceInfo):
-            ctx = AttentionContext.build(ctx, causal=self.causal, cache=cache)
-        elif not isinstance(ctx, AttentionContext):
-            raise TypeError(f"ctx must be an AttentionContext or a SequenceInfo, got {type(ctx).__name__}")
-        if encoding is None:
-            encoding = ctx.prepare(self.pe)
-        elif not isinstance(encoding, EncodingState):
-            raise TypeError(f"encoding must be an EncodingState (ctx.prepare(pe)) or None, got {type(encoding).__name__}")
-        elif self.pe is not None and encoding.pe is not self.pe:
-            raise ValueError("this attention owns an encoding (pe=...); pass encoding=None or ctx.prepare(mla.pe)")
+        ctx, encoding = layer_context(ctx, encoding, self.pe, causal=self.causal, cache=cache,
+                                      owner="MultiHeadLatentAttention", handle="mla")
         if encoding.pe is not None and encoding.pe is not self.pe:
             self.check_encoding(encoding.pe, c)
         if cache is not None and not isinstance(cache.layers[layer] if 0 <= layer < len(cache.layers) else None, LatentCache):
