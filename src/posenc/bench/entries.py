@@ -135,8 +135,9 @@ def parse_entry(spec: str) -> BenchEntry:
     info = get_info(name)  # an unknown name lists the registered encodings
     for key in at_length:  # an L value is a length: the key must take an int
         if key in info.config_keys and not _takes_int(_key_type(info, key)):
+            tp = _key_type(info, key)
             raise ValueError(f"encoding spec {spec!r}: {key}={TRAIN_LENGTH} needs an int config key (L is the "
-                             f"training length in tokens); {key} takes {_key_type(info, key)}")
+                             f"training length in tokens); {key} takes {getattr(tp, '__name__', tp)}")
     probe = rest + [f"{k}={_L_PROBE}" for k in at_length]
     probe_spec = f"{name}:{','.join(probe)}" if probe else name
     try:
