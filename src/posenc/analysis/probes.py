@@ -35,7 +35,7 @@ from ..backends import LayerTerms
 from ..config import check_int
 from ..encoding import Dims, PositionalEncoding, QKProjection
 from ..positions import SequenceInfo
-from ..scan_terms import EXCLUDED, CountTerm, StickBreakingTerm
+from ..scan_terms import EXCLUDED, CountTerm, StickSums
 
 __all__ = [
     "Probe",
@@ -218,8 +218,9 @@ def _logits_and_terms(
     return logits, terms
 
 
-#: Term kinds whose value at a pair is a scan over the keys between the key and its query.
-SCAN_TERMS = (CountTerm, StickBreakingTerm)
+#: Term kinds whose value at a pair is a scan over the keys between the key and its query
+#: (CoPE's counts; the stick terms: stick-breaking's and per_row_alibi's).
+SCAN_TERMS = (CountTerm, StickSums)
 
 
 def reads_the_stream(enc: PositionalEncoding, probe: Probe) -> bool:
