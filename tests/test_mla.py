@@ -397,16 +397,24 @@ def mla_model(**kw) -> posenc.Transformer:
     return posenc.Transformer(cfg).double().eval()
 
 
+def full_and_decoded(model: posenc.Transformer, ids: torch.Tensor, prompt: int):
+    """The model's logits for ``ids`` in one forward, and through its cache (the first ``prompt``
+    tokens, then one token a step), and the cache."""
+    with torch.no_grad():
+        want = model(ids)
+        cache = model.new_cache()
+        got = [model(ids[:, :prompt], cache=cache)]
+        got += [model(ids[:, t:t + 1], cache=cache) for t in range(prompt, ids.shape[1])]
+    return want, torch.cat(got, 1), cache
+
+
 def test_a_model_of_mla_layers_decodes_as_its_full_forward():
     model = mla_model(encoding={"name": "rope", "layout": "interleaved", "scaling": "yarn", "factor": 4.0,
                                 "original_max_position_embeddings": 8, "mscale": 1.0, "mscale_all_dim": 1.0})
     assert all(isinstance(b.attn, MultiHeadLatentAttention) for b in model.blocks)
     assert model.encodings[0].rotary_dim == 8 and softmax_mscale(model.encodings[0]) > 1
     ids = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        want = model(ids)
-        cache = model.new_cache()
-        got = torch.cat([model(ids[:, :9], cache=cache)] + [model(ids[:, t:t + 1], cache=cache) for t in range(9, 16)], 1)
+    want, got, cache = full_and_decoded(model, ids, 9)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     assert all(isinstance(s, LatentCache) and s.latent.shape == (2, 16, 16) and s.k_pe.shape == (2, 16, 8)
                for s in cache.layers)
@@ -429,10 +437,7 @@ def test_a_hybrid_of_mla_layers_decodes_as_its_full_forward():
 
     model = mla_model(layer_pattern=(LayerSpec("rope", "sliding", 4), LayerSpec(None)))
     ids = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        want = model(ids)
-        cache = model.new_cache()
-        got = torch.cat([model(ids[:, :5], cache=cache)] + [model(ids[:, t:t + 1], cache=cache) for t in range(5, 12)], 1)
+    want, got, _ = full_and_decoded(model, ids, 5)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
