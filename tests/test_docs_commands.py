@@ -157,7 +157,9 @@ RESULT_SMOKE: dict[str, Smoke] = {
                                expect=("{tmp}/r8192.json",)),
     "model_cpu": Smoke(set={**_TINY_MODEL, "--json": ["{tmp}/model.json"]}, expect=("{tmp}/model.json",)),
     "bench_quick": Smoke(set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
-    "bench_standard": Smoke(set={"--out": ["{tmp}/bench"]}, add=_TINY_BENCH, expect=("{tmp}/bench/results.json",)),
+    "bench_standard": Smoke(set={"--out": ["{tmp}/bench"]}, how="script", expect=("{tmp}/bench/results.json",),
+                            add=("--processes", "1", "--tasks", "copy", "--", "--steps", "2", "--encodings", "rope",
+                                 "--no-progress")),
     "check_cpu": Smoke(argv=("check", "rope", "--json")),
     "probe_tiny_llama": Smoke(
         argv=("benchmarks/train_tiny_hf.py", "--out", "{tmp}/tl", "--steps", "3", "--layers", "1", "--width", "32",
