@@ -294,3 +294,18 @@ def test_hybrid_layers(tmp_path):
     for p, f in zip(d["positions"].tolist(), d["factor"].tolist()):
         assert f == pytest.approx(1 + 0.1 * math.log1p((p + 1) // 8192), rel=1e-12)
     assert d["factor"][0] == 1.0 and d["factor"][-1] > 1.0
+
+
+def test_stick_breaking_weights(tmp_path):
+    """A_ij = sigmoid(z_j) prod over the nearer keys of (1 - sigmoid(z_t)) (Tan et al. 2024),
+    written as a loop from the query backwards; the leftover is 1 - the sum."""
+    d = draw("stick-breaking", tmp_path, n_keys=12, strong_at=4)
+    for name, z in d["logits"].items():
+        w, rest = d["weights"][name].tolist(), 1.0
+        for j in range(len(z) - 1, -1, -1):
+            b = 1 / (1 + math.exp(-float(z[j])))
+            assert w[j] == pytest.approx(b * rest, rel=1e-5, abs=1e-9), (name, j)
+            rest *= 1 - b
+        assert d["left"][name] == pytest.approx(rest, abs=1e-6)
+    uniform = d["weights"]["z = 0 everywhere (β = ½)"].tolist()
+    assert uniform[-1] == pytest.approx(0.5) and uniform[-2] == pytest.approx(0.25)

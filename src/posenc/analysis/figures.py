@@ -32,6 +32,7 @@ from .fig_relative import plot_alibi, plot_deberta_buckets, plot_t5_buckets
 from .fig_rope import plot_rope_bands, plot_rope_decay, plot_rope_scaling, plot_rope_score
 from .fig_rope_2d import plot_rope_2d
 from .fig_sinusoidal import plot_sinusoidal_base, plot_sinusoidal_dot, plot_sinusoidal_heatmap, plot_sinusoidal_waves
+from .fig_stick_breaking import plot_stick_breaking
 
 __all__ = ["ANY_ENCODING", "FIGURES", "Figure", "make_plot", "select_figures"]
 
@@ -85,6 +86,7 @@ FIGURES: dict[str, Figure] = {
     "mrope-axes": Figure(plot_mrope_axes, ("mrope",)),
     "rope-2d": Figure(plot_rope_2d, ("rope_axial", "rope_mixed")),
     "fox-forgetting": Figure(plot_fox_forgetting, ("fox",)),
+    "stick-breaking": Figure(plot_stick_breaking, ("stick_breaking",)),
 }
 
 
