@@ -45,7 +45,7 @@ from .config import EncodingConfig, check_int
 from .positions import SequenceInfo
 from .terms import BiasTerm, TableTerm, Term, ValueTerm, dense_logit_terms
 
-__all__ = ["Dims", "PositionalEncoding", "QKProjection", "layer_terms"]
+__all__ = ["Dims", "PositionalEncoding", "QKProjection", "layer_input", "layer_terms"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,24 @@ class QKProjection:
         """(N, C) -> (H, N, D) with the layer's key projection (kv heads repeated to H)."""
         k = self.k_proj(x).view(x.shape[0], self.num_kv_heads, self.head_dim).transpose(0, 1)  # (Hkv, N, D)
         return k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=0)  # (H, N, D)
+
+
+def layer_input(proj: "QKProjection | None", name: str, reads: str, q: Tensor, k: Tensor, d_model: int) -> Tensor:
+    """``proj.x``, the layer input (B, t, C) of a call's t new keys, for an encoding whose terms
+    read it (``name`` computes its ``reads`` from it: FoX's forget gates, PaTH's Householders);
+    a ValueError naming ``name`` when it is missing or its shape does not fit q (B, H, Tq, D)
+    and k (B, H, Tk, D): Tq <= t <= Tk, the queries being the last of the keys."""
+    x = None if proj is None else proj.x
+    B, Tq, Tk = q.shape[0], q.shape[2], k.shape[2]
+    if x is None:
+        raise ValueError(
+            f"{name} computes its {reads} from the attention layer's input: call it through "
+            "posenc.Attention, or pass proj=QKProjection.of(layer, x)"
+        )
+    if x.dim() != 3 or x.shape[0] != B or not Tq <= x.shape[1] <= Tk or x.shape[2] != d_model:
+        raise ValueError(f"{name}'s layer input must have shape ({B}, t, {d_model}) for the call's t new keys, "
+                         f"{Tq} <= t <= {Tk} (the queries are the last of the keys), got {tuple(x.shape)}")
+    return x
 
 
 class PositionalEncoding(nn.Module):

@@ -50,7 +50,7 @@ from typing import Any, Literal, Union
 from .config import check_value, field_types
 from .registry import get_info
 
-__all__ = ["EncodingVariant", "parse_variant", "parse_typed", "format_value", "SPEC_HELP"]
+__all__ = ["EncodingVariant", "parse_variant", "parse_typed", "format_value", "dirname_for", "SPEC_HELP"]
 
 SPEC_HELP = "NAME or NAME:KEY=VALUE,KEY=VALUE (e.g. rope:base=500000); see `posenc list`"
 
@@ -94,10 +94,15 @@ class EncodingVariant:
     @property
     def dirname(self) -> str:
         """A folder name for this variant: the label, or ``NAME@<hash>`` when it is too long."""
-        label = self.label
-        if len(label) <= _MAX_DIRNAME:
-            return label
-        return f"{self.name}@{hashlib.sha256(label.encode()).hexdigest()[:16]}"
+        return dirname_for(self.name, self.label)
+
+
+def dirname_for(name: str, label: str) -> str:
+    """A folder name for an entry labelled ``label``: the label, or ``NAME@<hash>`` (the first
+    16 hex digits of its sha256) when it is longer than a folder name should be."""
+    if len(label) <= _MAX_DIRNAME:
+        return label
+    return f"{name}@{hashlib.sha256(label.encode()).hexdigest()[:16]}"
 
 
 def format_value(value: Any) -> str:

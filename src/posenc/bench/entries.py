@@ -29,7 +29,6 @@ the order of :data:`TRAINING_OPTIONS`; ``:`` is written ``@``: ``rope@randomized
 
 from __future__ import annotations
 
-import hashlib
 import types
 import typing
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from typing import Any
 
 from ..config import check_int, field_types
 from ..registry import get_info
-from ..variants import EncodingVariant, format_value, parse_typed, parse_variant
+from ..variants import EncodingVariant, dirname_for, format_value, parse_typed, parse_variant
 
 __all__ = ["BenchEntry", "TRAINING_OPTIONS", "parse_entry"]
 
@@ -47,7 +46,6 @@ TRAIN_LENGTH = "L"  # a config value that stands for the run's training length i
 # What an L-valued key is checked with when the spec is read (the real value is checked when the
 # bench builds each task's model, before any training: posenc.bench.preflight)
 _L_PROBE = 1024
-_MAX_DIRNAME = 100  # as posenc.variants: well under every filesystem's name limit
 
 
 @dataclass(frozen=True)
@@ -92,10 +90,7 @@ class BenchEntry:
     @property
     def dirname(self) -> str:
         """A folder name: the label, or ``NAME@<hash>`` when it is too long."""
-        label = self.label
-        if len(label) <= _MAX_DIRNAME:
-            return label
-        return f"{self.name}@{hashlib.sha256(label.encode()).hexdigest()[:16]}"
+        return dirname_for(self.name, self.label)
 
     def position_range(self, max_positions: int) -> int | None:
         """The range ``K * M`` randomized positions are drawn from, for a task whose evaluation

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_range
-from ..encoding import Dims, PositionalEncoding, QKProjection
+from ..encoding import Dims, PositionalEncoding, QKProjection, layer_input
 from ..registry import register
 from ..terms import PrefixSumTerm
 
@@ -137,16 +137,8 @@ class ForgettingGate(PositionalEncoding):
         """c at the queries and the keys: the new keys' gates from ``proj.x``, the cached keys'
         sums from ``proj.memory`` (which receives the sums of all Tk keys). The queries are the
         last Tq of the keys (self-attention; cross-attention as decoding sees it)."""
-        x = None if proj is None else proj.x
-        B, Tq, Tk = q.shape[0], q.shape[2], k.shape[2]
-        if x is None:
-            raise ValueError(
-                "fox computes its forget gates from the attention layer's input: call it through "
-                "posenc.Attention, or pass proj=QKProjection.of(layer, x)"
-            )
-        if x.dim() != 3 or x.shape[0] != B or not Tq <= x.shape[1] <= Tk or x.shape[2] != self.dims.d_model:
-            raise ValueError(f"fox's layer input must have shape ({B}, t, {self.dims.d_model}) for the call's t new "
-                             f"keys, {Tq} <= t <= {Tk} (the queries are the last of the keys), got {tuple(x.shape)}")
+        Tq, Tk = q.shape[2], k.shape[2]
+        x = layer_input(proj, "fox", "forget gates", q, k, self.dims.d_model)
         memory = None if proj is None else proj.memory
         cached = Tk - x.shape[1]
         past = None if memory is None else memory.get(MEMORY_KEY)

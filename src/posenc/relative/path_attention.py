@@ -103,7 +103,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_int
-from ..encoding import Dims, PositionalEncoding, QKProjection
+from ..encoding import Dims, PositionalEncoding, QKProjection, layer_input
 from ..literature import LEARNED, UNTRAINED
 from ..registry import register
 from ..terms import DenseTerm
@@ -318,17 +318,9 @@ class PathAttention(PositionalEncoding):
         w and β from ``proj.x``, the cached keys carried through their products from
         ``proj.memory`` (which receives all Tk keys carried to the last). The queries are the
         last Tq of the keys."""
-        x = None if proj is None else proj.x
         B, H, Tq, D = q.shape
         Tk = k.shape[2]
-        if x is None:
-            raise ValueError(
-                "path computes its Householders from the attention layer's input: call it through "
-                "posenc.Attention, or pass proj=QKProjection.of(layer, x)"
-            )
-        if x.dim() != 3 or x.shape[0] != B or not Tq <= x.shape[1] <= Tk or x.shape[2] != self.dims.d_model:
-            raise ValueError(f"path's layer input must have shape ({B}, t, {self.dims.d_model}) for the call's t new "
-                             f"keys, {Tq} <= t <= {Tk} (the queries are the last of the keys), got {tuple(x.shape)}")
+        x = layer_input(proj, "path", "Householders", q, k, self.dims.d_model)
         if not isinstance(state, Tensor) or state.shape[-1] != Tk:
             raise ValueError(f"path's state must be the {Tk} keys' position ids (prepare(q_pos, k_pos)), got "
                              f"{tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__}")

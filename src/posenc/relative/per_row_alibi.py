@@ -71,7 +71,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_int, check_range
-from ..encoding import Dims, PositionalEncoding, QKProjection
+from ..encoding import Dims, PositionalEncoding, QKProjection, layer_input
 from ..registry import register
 from ..terms import StickRule, StickTerm
 
@@ -160,17 +160,8 @@ class PerRowDataDependentAlibi(PositionalEncoding):
         """The bias of the Tq queries against the Tk keys: the new tokens' gate vectors from
         ``proj.x``, the cached keys' gate keys from ``proj.memory`` (which receives those of all
         Tk keys). The queries are the last Tq of the keys."""
-        x = None if proj is None else proj.x
-        B, Tq, Tk = q.shape[0], q.shape[2], k.shape[2]
-        if x is None:
-            raise ValueError(
-                "per_row_alibi computes its forget gates from the attention layer's input: call it "
-                "through posenc.Attention, or pass proj=QKProjection.of(layer, x)"
-            )
-        if x.dim() != 3 or x.shape[0] != B or not Tq <= x.shape[1] <= Tk or x.shape[2] != self.dims.d_model:
-            raise ValueError(f"per_row_alibi's layer input must have shape ({B}, t, {self.dims.d_model}) for the "
-                             f"call's t new keys, {Tq} <= t <= {Tk} (the queries are the last of the keys), "
-                             f"got {tuple(x.shape)}")
+        Tq, Tk = q.shape[2], k.shape[2]
+        x = layer_input(proj, "per_row_alibi", "forget gates", q, k, self.dims.d_model)
         memory = None if proj is None else proj.memory
         cached = Tk - x.shape[1]
         past = None if memory is None else memory.get(MEMORY_KEY)
