@@ -309,3 +309,21 @@ def test_stick_breaking_weights(tmp_path):
         assert d["left"][name] == pytest.approx(rest, abs=1e-6)
     uniform = d["weights"]["z = 0 everywhere (β = ½)"].tolist()
     assert uniform[-1] == pytest.approx(0.5) and uniform[-2] == pytest.approx(0.25)
+
+
+def test_path_householder_products(tmp_path):
+    """logit_ij = s qᵀ H_i ⋯ H_{j+1} q with H_t = I - β_t w_t w_tᵀ (Yang et al. 2025), the
+    product written as a loop here; the norm |P_ijᵀ q| <= |q|, kept by reflections (β → 2)."""
+    d = draw("path-householder", tmp_path, T=12, head_dim=8)
+    w, beta, s = d["w"].double(), d["beta"].double(), d["scale"]
+    H, T, D = w.shape
+    q = torch.eye(D, dtype=torch.float64)[0]
+    for h in range(H):
+        P = torch.eye(D, dtype=torch.float64)
+        for j in range(T - 1, -1, -1):  # key j; P = H_{T-1} ⋯ H_{j+1}
+            if j < T - 1:
+                P = P @ (torch.eye(D, dtype=torch.float64) - beta[h, j + 1] * torch.outer(w[h, j + 1], w[h, j + 1]))
+            assert float(d["logit"][h, j]) == pytest.approx(s * float(q @ P @ q), abs=1e-9)
+            assert float(d["norm"][h, j]) == pytest.approx(float((P.T @ q).norm()), abs=1e-9)
+    assert (d["norm"] <= 1 + 1e-9).all() and (d["logit"].abs() <= s + 1e-9).all()
+    assert d["norm"][-1].min() > 0.95  # β = 1.999: nearly orthogonal

@@ -45,7 +45,7 @@ def stick_weights(z: torch.Tensor) -> torch.Tensor:
 
 
 def plot_stick_breaking(out_dir: Path, n_keys: int = 24, strong_at: int = 6) -> PlotResult:
-    """Stick-breaking attention (Tan et al. 2024): each key takes sigmoid(q·k) of the stick the
+    """One query's stick-breaking weights and the stick left over (Tan et al. 2024): each key takes sigmoid(q·k) of the stick the
     keys nearer the query left, so equal logits decay geometrically with distance, a strong key
     spends the stick and the keys behind it get little; the rest of the stick is dropped."""
     pats = logit_patterns(n_keys, strong_at)

@@ -26,6 +26,7 @@ from .fig_dynamic_bias import plot_dynamic_bias
 from .fig_fox import plot_fox_forgetting
 from .fig_hybrids import plot_hybrid_layers
 from .fig_mrope import plot_mrope_axes
+from .fig_path import plot_path_householder
 from .fig_pope import plot_pope_polar
 from .fig_randomized import plot_randomized_positions
 from .fig_relative import plot_alibi, plot_deberta_buckets, plot_t5_buckets
@@ -87,6 +88,7 @@ FIGURES: dict[str, Figure] = {
     "rope-2d": Figure(plot_rope_2d, ("rope_axial", "rope_mixed")),
     "fox-forgetting": Figure(plot_fox_forgetting, ("fox",)),
     "stick-breaking": Figure(plot_stick_breaking, ("stick_breaking",)),
+    "path-householder": Figure(plot_path_householder, ("path",)),
 }
 
 
