@@ -327,3 +327,29 @@ def test_path_householder_products(tmp_path):
             assert float(d["norm"][h, j]) == pytest.approx(float((P.T @ q).norm()), abs=1e-9)
     assert (d["norm"] <= 1 + 1e-9).all() and (d["logit"].abs() <= s + 1e-9).all()
     assert d["norm"][-1].min() > 0.95  # β = 1.999: nearly orthogonal
+
+
+def test_sandwich_heads(tmp_path):
+    """(sum_{i=1}^{d'/2} cos(r 10000^(-2i/d')) - d'/2) / (8h/H) (Chi et al. 2023; NeMo's i = 1..d'/2)."""
+    d = draw("sandwich", tmp_path, num_heads=4, head_dim=16, max_distance=5000)
+    dim, H = d["dim"], 4
+    for r_idx in (0, 1, 7, len(d["distance"]) - 1):
+        r = int(d["distance"][r_idx])
+        s = sum(math.cos(r * 10000 ** (-2 * i / dim)) for i in range(1, dim // 2 + 1)) - dim / 2
+        for h in range(H):
+            assert float(d["bias"][h, r_idx]) == pytest.approx(s / (8 * (h + 1) / H), abs=1e-9)
+
+
+def test_per_row_alibi_rows(tmp_path):
+    """b_ij = sum_{l=j}^{i-1} log sigmoid(u_i·v_l/√d) (x-transformers' PerRowDataDependentAlibi),
+    u and v from the gate map laid out (qk h d)."""
+    d = draw("per-row-alibi", tmp_path, T=10, num_heads=2)
+    x, W, bias = d["x"][0], d["gate"], d["bias"]
+    dh = W.shape[0] // 4
+    uv = (x @ W.T).view(10, 2, 2, dh)  # (t, qk, h, d)
+    for h in range(2):
+        for i in range(10):
+            for j in range(i + 1):
+                want = sum(math.log(1 / (1 + math.exp(-float(uv[i, 0, h] @ uv[l, 1, h]) / math.sqrt(dh))))
+                           for l in range(j, i))
+                assert float(bias[h, i, j]) == pytest.approx(want, abs=1e-9)

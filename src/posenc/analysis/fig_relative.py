@@ -1,15 +1,22 @@
-"""The relative biases' figures: T5's buckets, ALiBi's slopes, DeBERTa's log buckets."""
+"""The relative biases' figures: T5's buckets, ALiBi's slopes, DeBERTa's log buckets, Sandwich's
+heads and per-row data-dependent ALiBi's rows."""
 
 from __future__ import annotations
+
+import math
 
 from pathlib import Path
 
 import torch
 
+from ..attention import Attention
+from ..encoding import QKProjection
+from ..registry import build
 from ..relative import alibi_slopes, log_bucket_position, t5_relative_position_bucket
 from .canvas import PlotResult, figure, save
+from .probes import attention_logits
 
-__all__ = ["plot_alibi", "plot_deberta_buckets", "plot_t5_buckets"]
+__all__ = ["plot_alibi", "plot_deberta_buckets", "plot_per_row_alibi", "plot_sandwich", "plot_t5_buckets"]
 
 
 def plot_t5_buckets(out_dir: Path, max_distance: int = 256, num_buckets: int = 32, bucket_max_distance: int = 128) -> PlotResult:
@@ -67,3 +74,57 @@ def plot_deberta_buckets(out_dir: Path, max_distance: int = 1024, bucket_size: i
         plt, fig, out_dir, "deberta-buckets", f"DeBERTa log buckets: bucket_size {bucket_size}, max_position {max_position}",
         {"relative_position": rel, "buckets": buckets, "clamped": used},
     )
+
+
+def plot_sandwich(out_dir: Path, num_heads: int = 8, head_dim: int = 64, max_distance: int = 2**15) -> PlotResult:
+    """Sandwich's biases per head (Chi et al. 2023): the sinusoids' inner product at distance i - j,
+    shifted to 0 at 0 and compressed per head as ALiBi's slopes; no parameters, bounded, falling
+    about as log of the distance until the lowest frequencies turn."""
+    enc = build("sandwich", d_model=num_heads * head_dim, num_heads=num_heads).double()
+    dist = torch.unique(torch.logspace(0, math.log10(max_distance), 400).round().long())
+    dist = torch.cat([torch.zeros(1, dtype=torch.long), dist])
+    with torch.no_grad():
+        bias = enc.score_bias(torch.zeros(1, 1, dtype=torch.long), -dist[None])[0, :, 0].double()  # (H, K)
+    plt, fig, (a0, a1) = figure(2)
+    near = dist <= 64
+    for h in range(num_heads):
+        a0.plot(dist[near].numpy(), bias[h, near].numpy(), label=f"head {h + 1}: ÷ {8 * (h + 1) / num_heads:g}")
+        a1.plot(dist[1:].numpy(), bias[h, 1:].numpy(), color=f"C{h}")
+    a0.set_xlabel("distance |i - j|")
+    a0.set_ylabel("bias added to the logit")
+    a0.set_title("near the query", fontsize=10)
+    a0.legend(loc="lower left", fontsize=7)
+    a1.set_xscale("log")
+    a1.set_xlabel("distance |i - j| (log scale)")
+    a1.set_title(f"to {max_distance} (d' = {head_dim})", fontsize=10)
+    return save(plt, fig, out_dir, "sandwich", f"Sandwich biases, {num_heads} heads",
+                {"distance": dist, "bias": bias, "dim": head_dim})
+
+
+def plot_per_row_alibi(out_dir: Path, T: int = 64, num_heads: int = 2, seed: int = 0) -> PlotResult:
+    """Per-row data-dependent ALiBi (x-transformers): each query forgets the tokens between it and
+    the key with its own gates log sigmoid(u_i·v_l/√d), so every row of the bias is its own
+    decreasing curve (random layer input, gate map at a seeded random initialisation)."""
+    C = 16 * num_heads
+    gen = torch.Generator().manual_seed(seed)
+    enc = build("per_row_alibi", d_model=C, num_heads=num_heads).double()
+    with torch.no_grad():
+        enc.gate.weight.copy_(torch.randn(enc.gate.weight.shape, generator=gen, dtype=torch.float64) / math.sqrt(C))
+    x = torch.randn(1, T, C, generator=gen, dtype=torch.float64)
+    proj = QKProjection.of(Attention(C, num_heads).double(), x)
+    pos = torch.arange(T)[None]
+    zero = torch.zeros(1, num_heads, T, 16, dtype=torch.float64)
+    with torch.no_grad():
+        bias = attention_logits(enc, zero, zero, pos, pos, proj, terms_only=True)[0]  # (H, T, T)
+    rows = [T // 4, T // 2, 3 * T // 4, T - 1]
+    plt, fig, axes = figure(num_heads)
+    for h, ax in enumerate(axes):
+        for c, i in enumerate(rows):
+            d = torch.arange(i + 1)
+            ax.plot(d.numpy(), bias[h, i, i - d].numpy(), color=f"C{c}", label=f"query i = {i}")
+        ax.set_xlabel("distance i - j")
+        ax.set_title(f"head {h}", fontsize=10)
+        ax.legend(loc="lower left", fontsize=8)
+    axes[0].set_ylabel("bias b_ij = Σ_{l=j}^{i-1} log σ(u_i·v_l/√d)")
+    return save(plt, fig, out_dir, "per-row-alibi", "Per-row data-dependent ALiBi: each query row forgets with its own gates",
+                {"rows": rows, "bias": bias, "x": x, "gate": enc.gate.weight.detach().clone()})

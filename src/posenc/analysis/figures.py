@@ -29,7 +29,7 @@ from .fig_mrope import plot_mrope_axes
 from .fig_path import plot_path_householder
 from .fig_pope import plot_pope_polar
 from .fig_randomized import plot_randomized_positions
-from .fig_relative import plot_alibi, plot_deberta_buckets, plot_t5_buckets
+from .fig_relative import plot_alibi, plot_deberta_buckets, plot_per_row_alibi, plot_sandwich, plot_t5_buckets
 from .fig_rope import plot_rope_bands, plot_rope_decay, plot_rope_scaling, plot_rope_score
 from .fig_rope_2d import plot_rope_2d
 from .fig_sinusoidal import plot_sinusoidal_base, plot_sinusoidal_dot, plot_sinusoidal_heatmap, plot_sinusoidal_waves
@@ -89,6 +89,8 @@ FIGURES: dict[str, Figure] = {
     "fox-forgetting": Figure(plot_fox_forgetting, ("fox",)),
     "stick-breaking": Figure(plot_stick_breaking, ("stick_breaking",)),
     "path-householder": Figure(plot_path_householder, ("path",)),
+    "sandwich": Figure(plot_sandwich, ("sandwich",)),
+    "per-row-alibi": Figure(plot_per_row_alibi, ("per_row_alibi",)),
 }
 
 
