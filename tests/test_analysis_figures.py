@@ -353,3 +353,27 @@ def test_per_row_alibi_rows(tmp_path):
                 want = sum(math.log(1 / (1 + math.exp(-float(uv[i, 0, h] @ uv[l, 1, h]) / math.sqrt(dh))))
                            for l in range(j, i))
                 assert float(bias[h, i, j]) == pytest.approx(want, abs=1e-9)
+
+
+def test_multimodal_ids(tmp_path):
+    """VideoRoPE: frame f's patch (y, x) at time s + 2f, height time + y - 1, width time + x - 1
+    (Wei et al. 2025's centring, (h - 1) // 2 = 1, (w - 1) // 2 = 1); XD-RoPE: the grid tokens
+    take column, row and image 0, the rest the token index (HunYuan-VL)."""
+    d = draw("multimodal-ids", tmp_path)
+    v = d["video"]
+    assert v[:, :4].tolist() == [[0, 1, 2, 3]] * 3
+    for f in range(3):
+        for y in range(3):
+            for x in range(4):
+                n = 4 + f * 12 + y * 4 + x
+                t = 4 + 2 * f
+                assert v[:, n].tolist() == [t, t + y - 1, t + x - 1]
+    assert v[:, 40:].tolist() == [[9, 10, 11, 12]] * 3  # after the last frame's time 8
+    xd = d["xdrope"]
+    assert xd[0].tolist() == list(range(25))
+    for n in range(25):
+        g = n - 5  # grid tokens 5 .. 19: 3 rows of 4 patches + newline
+        if 0 <= g < 15:
+            assert xd[1:, n].tolist() == [g % 5, g // 5, 0]
+        else:
+            assert xd[1:, n].tolist() == [n, n, n]

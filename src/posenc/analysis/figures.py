@@ -26,6 +26,7 @@ from .fig_dynamic_bias import plot_dynamic_bias
 from .fig_fox import plot_fox_forgetting
 from .fig_hybrids import plot_hybrid_layers
 from .fig_mrope import plot_mrope_axes
+from .fig_multimodal_ids import plot_multimodal_ids
 from .fig_path import plot_path_householder
 from .fig_pope import plot_pope_polar
 from .fig_randomized import plot_randomized_positions
@@ -85,6 +86,7 @@ FIGURES: dict[str, Figure] = {
     "randomized-positions": Figure(plot_randomized_positions, (ANY_ENCODING,)),
     "hybrid-layers": Figure(plot_hybrid_layers, ("nope_temperature", "none")),
     "mrope-axes": Figure(plot_mrope_axes, ("mrope",)),
+    "multimodal-ids": Figure(plot_multimodal_ids, ("mrope", "xdrope")),
     "rope-2d": Figure(plot_rope_2d, ("rope_axial", "rope_mixed")),
     "fox-forgetting": Figure(plot_fox_forgetting, ("fox",)),
     "stick-breaking": Figure(plot_stick_breaking, ("stick_breaking",)),
