@@ -377,3 +377,14 @@ def test_multimodal_ids(tmp_path):
             assert xd[1:, n].tolist() == [g % 5, g // 5, 0]
         else:
             assert xd[1:, n].tolist() == [n, n, n]
+
+
+def test_rope_2d_draws_dinov3(tmp_path):
+    """DINOv3's panel is axial (a row profile plus a column profile about the centre), peaks at
+    the centre with all-ones q·k = d, and on a square grid is symmetric in rows and columns."""
+    d = draw("rope-2d", tmp_path, height=6, width=6, head_dim=16)
+    z = d["dinov3"]
+    c = 3
+    assert float(z[c, c]) == pytest.approx(16.0)
+    assert (z - z[:, c : c + 1] - z[c : c + 1, :] + z[c, c]).abs().max() < 1e-9
+    torch.testing.assert_close(z, z.T, atol=1e-9, rtol=0)

@@ -4,7 +4,9 @@ The logit of the grid's centre patch against every patch, for all-ones q and k, 
 registered encodings' own ``rotate`` hooks at the grid's (row, column) axes. Axial frequencies
 run along rows and columns only, so the pattern is a sum of a row profile and a column
 profile; RoPE-Mixed's per-head frequencies (at their random initial directions) turn along
-oblique directions, a different one per head.
+oblique directions, a different one per head. DINOv3's axial RoPE turns by the patch centres
+normalised to [-1, 1] over the grid (base 100), so its pattern is axial too but spans the same
+fraction of any grid: the figure's grid is its ``grid_height`` x ``grid_width``.
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ def centre_logits_2d(name: str, height: int, width: int, head_dim: int = 64, num
 
 
 def plot_rope_2d(out_dir: Path, height: int = 16, width: int = 16, head_dim: int = 64) -> PlotResult:
-    """RoPE-Axial and two heads of RoPE-Mixed (at initialisation): the centre patch's logit
-    over a patch grid (Heo et al. 2024)."""
+    """RoPE-Axial, two heads of RoPE-Mixed (at initialisation) and DINOv3's normalised axial
+    RoPE: the centre patch's logit over a patch grid (Heo et al. 2024; Siméoni et al. 2025)."""
     axial = centre_logits_2d("rope_axial", height, width, head_dim)[0]
     mixed = centre_logits_2d("rope_mixed", height, width, head_dim)
-    plt, fig, axes = figure(3)
-    panels = ((axial, "rope_axial (base 100)"), (mixed[0], "rope_mixed, head 0"), (mixed[1], "rope_mixed, head 1"))
+    dinov3 = centre_logits_2d("rope_dinov3", height, width, head_dim, grid_height=height, grid_width=width)[0]
+    plt, fig, axes = figure(4)
+    panels = ((axial, "rope_axial (base 100)"), (mixed[0], "rope_mixed, head 0"), (mixed[1], "rope_mixed, head 1"),
+              (dinov3, "rope_dinov3 (in [-1, 1])"))
     for ax, (z, name) in zip(axes, panels):
         im = ax.imshow(z.numpy(), cmap="viridis", origin="upper")
         ax.plot([width // 2], [height // 2], "r+", ms=10)
@@ -50,5 +54,5 @@ def plot_rope_2d(out_dir: Path, height: int = 16, width: int = 16, head_dim: int
         ax.set_ylabel("patch row y")
         ax.set_title(name, fontsize=10)
         fig.colorbar(im, ax=ax, fraction=0.046).set_label("logit of the centre patch (+)", fontsize=8)
-    return save(plt, fig, out_dir, "rope-2d", f"2-D RoPE on a {height} x {width} patch grid: axial against mixed "
-                f"frequencies (d = {head_dim}, all-ones q, k)", {"axial": axial, "mixed": mixed})
+    return save(plt, fig, out_dir, "rope-2d", f"2-D RoPE on a {height} x {width} patch grid: axial, mixed "
+                f"and DINOv3 frequencies (d = {head_dim}, all-ones q, k)", {"axial": axial, "mixed": mixed, "dinov3": dinov3})

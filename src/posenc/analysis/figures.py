@@ -87,7 +87,7 @@ FIGURES: dict[str, Figure] = {
     "hybrid-layers": Figure(plot_hybrid_layers, ("nope_temperature", "none")),
     "mrope-axes": Figure(plot_mrope_axes, ("mrope",)),
     "multimodal-ids": Figure(plot_multimodal_ids, ("mrope", "xdrope")),
-    "rope-2d": Figure(plot_rope_2d, ("rope_axial", "rope_mixed")),
+    "rope-2d": Figure(plot_rope_2d, ("rope_axial", "rope_mixed", "rope_dinov3")),
     "fox-forgetting": Figure(plot_fox_forgetting, ("fox",)),
     "stick-breaking": Figure(plot_stick_breaking, ("stick_breaking",)),
     "path-householder": Figure(plot_path_householder, ("path",)),
