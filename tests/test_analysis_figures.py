@@ -388,3 +388,27 @@ def test_rope_2d_draws_dinov3(tmp_path):
     assert float(z[c, c]) == pytest.approx(16.0)
     assert (z - z[:, c : c + 1] - z[c : c + 1, :] + z[c, c]).abs().max() < 1e-9
     torch.testing.assert_close(z, z.T, atol=1e-9, rtol=0)
+
+
+def test_fope_frequencies_against_the_formula(tmp_path):
+    """FoPE with its coefficients at the identity (Hua et al. 2025, as vLLM): RoPE on the kept
+    pairs (theta_i > 2 pi / L) plus, for each dropped pair, twice its q·k at every position (its
+    C = S = 1 map); RoPE (half layout) on every pair; loops over pairs."""
+    D, L, base = 8, 16, 100.0
+    d = draw("fope-frequencies", tmp_path, head_dim=D, trained_length=L, factor=3, base=base)
+    q, k = d["q"][0], d["k"][0]
+    h = D // 2
+    theta = [base ** (-2 * i / D) for i in range(h)]
+    kept = [t > 2 * math.pi / L for t in theta]
+    assert kept[0] and not all(kept)  # the figure shows a cut
+    for m in range(3 * L + 1):
+        rope = fope = 0.0
+        for i in range(h):
+            a, b, c_, e = (float(x) for x in (q[i], q[i + h], k[i], k[i + h]))
+            rotated = (a * c_ + b * e) * math.cos(m * theta[i]) + (a * e - b * c_) * math.sin(m * theta[i])
+            rope += rotated
+            fope += rotated if kept[i] else 2 * (a * c_ + b * e)
+        assert float(d["rope"][m]) == pytest.approx(rope, rel=1e-6, abs=1e-9)
+        # FoPE sums its series in its coefficients' dtype, float32: a float32 rounding
+        assert float(d["fope_identity"][m]) == pytest.approx(fope, rel=1e-5, abs=1e-6)
+    assert not torch.allclose(d["fope"], d["fope_identity"])  # the initialised coefficients move it

@@ -28,6 +28,7 @@ from .fig_hybrids import plot_hybrid_layers
 from .fig_mrope import plot_mrope_axes
 from .fig_multimodal_ids import plot_multimodal_ids
 from .fig_path import plot_path_householder
+from .fig_fope import plot_fope_frequencies
 from .fig_pope import plot_pope_polar
 from .fig_randomized import plot_randomized_positions
 from .fig_relative import plot_alibi, plot_deberta_buckets, plot_per_row_alibi, plot_sandwich, plot_t5_buckets
@@ -81,6 +82,7 @@ FIGURES: dict[str, Figure] = {
     "deberta-buckets": Figure(plot_deberta_buckets, ("deberta",)),
     "rope-dropped-frequencies": Figure(plot_rope_dropped_frequencies, ("proportional", "hope")),
     "pope-polar": Figure(plot_pope_polar, ("pope",)),
+    "fope-frequencies": Figure(plot_fope_frequencies, ("fope",)),
     "cope-positions": Figure(plot_cope_positions, ("cope",)),
     "dynamic-bias": Figure(plot_dynamic_bias, ("dynamic_bias",)),
     "randomized-positions": Figure(plot_randomized_positions, (ANY_ENCODING,)),
