@@ -142,8 +142,12 @@ def test_shared_t5_bias_computed_once_per_forward(monkeypatch):
     terms, dense = [], []
     original = model.encodings[0].logit_bias
     monkeypatch.setattr(model.encodings[0], "logit_bias", lambda: terms.append(1) or original())
-    original_dense = BiasTerm.dense
+    # The bias is evaluated once per forward: densely, or (a learned Toeplitz bias on the CPU
+    # flash leaf under autograd) as its Tq + Tk - 1 distinct values.
+    original_dense, original_values = BiasTerm.dense, BiasTerm.toeplitz_values
     monkeypatch.setattr(BiasTerm, "dense", lambda self, q, k: dense.append(1) or original_dense(self, q, k))
+    monkeypatch.setattr(BiasTerm, "toeplitz_values",
+                        lambda self, q, k: dense.append(1) or original_values(self, q, k))
     model(torch.randint(0, 32, (2, 9)))
     assert (len(terms), len(dense)) == (1, 1)
     model(torch.randint(0, 32, (2, 9)))

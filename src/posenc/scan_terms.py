@@ -140,6 +140,8 @@ class StickRule:
     hide_current: bool = True
 
     def __post_init__(self) -> None:
+        if torch.compiler.is_compiling():  # checked in eager; dynamo cannot trace math.isfinite's bool
+            return
         for name in ("negate", "attend_current", "hide_current"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"StickRule.{name} must be a bool, got {getattr(self, name)!r}")
