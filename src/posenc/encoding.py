@@ -45,7 +45,7 @@ from .config import EncodingConfig, check_int
 from .positions import SequenceInfo
 from .terms import BiasTerm, TableTerm, Term, ValueTerm, dense_logit_terms
 
-__all__ = ["Dims", "PositionalEncoding", "QKProjection", "layer_input", "layer_terms"]
+__all__ = ["Dims", "PositionalEncoding", "QKProjection", "cached_entry", "layer_input", "layer_terms"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,27 @@ def layer_input(proj: "QKProjection | None", name: str, reads: str, q: Tensor, k
         raise ValueError(f"{name}'s layer input must have shape ({B}, t, {d_model}) for the call's t new keys, "
                          f"{Tq} <= t <= {Tk} (the queries are the last of the keys), got {tuple(x.shape)}")
     return x
+
+
+def cached_entry(proj: "QKProjection | None", key: str, t: int, tk: int, dim: int, name: str, needs: str,
+                 held_as: str) -> tuple[dict | None, Tensor | None, int, int]:
+    """(memory, past, cached, held) of an encoding whose terms keep per-key state in the KV
+    cache: ``memory`` the layer's dict (``proj.memory``, None without a cache), ``past`` its
+    ``key`` entry (None when empty), ``cached = tk - t`` the keys of this call not among its t
+    new ones, ``held`` how many keys ``past`` holds along ``dim``. A ValueError naming ``name``
+    when the call needs more cached keys than ``past`` holds (``needs``: what of every key it
+    needs; ``held_as``: what the cache holds of them)."""
+    memory = None if proj is None else proj.memory
+    past = None if memory is None else memory.get(key)
+    held = 0 if past is None else past.shape[dim]
+    cached = tk - t
+    if cached > held:
+        raise ValueError(
+            f"{name} needs the {needs} of all {tk} keys: this call has the layer input of {t} and {held} cached "
+            f"keys' {held_as}; keys beyond them come from a KVCache (decode through posenc.Attention or "
+            "Transformer with cache=...)"
+        )
+    return memory, past, cached, held
 
 
 class PositionalEncoding(nn.Module):

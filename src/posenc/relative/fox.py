@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_range
-from ..encoding import Dims, PositionalEncoding, QKProjection, layer_input
+from ..encoding import Dims, PositionalEncoding, QKProjection, cached_entry, layer_input
 from ..registry import register
 from ..terms import PrefixSumTerm
 
@@ -139,16 +139,7 @@ class ForgettingGate(PositionalEncoding):
         last Tq of the keys (self-attention; cross-attention as decoding sees it)."""
         Tq, Tk = q.shape[2], k.shape[2]
         x = layer_input(proj, "fox", "forget gates", q, k, self.dims.d_model)
-        memory = None if proj is None else proj.memory
-        cached = Tk - x.shape[1]
-        past = None if memory is None else memory.get(MEMORY_KEY)
-        held = 0 if past is None else past.shape[-1]
-        if cached > held:
-            raise ValueError(
-                f"fox needs the forget gates of all {Tk} keys: this call has the layer input of "
-                f"{x.shape[1]} and {held} cached keys' sums; keys beyond them come from a KVCache "
-                "(decode through posenc.Attention or Transformer with cache=...)"
-            )
+        memory, past, cached, held = cached_entry(proj, MEMORY_KEY, x.shape[1], Tk, -1, "fox", "forget gates", "sums")
         c = prefix_sums(self.log_gates(x), None if past is None else past[..., held - cached:])  # (B, G·H, Tk)
         if memory is not None:
             memory[MEMORY_KEY] = c

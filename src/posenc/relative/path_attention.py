@@ -103,7 +103,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_int
-from ..encoding import Dims, PositionalEncoding, QKProjection, layer_input
+from ..encoding import Dims, PositionalEncoding, QKProjection, cached_entry, layer_input
 from ..literature import LEARNED, UNTRAINED
 from ..registry import register
 from ..terms import DenseTerm
@@ -325,16 +325,7 @@ class PathAttention(PositionalEncoding):
             raise ValueError(f"path's state must be the {Tk} keys' position ids (prepare(q_pos, k_pos)), got "
                              f"{tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__}")
         t = x.shape[1]
-        cached = Tk - t
-        memory = None if proj is None else proj.memory
-        past = None if memory is None else memory.get(MEMORY_KEYS)
-        held = 0 if past is None else past.shape[-2]
-        if cached > held:
-            raise ValueError(
-                f"path needs the Householders of all {Tk} keys: this call has the layer input of {t} and "
-                f"{held} cached keys' products; keys beyond them come from a KVCache "
-                "(decode through posenc.Attention or Transformer with cache=...)"
-            )
+        memory, past, cached, held = cached_entry(proj, MEMORY_KEYS, t, Tk, -2, "path", "Householders", "products")
         conv_past = (memory[MEMORY_CONV], memory[MEMORY_CONV_POS]) if cached and MEMORY_CONV in memory else None
         with torch.autocast(q.device.type, enabled=False):
             w, beta, tail = self.householders(x, state[..., cached:], conv_past)

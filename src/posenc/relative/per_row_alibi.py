@@ -71,7 +71,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import EncodingConfig, check_int, check_range
-from ..encoding import Dims, PositionalEncoding, QKProjection, layer_input
+from ..encoding import Dims, PositionalEncoding, QKProjection, cached_entry, layer_input
 from ..registry import register
 from ..terms import StickRule, StickTerm
 
@@ -162,16 +162,8 @@ class PerRowDataDependentAlibi(PositionalEncoding):
         Tk keys). The queries are the last Tq of the keys."""
         Tq, Tk = q.shape[2], k.shape[2]
         x = layer_input(proj, "per_row_alibi", "forget gates", q, k, self.dims.d_model)
-        memory = None if proj is None else proj.memory
-        cached = Tk - x.shape[1]
-        past = None if memory is None else memory.get(MEMORY_KEY)
-        held = 0 if past is None else past.shape[-2]
-        if cached > held:
-            raise ValueError(
-                f"per_row_alibi needs the gate keys of all {Tk} keys: this call has the layer input of "
-                f"{x.shape[1]} and {held} cached keys' gate keys; keys beyond them come from a KVCache "
-                "(decode through posenc.Attention or Transformer with cache=...)"
-            )
+        memory, past, cached, held = cached_entry(proj, MEMORY_KEY, x.shape[1], Tk, -2, "per_row_alibi", "gate keys",
+                                                  "gate keys")
         gate_q, gate_k = self.gate_vectors(x)  # (B, H, t, d) each
         if cached:
             gate_k = torch.cat([past[..., held - cached:, :], gate_k], dim=-2)  # (B, H, Tk, d)
