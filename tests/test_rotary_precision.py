@@ -5,6 +5,7 @@ References are computed here with mpmath (50 digits) or float64 from the paper's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import mpmath
@@ -14,6 +15,7 @@ import torch
 import posenc
 from posenc.rotary import rope as rope_module
 from posenc.rotary import angles_cos_sin, base_inv_freq, xpos_scale
+from posenc.rotary.functional import rotate_qk
 
 mpmath.mp.dps = 50
 POSITIONS = [0, 1, 4097, 65535, 500_000, 1_000_003, (1 << 20) - 1, 1 << 20]
@@ -84,10 +86,10 @@ def test_table_grows_and_never_reads_past_its_end(monkeypatch):
     rope = posenc.build("rope", d_model=32, num_heads=2)
     c1, _ = rope.cos_sin(torch.tensor([[3, 100]]))
     (table,) = rope._cache.values()
-    assert table[0].shape[0] == 128  # next power of two above 100
+    assert table.positions == 128  # next power of two above 100
     c2, s2 = rope.cos_sin(torch.tensor([[3, 100, 5000]]))
     (table,) = rope._cache.values()
-    assert table[0].shape[0] == 8192
+    assert table.positions == 8192
     ref_c, ref_s = angles_cos_sin(torch.tensor([[3, 100, 5000]]), rope.inv_freq)
     assert torch.equal(c2, ref_c) and torch.equal(s2, ref_s)
     # past the table cap, angles are computed per token (no giant table, same values)
@@ -95,6 +97,27 @@ def test_table_grows_and_never_reads_past_its_end(monkeypatch):
     c3, s3 = rope.cos_sin(torch.tensor([[3, 100, 5000, 123456]]))
     ref_c, ref_s = angles_cos_sin(torch.tensor([[3, 100, 5000, 123456]]), rope.inv_freq)
     assert torch.equal(c3, ref_c) and torch.equal(s3, ref_s)
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos"])
+def test_rolled_rows_read_from_the_table_equal_the_rolled_rows_built_per_forward(name):
+    # A decoding step looks its rolled tables ([cos | cos], [-sin | sin]) up in the cached
+    # table instead of building them from its cos/sin rows: the same bits, batch rows too.
+    enc = posenc.build(name, d_model=64, num_heads=2)
+    pos = torch.tensor([[5, 700, 3], [9, 0, 1023]])
+    state = enc.prepare(pos, pos)
+    looked_up = state.tables.rolled(2, 2)
+    built = dataclasses.replace(state.tables, rolled_source=None, _rolled={}).rolled(2, 2)
+    assert state.tables.rolled_source is not None
+    for a, b in zip(looked_up, built, strict=True):
+        assert a.shape == b.shape and torch.equal(a, b)
+    # and the rotation through them equals the eager kernel's
+    q, k = torch.randn(2, 2, 3, 32), torch.randn(2, 2, 3, 32)
+    with torch.no_grad():
+        fast = enc.rotate(q, k, pos, pos, state=state)
+        slow = rotate_qk(q, k, state.tables, kernel="eager")
+    for a, b in zip(fast, slow, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
 def test_cache_is_keyed_on_scaling():

@@ -184,6 +184,39 @@ def test_small_step_rolled_form_is_the_eager_kernel_bit_for_bit(dtype, spy):
         assert way(partial, q, k, pos) is Rotation.EAGER and way(interleaved, q, k, pos) is Rotation.EAGER
 
 
+def test_the_way_kept_on_a_forwards_tables_follows_what_it_depends_on(spy):
+    """QKTables.way decides once per kind of call and keeps it: one forward's tables reused
+    under no_grad, then under autograd, then with other shapes take the way each call needs
+    (the kept ROLLED way would write nothing autograd can differentiate, or not fit), and a
+    call that does not fit is refused every time, not only the first."""
+    from posenc.rotary import functional
+    from posenc.rotary.functional import Rotation
+
+    H, D = 2, 16
+    rope = posenc.build("rope", d_model=H * D, num_heads=H)
+    pos = torch.tensor([[7, 8]])
+    state = rope.prepare(pos, pos)
+    q, k = torch.randn(1, H, 2, D), torch.randn(1, H, 2, D)
+    rolled = spy(functional, "rotate_half_rolled")
+    with torch.no_grad():
+        a = rope.rotate(q, k, pos, pos, state=state)
+        assert state.tables.way("auto", "half", q, k) is Rotation.ROLLED and rolled == [1]
+    qg = q.clone().requires_grad_()
+    b = rope.rotate(qg, k, pos, pos, state=state)  # the same tables, autograd recording
+    assert state.tables.way("auto", "half", qg, k) is Rotation.FUNCTIONAL and rolled == [1]
+    b[0].sum().backward()
+    assert qg.grad is not None
+    torch.testing.assert_close(b[0].detach(), a[0], atol=1e-6, rtol=0)  # other ops, one rounding apart
+    with torch.no_grad():
+        q64 = q.double()  # another dtype for q than k: not the rolled way's (one tensor for both)
+        assert state.tables.way("auto", "half", q64, k) is Rotation.EAGER
+        for _ in range(2):
+            with pytest.raises(ValueError, match="do not fit q"):
+                rope.rotate(torch.randn(1, H, 2, D - 2), k, pos, pos, state=state)
+        with pytest.raises(ValueError, match="kernel must be one of"):
+            state.tables.way("fast", "half", q, k)
+
+
 def test_a_prepared_state_rotates_keys_at_the_query_positions_only():
     """``state`` describes the keys of self-attention; keys of another length are refused with
     it, and without it a call at other key positions equals the per-position rotation."""

@@ -145,12 +145,44 @@ class QKTables:
     cos_k: Tensor
     sin_k: Tensor
     keys_at_queries: bool = False
+    #: Makes the rolled pairs (cos2, sin2) of q, then of k unless ``keys_at_queries``, each
+    #: (B|1, 1, T, r), when a table holds them already (:class:`~posenc.rotary.rope.TableRows`);
+    #: None builds them from the cos/sin above.
+    rolled_source: Callable[[], tuple[Tensor, ...]] | None = field(default=None, repr=False)
     _rolled: dict = field(default_factory=dict, repr=False)
+    _ways: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def shared(cls, cos: Tensor, sin: Tensor) -> "QKTables":
-        """The tables of keys at the query positions."""
-        return cls(cos, sin, cos, sin, keys_at_queries=True)
+    def shared(cls, cos: Tensor, sin: Tensor, rolled: Callable[[], tuple[Tensor, ...]] | None = None) -> "QKTables":
+        """The tables of keys at the query positions (``rolled``: see ``rolled_source``)."""
+        return cls(cos, sin, cos, sin, keys_at_queries=True, rolled_source=rolled)
+
+    def _rolled_pairs(self) -> tuple[Tensor, ...]:
+        if self.rolled_source is not None:
+            return self.rolled_source()
+        pairs = half_rolled_tables(self.cos_q, self.sin_q)
+        return pairs if self.keys_at_queries else (*pairs, *half_rolled_tables(self.cos_k, self.sin_k))
+
+    def way(self, kernel: str, layout: str, q: Tensor, k: Tensor, inplace: bool = False) -> Rotation:
+        """The way :func:`rotation_plan` picks for q and k, after the checks of the arguments;
+        both decided once per kind of call and kept, keyed on everything they read (the tables
+        are this object's): every layer of a forward rotates alike, so only the first pays."""
+        _check_inplace(inplace, q, k)  # reads the tensors' addresses: never kept
+        if torch.compiler.is_compiling():
+            return self._decide(kernel, layout, q, k)
+        key = (kernel, layout, inplace, q.shape, k.shape, q.dtype, k.dtype, q.device, torch.is_grad_enabled(),
+               q.requires_grad, k.requires_grad, compile_failed())
+        way = self._ways.get(key)
+        if way is None:
+            way = self._ways[key] = self._decide(kernel, layout, q, k)
+        return way
+
+    def _decide(self, kernel: str, layout: str, q: Tensor, k: Tensor) -> Rotation:
+        check_choice("kernel", kernel, KERNELS)
+        check_choice("layout", layout, LAYOUTS)
+        _check_fits(q, self.cos_q, self.sin_q, "q")
+        _check_fits(k, self.cos_k, self.sin_k, "k")
+        return rotation_plan(kernel, layout, q, k, self).way
 
     def rolled(self, heads_q: int, heads_k: int) -> tuple[Tensor, Tensor]:
         """(cos2, sin2) of q's ``heads_q`` heads followed by k's ``heads_k``: one table pair
@@ -158,11 +190,11 @@ class QKTables:
         (B|1, heads_q + heads_k, T, r) (xPos: q and k scaled apart)."""
         key = None if self.keys_at_queries else (heads_q, heads_k)
         if key not in self._rolled:
-            cq, sq = half_rolled_tables(self.cos_q, self.sin_q)  # (B|1, 1, T, r)
+            pairs = self._rolled_pairs()  # (B|1, 1, T, r) each
             if key is None:
-                self._rolled[key] = cq, sq
+                self._rolled[key] = pairs
             else:
-                ck, sk = half_rolled_tables(self.cos_k, self.sin_k)
+                cq, sq, ck, sk = pairs
                 n = max(cq.shape[0], ck.shape[0])  # B or 1 each
                 self._rolled[key] = tuple(
                     torch.cat([a.expand(n, heads_q, -1, -1), b.expand(n, heads_k, -1, -1)], dim=1)
@@ -241,12 +273,7 @@ def rotate_qk(
     """Rotate q (B, H, Tq, D) by q's tables and k (B, Hkv, Tk, D) by k's, the way
     :func:`rotation_plan` picks. Returns new tensors of q's and k's dtypes, or q and k
     themselves, rotated, with ``inplace=True`` (inference only)."""
-    check_choice("kernel", kernel, KERNELS)
-    check_choice("layout", layout, LAYOUTS)
-    _check_fits(q, tables.cos_q, tables.sin_q, "q")
-    _check_fits(k, tables.cos_k, tables.sin_k, "k")
-    _check_inplace(inplace, q, k)
-    way = rotation_plan(kernel, layout, q, k, tables).way
+    way = tables.way(kernel, layout, q, k, inplace)
     if inplace and way is Rotation.TRITON:  # the Triton kernel writes q and k without a temporary
         return _triton(q, k, tables, layout, inplace=True)
     out = WAYS[way](q, k, tables, layout)

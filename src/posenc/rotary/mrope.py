@@ -49,7 +49,7 @@ from ..encoding import Dims
 from ..literature import NORMS_PRESERVED, ROPE_FEATURES, SU
 from ..positions import SequenceInfo
 from ..registry import register
-from .rope import RotaryConfig, RotaryEmbedding
+from .rope import RotaryConfig, RotaryEmbedding, TableRows
 
 __all__ = ["MROPE_LAYOUTS", "MROPE_MODEL_TYPES", "MRopeConfig", "MRopeEmbedding", "default_mrope_section", "pairs_from_axes",
            "mrope_pair_axes", "mrope_from_hf"]
@@ -210,18 +210,18 @@ class MRopeEmbedding(RotaryEmbedding):
             raise ValueError(f"mrope reads 3 position axes (time, height, width), but seq.axes has {seq.axes.shape[0]}")
         return seq.axes
 
-    def cos_sin(self, positions: Tensor, seq_len: int | Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """cos and sin (B|1, T, r/2) float32 at (B, T) positions (RoPE's) or (3, B, T) axes:
+    def rows(self, positions: Tensor, seq_len: int | Tensor | None = None) -> TableRows:
+        """cos and sin (B|1, T, r/2) float32 (:class:`~posenc.rotary.rope.TableRows`) at (B, T) positions (RoPE's) or (3, B, T) axes:
         pair j's from axis(j)'s table. ``seq_len`` (default: max over all axes + 1) selects the
         frequencies of length-dependent scalings, one length for every axis."""
         if positions.dim() != 3:
-            return super().cos_sin(positions, seq_len)
+            return super().rows(positions, seq_len)
         if positions.shape[0] != 3:
             raise ValueError(f"mrope positions must have shape (B, T) or (3, B, T), got {tuple(positions.shape)}")
         if seq_len is None and positions.numel():
             seq_len = self.current_length(positions, positions)
-        per_axis = [super(MRopeEmbedding, self).cos_sin(p, seq_len) for p in positions]  # 3 x 2 x (B|1, T, P)
-        return pairs_from_axes(per_axis, self._pair_axis)
+        per_axis = [super(MRopeEmbedding, self).rows(p, seq_len).columns for p in positions]  # 3 x 2 x (B|1, T, P)
+        return TableRows(pairs_from_axes(per_axis, self._pair_axis))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mrope_section={list(self.section)} ({self.config.mrope_layout})"

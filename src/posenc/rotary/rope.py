@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 import torch
 from torch import Tensor
@@ -37,16 +37,63 @@ from ..literature import SU
 from ..registry import register
 from .angles import angles_cos_sin
 from .functional import KERNELS, QKTables, rotate_qk
+from .kernels import half_rolled_tables
 from .layout import LAYOUTS
 from .scaling import SCALINGS, all_scaling_params, base_inv_freq, make_scaling_config
 from .scaling.schema import ScalingConfig
 
-__all__ = ["RotaryConfig", "RotaryEmbedding", "RotaryState"]
+__all__ = ["PositionTable", "RotaryConfig", "RotaryEmbedding", "RotaryState", "TableRows"]
 
 # Cos/sin tables are built for positions [0, 2^k); past this many positions angles are
 # computed per token instead (a 2^18 x 32 table pair is 64 MiB).
 MAX_TABLE_POSITIONS = 1 << 18
 _MAX_TABLES = 4  # cached (device, frequency set) pairs per module
+
+
+@dataclass(eq=False)
+class PositionTable:
+    """A rotary module's per-position columns (:meth:`RotaryEmbedding.table_columns`) at
+    positions [0, P), each (P, r/2) float32, for one device and frequency set; in pairs
+    (cos, sin), and each pair's rolled form ``[cos | cos]``, ``[-sin | sin]`` (P, r) (see
+    :func:`~posenc.rotary.kernels.half_rolled_tables`) made on first use and kept, so a
+    decoding step looks its rolled rows up instead of building them."""
+
+    columns: tuple[Tensor, ...]
+    _rolled: tuple[Tensor, ...] | None = None
+
+    @property
+    def positions(self) -> int:
+        return self.columns[0].shape[0]
+
+    def rolled(self) -> tuple[Tensor, ...]:
+        if self._rolled is None:
+            pairs = zip(self.columns[0::2], self.columns[1::2])
+            self._rolled = tuple(t for c, s in pairs for t in half_rolled_tables(c[None], s[None]))  # (1, 1, P, r)
+        return self._rolled
+
+    def rows(self, positions: Tensor, hi: int) -> "TableRows":
+        """The rows at ``positions`` (B|1, T), every one < P (``hi``, their largest, checked by the caller)."""
+        flat = positions.reshape(-1)  # index_select: a plain row gather, cheaper than advanced indexing
+        cols = tuple(t.index_select(0, flat).view(*positions.shape, -1) for t in self.columns)
+        return TableRows(cols, hi, lambda: tuple(
+            t.index_select(2, flat).view(positions.shape[0], 1, positions.shape[1], -1) for t in self.rolled()))
+
+
+@dataclass(eq=False)
+class TableRows:
+    """Table columns at some positions, (B|1, T, r/2) each, with ``rolled()`` their rolled
+    pairs (B|1, 1, T, r): looked up in a :class:`PositionTable`, or computed (None: from the
+    columns). ``hi``: the largest position (None under torch.compile)."""
+
+    columns: tuple[Tensor, ...]
+    hi: int | None = None
+    _lookup: Callable[[], tuple[Tensor, ...]] | None = None
+
+    def rolled(self) -> tuple[Tensor, ...]:
+        if self._lookup is not None:
+            return self._lookup()
+        pairs = zip(self.columns[0::2], self.columns[1::2])
+        return tuple(t for c, s in pairs for t in half_rolled_tables(c, s))
 
 
 @dataclass(frozen=True)
@@ -198,7 +245,7 @@ class RotaryEmbedding(PositionalEncoding):
             raise ValueError(f"rotary_dim must be <= head_dim ({dims.head_dim}), got {r}")
         self.rotary_dim = r
         self._base_inv_freq = base_inv_freq(r, config.base)  # (r/2,) float64, CPU: not a buffer
-        self._cache: OrderedDict[Hashable, tuple[Tensor, Tensor]] = OrderedDict()
+        self._cache: OrderedDict[Hashable, PositionTable] = OrderedDict()
         self._set_scaling_config(config.scaling_config)
 
     # ---- frequencies -------------------------------------------------------------------
@@ -268,6 +315,20 @@ class RotaryEmbedding(PositionalEncoding):
         negative positions are not checked there, as that would need a host sync).
         ``seq_len`` (default max position + 1) selects the frequencies of length-dependent types.
         """
+        return self.rows(positions, seq_len).columns  # type: ignore[return-value]
+
+    #: How many columns :meth:`table_columns` returns.
+    table_width = 2
+
+    def table_columns(self, positions: Tensor, inv_freq: Tensor, factor: float) -> tuple[Tensor, ...]:
+        """What the tables hold at integer ``positions`` (any shape), pairs of (..., r/2) float32:
+        RoPE's cos and sin (times the attention factor). A subclass with other per-position
+        columns (xPos: q's and k's scaled pairs) overrides this; the cache and lookup are shared."""
+        return angles_cos_sin(positions, inv_freq, factor)
+
+    def rows(self, positions: Tensor, seq_len: int | Tensor | None = None) -> "TableRows":
+        """:meth:`table_columns` at integer ``positions`` (B, T), as :class:`TableRows` (B|1, T, r/2),
+        looked up in the cached table (see :meth:`cos_sin`), with their rolled form on demand."""
         if positions.dim() != 2:
             raise ValueError(f"positions must have shape (B, T), got {tuple(positions.shape)}")
         if positions.is_floating_point():
@@ -277,10 +338,10 @@ class RotaryEmbedding(PositionalEncoding):
         if torch.compiler.is_compiling():
             if seq_len is None and self._scaling_cfg.length_dependent:
                 seq_len = self.current_length(positions, positions)
-            return angles_cos_sin(positions, *self.frequencies(seq_len))
+            return TableRows(self.table_columns(positions, *self.frequencies(seq_len)))
         if positions.numel() == 0:
             z = torch.zeros(*positions.shape, self.rotary_dim // 2, device=positions.device)
-            return z, z
+            return TableRows((z,) * self.table_width)
         hi = check_positions(positions)  # float64 angles: every integer up to 2**53 - 1, no further
         if seq_len is None:
             seq_len = hi + 1
@@ -290,20 +351,17 @@ class RotaryEmbedding(PositionalEncoding):
             inv_freq, factor = self.frequencies(seq_len)
             freq_key = None if hi >= MAX_TABLE_POSITIONS else self._freq_key(inv_freq, factor)
         if hi >= MAX_TABLE_POSITIONS:
-            return angles_cos_sin(positions, inv_freq, factor)
+            return TableRows(self.table_columns(positions, inv_freq, factor), hi=hi)
         key = (positions.device.type, positions.device.index, freq_key)
         table = self._cache.get(key)
-        if table is None or table[0].shape[0] <= hi:
+        if table is None or table.positions <= hi:
             size = max(64, 1 << hi.bit_length())  # next power of two > hi
-            pos = torch.arange(size, device=positions.device)
-            table = angles_cos_sin(pos, inv_freq, factor)  # 2 x (P, r/2) float32
+            table = PositionTable(self.table_columns(torch.arange(size, device=positions.device), inv_freq, factor))
             self._cache[key] = table
             while len(self._cache) > _MAX_TABLES:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(key)
-        # hi < P checked above. index_select: a plain row gather, cheaper than advanced indexing.
-        flat = positions.reshape(-1)
-        return tuple(t.index_select(0, flat).view(*positions.shape, -1) for t in table)  # 2 x (B|1, T, r/2)
+        return table.rows(positions, hi)  # hi < P checked above
 
     # ---- the hook ----------------------------------------------------------------------
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> RotaryState:
@@ -311,8 +369,9 @@ class RotaryEmbedding(PositionalEncoding):
         module. In self-attention the new keys sit at the query positions, so ``rotate`` uses
         the same tables for k; ``k_pos`` (all keys, cache included) is not rotated here."""
         seq_len = self.current_length(q_pos, q_pos)
-        cos, sin = self.cos_sin(q_pos, seq_len)
-        return RotaryState(seq_len, cos, sin, QKTables.shared(cos, sin))
+        rows = self.rows(q_pos, seq_len)
+        cos, sin = rows.columns
+        return RotaryState(seq_len, cos, sin, QKTables.shared(cos, sin, rolled=rows.rolled))
 
     def rotate(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: RotaryState | None = None

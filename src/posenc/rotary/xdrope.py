@@ -42,7 +42,7 @@ from ..multimodal_positions import XDROPE_AXES
 from ..positions import SequenceInfo
 from ..registry import register
 from .mrope import pairs_from_axes
-from .rope import RotaryConfig, RotaryEmbedding
+from .rope import RotaryConfig, RotaryEmbedding, TableRows
 
 __all__ = ["XDROPE_MODEL_TYPES", "XDRopeConfig", "XDRopeEmbedding", "default_xdrope_section", "xdrope_pair_axes",
            "xdrope_from_hf"]
@@ -144,19 +144,19 @@ class XDRopeEmbedding(RotaryEmbedding):
                              f"but seq.axes has {seq.axes.shape[0]}")
         return seq.axes
 
-    def cos_sin(self, positions: Tensor, seq_len: int | Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """cos and sin (B|1, T, r/2) float32 at (B, T) positions (RoPE's) or (A, B, T) axes:
+    def rows(self, positions: Tensor, seq_len: int | Tensor | None = None) -> TableRows:
+        """cos and sin (B|1, T, r/2) float32 (:class:`~posenc.rotary.rope.TableRows`) at (B, T) positions (RoPE's) or (A, B, T) axes:
         pair j's from axis(j)'s table. ``seq_len`` (default: max over all axes + 1) selects the
         frequencies of length-dependent scalings, one length for every axis."""
         if positions.dim() != 3:
-            return super().cos_sin(positions, seq_len)
+            return super().rows(positions, seq_len)
         if positions.shape[0] != self.num_axes:
             raise ValueError(f"xdrope positions must have shape (B, T) or ({self.num_axes}, B, T), got "
                              f"{tuple(positions.shape)}")
         if seq_len is None and positions.numel():
             seq_len = self.current_length(positions, positions)
-        per_axis = [super(XDRopeEmbedding, self).cos_sin(p, seq_len) for p in positions]  # A x 2 x (B|1, T, P)
-        return pairs_from_axes(per_axis, self._pair_axis)
+        per_axis = [super(XDRopeEmbedding, self).rows(p, seq_len).columns for p in positions]  # A x 2 x (B|1, T, P)
+        return TableRows(pairs_from_axes(per_axis, self._pair_axis))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, xdrope_section={list(self.section)}"

@@ -27,13 +27,16 @@ scale_base a length needs. Below that position a key can still overflow float16 
 overflow is an error too. Under torch.compile these checks (host syncs) are skipped: a scale
 past the range is inf or 0 there.
 
-xPos has no cached tables: the scaled cos/sin of q and of k are computed from the positions
-once per forward (``prepare``, an :class:`XPosState` shared by every layer), and rotated the
+The scaled cos/sin of q and of k are columns of RoPE's cached position table
+(:meth:`XPos.table_columns`), looked up once per forward (``prepare``, an :class:`XPosState`
+shared by every layer, with the rolled rows a decoding step rotates with), and rotated the
 way :func:`~posenc.rotary.functional.rotation_plan` picks, as RoPE's are.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -69,6 +72,12 @@ def xpos_scale(positions: Tensor, rotary_dim: int, scale_base: float, gamma: flo
     return zeta ** (positions.to(torch.float64)[..., None] / scale_base)
 
 
+@functools.lru_cache(maxsize=None)
+def _overflows_easily(dtype: torch.dtype) -> bool:
+    """Whether rotated keys of ``dtype`` can overflow below the largest allowed position (float16)."""
+    return torch.finfo(_storage_dtype(dtype)).max < 1e6
+
+
 def _storage_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype the scaled rotation is held in: the input's, but at most float32's range
     (cos/sin times the scale are float32)."""
@@ -77,6 +86,7 @@ def _storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
+@functools.lru_cache(maxsize=64)  # a pure function of its arguments, asked once per layer and forward
 def xpos_max_position(scale_base: float, gamma: float = 0.4, dtype: torch.dtype = torch.float32) -> int:
     """The largest position n at which every xPos scale zeta_j^(+-n / scale_base) is a normal
     number of ``dtype`` (the rotated tensors' dtype; float64 counts as float32).
@@ -112,24 +122,31 @@ class XPos(RotaryEmbedding):
 
     Config = XPosConfig
 
-    def _scaled_cos_sin(self, positions: Tensor, sign: float, seq_len: int | Tensor | None) -> tuple[Tensor, Tensor]:
-        inv_freq, factor = self.frequencies(seq_len)
-        scale = xpos_scale(positions, self.rotary_dim, self.config.scale_base / sign, self.config.gamma)
-        # Angles and scale in float64, one rounding to float32.
-        ang = positions.to(torch.float64)[..., None] * inv_freq.to(positions.device)  # (B, T, r/2)
-        cos, sin = ang.cos() * (scale * factor), ang.sin() * (scale * factor)
-        return cos.float(), sin.float()
+    table_width = 4
+
+    def table_columns(self, positions: Tensor, inv_freq: Tensor, factor: float) -> tuple[Tensor, ...]:
+        """q's scaled cos/sin (zeta^(m/scale_base)) and k's (zeta^(-n/scale_base)) at ``positions``,
+        (..., r/2) float32 each, kept in RoPE's table cache: angles and scales in float64, one
+        rounding to float32."""
+        ang = positions.to(torch.float64)[..., None] * inv_freq.to(positions.device)  # (..., r/2)
+        cos, sin = ang.cos(), ang.sin()
+        out = []
+        for sign in (1.0, -1.0):
+            scale = xpos_scale(positions, self.rotary_dim, self.config.scale_base / sign, self.config.gamma) * factor
+            out += [(cos * scale).float(), (sin * scale).float()]
+        return tuple(out)
 
     def _state(self, q_pos: Tensor, k_pos: Tensor) -> "XPosState":
-        """q's tables at q_pos, k's at k_pos; positions checked (>= 0) once, here."""
-        hi = None
-        if not torch.compiler.is_compiling():  # a host sync: eager only
-            if q_pos.numel() and int(q_pos.min()) < 0 or k_pos.numel() and int(k_pos.min()) < 0:
-                raise ValueError("positions must be >= 0")
-            hi = max([int(p.max()) for p in (q_pos, k_pos) if p.numel()], default=0)
+        """q's tables at q_pos, k's at k_pos (one lookup when they are one tensor, as from
+        :meth:`prepare`); positions checked (>= 0) there."""
         seq_len = self.current_length(q_pos, k_pos)
-        q_cs, k_cs = self._scaled_cos_sin(q_pos, 1.0, seq_len), self._scaled_cos_sin(k_pos, -1.0, seq_len)
-        return XPosState(hi, QKTables(*q_cs, *k_cs))
+        q_rows = self.rows(q_pos, seq_len)
+        if k_pos is q_pos:
+            return XPosState(q_rows.hi, QKTables(*q_rows.columns, rolled_source=q_rows.rolled))
+        k_rows = self.rows(k_pos, seq_len)
+        his = [r.hi for r in (q_rows, k_rows) if r.hi is not None]
+        hi = None if torch.compiler.is_compiling() else max(his, default=0)
+        return XPosState(hi, QKTables(*q_rows.columns[:2], *k_rows.columns[2:]))
 
     def _check_range(self, q: Tensor, k: Tensor, hi: int) -> None:
         # See the module docstring: past this position a scale is inf or subnormal in the
@@ -166,10 +183,11 @@ class XPos(RotaryEmbedding):
                 f"state is prepare()'s, for keys at the {state.tables.cos_k.shape[-2]} query positions, but k has "
                 f"{k.shape[-2]}; pass state=None for keys at other positions"
             )
-        if state.hi is not None:
+        if state.hi is not None and (q.dtype, k.dtype) not in state.range_checked:
             self._check_range(q, k, state.hi)
+            state.range_checked.add((q.dtype, k.dtype))  # every layer of the forward alike: checked once
         rq, rk = rotate_qk(q, k, state.tables, self.config.layout, self.config.kernel)
-        if not torch.compiler.is_compiling() and torch.finfo(_storage_dtype(rk.dtype)).max < 1e6:
+        if not torch.compiler.is_compiling() and _overflows_easily(rk.dtype):
             # float16: k's scale (<= 16383 at the largest allowed position) times |k| may still
             # pass 65504. q's scale is <= 1, so only k can overflow; one pass, float16 only.
             made_inf = ~torch.isfinite(rk) & torch.isfinite(k)
@@ -191,3 +209,4 @@ class XPosState:
 
     hi: int | None
     tables: QKTables
+    range_checked: set = dataclasses.field(default_factory=set, repr=False)  # (q, k) dtypes checked against hi
