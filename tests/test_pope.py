@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import posenc
 from posenc import Attention, SequenceInfo
@@ -178,3 +179,30 @@ def test_polar_embed_keeps_only_its_output_for_the_backward():
         rq, rk = enc.rotate(q, k, pos, pos, enc.prepare(pos, pos))
     big = [t for t in saved if t.numel() >= q.numel()]
     assert len(big) == 2 and {t.data_ptr() for t in big} == {rq.data_ptr(), rk.data_ptr()}
+
+
+def test_one_state_serves_every_layer_and_the_phase_bias_gradient_sums_over_them():
+    """prepare's tables (q's phases shifted by the bias) are made once per forward and dtype
+    and shared by the layers: two layers rotating with one state give the outputs and the
+    gradients (of q, k and the phase bias) of the plain formula applied per layer, in float64."""
+    enc = _pope().double()
+    pos = torch.arange(6)[None] + 3
+    q1, k1, q2, k2 = (torch.randn(1, 2, 6, 8, dtype=F64, requires_grad=True) for _ in range(4))
+    state = enc.prepare(pos, pos)
+    outs = [*enc.rotate(q1, k1, pos, pos, state), *enc.rotate(q2, k2, pos, pos, state)]
+    assert len(state._tables) == 1  # made once, for float64 under autograd
+    a = pos[:, None, :, None].double() * enc.inv_freq()  # (1, 1, T, D)
+    d = enc.phase_bias.clamp(-2 * math.pi, 0.0)[:, None, :]  # (H, 1, D)
+    polar = lambda x, ph: torch.cat([F.softplus(x) * ph.cos(), F.softplus(x) * ph.sin()], -1)  # noqa: E731
+    want = [polar(q1, a - d), polar(k1, a), polar(q2, a - d), polar(k2, a)]
+    for got, w in zip(outs, want, strict=True):
+        torch.testing.assert_close(got, w, atol=1e-12, rtol=1e-12)
+    gs = [torch.randn_like(o) for o in outs]
+    inputs = (q1, k1, q2, k2, enc.phase_bias)
+    got = torch.autograd.grad(outs, inputs, gs)
+    ref = torch.autograd.grad(want, inputs, gs)
+    for g, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(g, r, atol=1e-11, rtol=1e-11)
+    with torch.no_grad():  # a decoding step's four ops: the same numbers
+        fast = enc.rotate(q1, k1, pos, pos, enc.prepare(pos, pos))
+    torch.testing.assert_close(fast[0], want[0].detach(), atol=1e-12, rtol=1e-12)

@@ -22,9 +22,11 @@ phase bias goes on the query (phase m theta - delta): the logit is the same, and
 carry no per-head parameter, so grouped-query keys are cached before they are repeated.
 
 Angles are float64 (as RoPE's; positions past 2**53 - 1 are refused, as RoPE refuses them),
-their cos and sin made once per forward; the phase bias, the magnitudes and the product are
-float32 or wider, rounded to the input dtype at the end. Under autograd a rotation keeps only
-its output, which attention keeps anyway (:func:`polar_embed`). Attention on the 2D-wide q and k with D-wide
+their cos and sin made once per forward, with q's phases shifted by the phase bias
+(:class:`PopeState`: every layer then takes four ops, softplus, two products and a concatenation);
+the phase bias, the magnitudes and the product are float32 or wider, rounded to the input dtype
+at the end. Under autograd a rotation keeps only its output, which attention keeps anyway
+(:func:`polar_turn`). Attention on the 2D-wide q and k with D-wide
 values runs on SDPA's CPU flash kernel, not its math kernel (:func:`posenc.backends.sdpa.sdpa`).
 
 Shapes: q (B, H, Tq, D) -> (B, H, Tq, 2D); k (B, Hkv, Tk, D) -> (B, Hkv, Tk, 2D).
@@ -33,7 +35,7 @@ Shapes: q (B, H, Tq, D) -> (B, H, Tq, 2D); k (B, Hkv, Tk, D) -> (B, Hkv, Tk, 2D)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +47,7 @@ from ..limits import Float32Params, check_positions
 from ..literature import ROPE_FEATURES
 from ..registry import register
 
-__all__ = ["PopeConfig", "PolarEmbedding", "polar_embed"]
+__all__ = ["PopeConfig", "PolarEmbedding", "PopeState", "polar_embed", "polar_turn"]
 
 BIAS_INITS = ("zeros", "uniform")
 
@@ -58,10 +60,21 @@ def polar_embed(x: Tensor, cos: Tensor, sin: Tensor, delta: Tensor | None = None
     (H, D): a per-head phase bias (None: none), taken off by the angle-difference identities
     cos(a - d) = cos a cos d + sin a sin d, sin(a - d) = sin a cos d - cos a sin d, so no
     (B, H, T, D) angle tensor is made. Under autograd only the output is kept for the backward
-    (:class:`_PolarEmbed`): the products of the forward would otherwise keep four tensors of
-    x's size in float32 per call.
+    (:func:`polar_turn`).
     """
-    return _PolarEmbed.apply(x, cos, sin, delta)
+    dt = torch.promote_types(x.dtype, torch.float32)
+    return polar_turn(x, *_cos_sin_of_difference(cos, sin, delta, dt))
+
+
+def polar_turn(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    """``[mu c | mu s]`` with ``mu = softplus(x)``, c and s the cos and sin of the phases
+    (broadcasting against x, in x's compute dtype: float32 or wider): (..., D) -> (..., 2D) in
+    x's dtype. Under autograd only the output is kept (:class:`_PolarTurn`); without it, the
+    four ops alone (a decoding step)."""
+    if torch.is_grad_enabled() and (x.requires_grad or c.requires_grad or s.requires_grad):
+        return _PolarTurn.apply(x, c, s)
+    mu = F.softplus(x.to(c.dtype))
+    return torch.cat((mu * c, mu * s), dim=-1).to(x.dtype)
 
 
 def _cos_sin_of_difference(cos: Tensor, sin: Tensor, delta: Tensor | None, dt: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -73,44 +86,70 @@ def _cos_sin_of_difference(cos: Tensor, sin: Tensor, delta: Tensor | None, dt: t
     return cos * cd + sin * sd, sin * cd - cos * sd  # cos(a - delta), sin(a - delta): (B, H, T, D)
 
 
-class _PolarEmbed(torch.autograd.Function):
-    """:func:`polar_embed` whose backward reads its own output alone.
+class _PolarTurn(torch.autograd.Function):
+    """:func:`polar_turn` whose backward reads its own output alone.
 
-    The output o = [mu C | mu S] holds everything the backward needs, since C² + S² = 1:
-    mu = |(o_C, o_S)|, and softplus' = sigmoid(x) = 1 - e^(-mu) (mu = log(1 + e^x)), so
+    The output o = [mu c | mu s] holds everything the backward needs, since c² + s² = 1:
+    mu = |(o_c, o_s)|, and softplus' = sigmoid(x) = 1 - e^(-mu) (mu = log(1 + e^x)), so
 
-        dx = (g_C o_C + g_S o_S) (1 - e^(-mu)) / mu,    d delta = sum (g_C o_S - g_S o_C)
+        dx = (g_c o_c + g_s o_s) (1 - e^(-mu)) / mu,    dc = g_c mu,    ds = g_s mu
 
-    (d cos(a - delta)/d delta = sin(a - delta), d sin(a - delta)/d delta = -cos(a - delta)).
+    (dc and ds only where the phases need a gradient: q's, through the phase bias, whose
+    gradient autograd then takes once per forward from the shared tables, sum(dc s - ds c)).
     Attention keeps that output for its own backward, so the rotation adds no saved tensor.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, delta: Tensor | None) -> Tensor:
-        dt = torch.promote_types(x.dtype, torch.float32)
-        c, s = _cos_sin_of_difference(cos, sin, delta, dt)
-        mu = F.softplus(x.to(dt))
+    def forward(ctx, x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+        mu = F.softplus(x.to(c.dtype))
         out = torch.cat((mu * c, mu * s), dim=-1).to(x.dtype)  # (..., 2D)
         ctx.save_for_backward(out)
-        ctx.delta_shape = None if delta is None else (delta.shape, delta.dtype)
+        ctx.shapes = (c.shape, s.shape)
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (out,) = ctx.saved_tensors
         dt = torch.promote_types(out.dtype, torch.float32)
-        o_c, o_s = out.to(dt).chunk(2, dim=-1)  # mu cos, mu sin: (..., D) each
+        o_c, o_s = out.to(dt).chunk(2, dim=-1)  # mu c, mu s: (..., D) each
         g_c, g_s = grad.to(dt).chunk(2, dim=-1)
         mu = torch.hypot(o_c, o_s)
         # (1 - e^-mu) / mu, -> 1 as mu -> 0 (mu == 0: softplus underflowed, and so did o)
         slope = torch.where(mu > 0, -torch.expm1(-mu) / mu, torch.ones_like(mu))
         dx = ((g_c * o_c + g_s * o_s) * slope).to(out.dtype)
-        d_delta = None
-        if ctx.delta_shape is not None and ctx.needs_input_grad[3]:
-            per = g_c * o_s - g_s * o_c  # (B, H, T, D)
-            n = per.dim()
-            d_delta = per.sum(dim=tuple(i for i in range(n) if i not in (n - 3, n - 1))).to(ctx.delta_shape[1])  # (H, D)
-        return dx, None, None, d_delta
+        dc = ds = None
+        if ctx.needs_input_grad[1]:
+            dc = _sum_to(g_c * mu, ctx.shapes[0])
+        if ctx.needs_input_grad[2]:
+            ds = _sum_to(g_s * mu, ctx.shapes[1])
+        return dx, dc, ds
+
+
+def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
+    """``g`` summed over the dimensions a broadcast input of ``shape`` was expanded along."""
+    return g if g.shape == shape else g.sum_to_size(shape)
+
+
+@dataclass(eq=False)
+class PopeState:
+    """Per-forward PoPE tables at the query positions, for q and the new keys (self-attention):
+    cos and sin (B, 1, Tq, D) float64 of the angles, and the phase bias (H, D) as used. Per
+    compute dtype, made on first use and shared by every layer: k's (cos, sin) and q's phases
+    shifted by the bias, (cos(a - delta), sin(a - delta)) (B, H, Tq, D), through which the bias
+    gets its gradient once per forward."""
+
+    cos: Tensor
+    sin: Tensor
+    delta: Tensor
+    _tables: dict = field(default_factory=dict, repr=False)
+
+    def tables(self, dt: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(q's c, q's s, k's c, k's s) in ``dt``, made once per dtype and autograd mode."""
+        key = (dt, torch.is_grad_enabled())
+        if key not in self._tables:
+            kc, ks = self.cos.to(dt), self.sin.to(dt)
+            self._tables[key] = (*_cos_sin_of_difference(kc, ks, self.delta, dt), kc, ks)
+        return self._tables[key]
 
 
 @dataclass
@@ -180,23 +219,25 @@ class PolarEmbedding(Float32Params, PositionalEncoding):
         check_positions(positions)
         return positions[:, None, :, None].to(torch.float64) * self.inv_freq(device)  # (B, 1, T, D)
 
-    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and sin (B, 1, Tq, D) float64 of the angles at the query positions, for q and the
-        new keys (self-attention), made (and checked) once per forward."""
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> PopeState:
+        """The tables at the query positions, for q and the new keys (self-attention), made (and
+        checked) once per forward: :class:`PopeState`."""
         a = self.angles(q_pos, q_pos.device)
-        return a.cos(), a.sin()
+        return PopeState(a.cos(), a.sin(), self.delta())
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: PopeState | None = None) -> tuple[Tensor, Tensor]:
         """q (B, H, Tq, D) at q_pos (B, Tq) -> (B, H, Tq, 2D); k (B, Hkv, Tk, D) -> (B, Hkv, Tk, 2D).
         ``state``: :meth:`prepare`'s, for keys at the query positions."""
+        dt = torch.promote_types(q.dtype, torch.float32)
         if state is None:
-            q_tab, k_tab = self.prepare(q_pos, q_pos), self.prepare(k_pos, k_pos)
+            qc, qs, _, _ = self.prepare(q_pos, q_pos).tables(dt)
+            _, _, kc, ks = self.prepare(k_pos, k_pos).tables(dt)
         else:
-            q_tab = k_tab = state
-        if k_tab[0].shape[-2] != k.shape[-2]:
+            qc, qs, kc, ks = state.tables(dt)
+        if kc.shape[-2] != k.shape[-2]:
             raise ValueError(
-                f"state is prepare()'s, for keys at the {k_tab[0].shape[-2]} query positions, but k has {k.shape[-2]}; "
+                f"state is prepare()'s, for keys at the {kc.shape[-2]} query positions, but k has {k.shape[-2]}; "
                 "pass state=None for keys at other positions"
             )
         # The phase bias on q alone (module docstring): q's phase m theta - delta, k's n theta.
-        return polar_embed(q, *q_tab, self.delta()), polar_embed(k, *k_tab)
+        return polar_turn(q, qc, qs), polar_turn(k, kc, ks)
