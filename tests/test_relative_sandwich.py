@@ -172,3 +172,25 @@ def test_the_boundedness_check_sees_the_bound_past_the_lowest_frequency():
     enc = posenc.build("sandwich", d_model=64, num_heads=4)
     assert check_bounded(enc, Probe()).status == "no"
     assert check_bounded(enc, Probe(far_len=2**17, max_probe_position=2**17)).status == "yes"
+
+
+def test_decoding_reads_the_bias_from_a_table_kept_per_cache():
+    """A cached decoding step reads the bias from a per-cache (H, 2n + 1) table of every
+    distance (made once, n doubled when a step reaches past it) holding the very numbers the
+    full forward's bias has, and the decoded logits equal the full forward's."""
+    torch.manual_seed(1)
+    model = posenc.Transformer(posenc.ModelConfig(encoding="sandwich", d_model=32, n_head=4, n_layer=2,
+                                                  vocab_size=50)).to(F64)
+    tokens = torch.randint(0, 50, (2, 150))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.new_cache()
+        steps = [model(tokens[:, :40], cache=cache)]
+        for t in range(40, 150):
+            steps.append(model(tokens[:, t : t + 1], cache=cache))
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-12, rtol=1e-12)
+    n, table = cache.prepare_memo[0]["sandwich_table"]
+    assert n == 256  # 64 at the prompt, doubled at reaches 65 and 129
+    d = torch.arange(-n, n + 1)
+    want = model.encodings[0].logit_bias().all_pairs(d[None], torch.zeros(1, 1, dtype=torch.long))[0, :, :, 0]
+    assert table.dtype == want.dtype and torch.equal(table, want)  # bit for bit

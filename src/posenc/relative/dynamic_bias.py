@@ -30,7 +30,7 @@ from ..encoding import Dims, PositionalEncoding
 from ..literature import LEARNED, NOT_A_FEATURE_MAP, NO_ABSOLUTE, UNTRAINED
 from ..registry import register
 from ..terms import BiasTerm
-from ._bias import bias_dtype
+from ._bias import bias_dtype, distance_table_bias
 
 __all__ = ["DynamicBiasConfig", "DynamicPositionBias"]
 
@@ -127,25 +127,13 @@ class DynamicPositionBias(PositionalEncoding):
 
     def logit_bias_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict) -> BiasTerm:
         """Decoding: the MLP at every distance in [-n, n], (H, 2n + 1), made once per cache and
-        kept in ``memo`` (n doubles when a step reaches past it); a step reads its distances
-        from that table instead of running the MLP on each key (at a context of 4096 the MLP
-        was a quarter of a decoding step)."""
-        if torch.compiler.is_compiling() or q_pos.numel() == 0 or k_pos.numel() == 0:
-            return self.logit_bias()
-        reach = int(torch.maximum(q_pos.max() - k_pos.min(), k_pos.max() - q_pos.min()))
-        if reach > 4 * k_pos.shape[-1] + 64:  # sparse positions: a table of every distance would outgrow the keys
-            return self.logit_bias()
-        n, table = memo.get("dynamic_bias_table", (-1, None))
-        if reach > n:
-            n = max(reach, 2 * n, 64)
+        kept in ``memo`` (:func:`~posenc.relative._bias.distance_table_bias`); a step reads its
+        distances from that table instead of running the MLP on each key (at a context of 4096
+        the MLP was a quarter of a decoding step)."""
+        def values(d: Tensor) -> Tensor:  # (2n + 1,) -> (H, 2n + 1), as logit_bias sums
             dtype = bias_dtype(*self.parameters())
-            d = torch.arange(-n, n + 1, device=q_pos.device)
-            hidden = self.hidden_features(d)  # (2n + 1, w)
             weight, bias = self.out.weight.to(dtype), self.out.bias.to(dtype)
-            table = ((hidden[None] * weight[:, None]).sum(-1) + bias[:, None]).contiguous()  # (H, 2n + 1), as logit_bias sums
-            memo["dynamic_bias_table"] = (n, table)
+            return (self.hidden_features(d)[None] * weight[:, None]).sum(-1) + bias[:, None]
 
-        def fn(h: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-            return table[h, q_pos - k_pos + n]
-
-        return BiasTerm(fn, self.dims.num_heads, toeplitz=True)
+        term = distance_table_bias(memo, "dynamic_bias_table", q_pos, k_pos, self.dims.num_heads, values)
+        return self.logit_bias() if term is None else term

@@ -52,6 +52,7 @@ from ..literature import NOT_A_FEATURE_MAP, NO_ABSOLUTE
 from ..positions import relative_positions
 from ..registry import register
 from ..terms import BiasTerm
+from ._bias import distance_table_bias
 
 __all__ = ["SandwichConfig", "Sandwich", "sandwich_compression", "sandwich_frequencies", "sandwich_bias"]
 
@@ -152,3 +153,16 @@ class Sandwich(Float32Params, PositionalEncoding):
             return (_cosine_sum(q_pos - k_pos, freqs) / ratio[h]).to(table.dtype)
 
         return BiasTerm(fn, self.dims.num_heads, toeplitz=True)
+
+    def logit_bias_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict) -> BiasTerm:
+        """Decoding: the bias at every distance in [-n, n], (H, 2n + 1), made once per cache
+        (:func:`~posenc.relative._bias.distance_table_bias`); a step reads its keys' distances
+        there instead of summing d'/2 cosines per key."""
+        ratio = torch.tensor(self.compression, dtype=torch.float64, device=q_pos.device)[:, None]
+        dtype = self.compression_table.dtype
+
+        def values(d: Tensor) -> Tensor:  # (2n + 1,) -> (H, 2n + 1), as logit_bias computes them
+            return (_cosine_sum(d, list(self.frequencies))[None] / ratio).to(dtype)
+
+        term = distance_table_bias(memo, "sandwich_table", q_pos, k_pos, self.dims.num_heads, values)
+        return self.logit_bias() if term is None else term
