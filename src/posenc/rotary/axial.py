@@ -157,25 +157,26 @@ class _Rope2D(PositionalEncoding):
         """cos, sin float32 at (B, T) raster positions or (2, B, T) axes (each subclass's shape)."""
         raise NotImplementedError
 
-    def _turn(self, q: Tensor, k: Tensor, cq: Tensor, sq: Tensor, ck: Tensor, sk: Tensor) -> tuple[Tensor, Tensor]:
-        """q by (cq, sq) and k by (ck, sk), :meth:`cos_sin`'s tables."""  # pragma: no cover - abstract
+    def _turn(self, q: Tensor, k: Tensor, tables: QKTables) -> tuple[Tensor, Tensor]:
+        """q by q's tables and k by k's (:meth:`cos_sin`'s)."""  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        """cos/sin at the query positions, for q and the new keys (self-attention)."""
-        return self.cos_sin(q_pos)
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> QKTables:
+        """cos/sin at the query positions, for q and the new keys (self-attention): one
+        :class:`~posenc.rotary.functional.QKTables` for every layer of the forward (the
+        rotation's rolled tables, checks and plan are then made once)."""
+        return QKTables.shared(*self.cos_sin(q_pos))
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state=None) -> tuple[Tensor, Tensor]:
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: QKTables | None = None) -> tuple[Tensor, Tensor]:
         """Rotate q (B, H, Tq, D) at q_pos and k (B, Hkv, Tk, D) at k_pos ((B, T) or (2, B, T));
         ``state``: :meth:`prepare`'s, for keys at the query positions."""
-        cq, sq = self.cos_sin(q_pos) if state is None else state
-        ck, sk = (cq, sq) if state is not None else self.cos_sin(k_pos)
-        if k.shape[-2] != ck.shape[-2]:
+        tables = QKTables(*self.cos_sin(q_pos), *self.cos_sin(k_pos)) if state is None else state
+        if k.shape[-2] != tables.cos_k.shape[-2]:
             raise ValueError(
-                f"state is prepare()'s, for keys at the {ck.shape[-2]} query positions, but k has {k.shape[-2]}; "
-                "pass state=None for keys at other positions"
+                f"state is prepare()'s, for keys at the {tables.cos_k.shape[-2]} query positions, but k has "
+                f"{k.shape[-2]}; pass state=None for keys at other positions"
             )
-        return self._turn(q, k, cq, sq, ck, sk)
+        return self._turn(q, k, tables)
 
 
 @register(
@@ -210,8 +211,8 @@ class AxialRope(_Rope2D):
         """cos, sin (B, T, D/2) float32 at (B, T) raster positions or (2, B, T) axes."""
         return _cos_sin(self.coordinates(positions), self.freqs)
 
-    def _turn(self, q, k, cq, sq, ck, sk):
-        return rotate_qk(q, k, QKTables(cq, sq, ck, sk), self.config.layout)
+    def _turn(self, q, k, tables):
+        return rotate_qk(q, k, tables, self.config.layout)
 
 
 @dataclass
@@ -268,7 +269,8 @@ class MixedRope(Float32Params, _Rope2D):
         """cos, sin (B, H, T, D/2) float32 at (B, T) raster positions or (2, B, T) axes."""
         return _cos_sin(self.coordinates(positions), self.freqs)
 
-    def _turn(self, q, k, cq, sq, ck, sk):
+    def _turn(self, q, k, tables):
+        cq, sq, ck, sk = tables.cos_q, tables.sin_q, tables.cos_k, tables.sin_k
         layout, H, Hkv = self.config.layout, q.shape[1], k.shape[1]
         if cq.shape[1] != H or H % Hkv:
             raise ValueError(f"rope_mixed has frequencies for {cq.shape[1]} heads, got q with {H} and k with {Hkv}")

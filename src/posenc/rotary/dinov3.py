@@ -41,6 +41,7 @@ from ..encoding import Dims
 from ..literature import NORMS_PRESERVED, ROPE_FEATURES
 from ..registry import register
 from .axial import MAX_GRID_WIDTH, AxialConfig, AxialRope, _cos_sin
+from .functional import QKTables
 
 __all__ = ["DinoV3Config", "DinoV3Rope", "normalized_centres"]
 
@@ -142,14 +143,13 @@ class DinoV3Rope(AxialRope):
             u = (u + a[:2].view(2, 1, 1)) * a[2:].view(2, 1, 1)
         return _cos_sin(u, self.freqs)
 
-    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    def prepare(self, q_pos: Tensor, k_pos: Tensor) -> QKTables:
         """cos/sin at the query positions, for q and the new keys, with this forward's one draw."""
-        return self.cos_sin(q_pos, self.augmentation(q_pos.device))
+        return QKTables.shared(*self.cos_sin(q_pos, self.augmentation(q_pos.device)))
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state=None) -> tuple[Tensor, Tensor]:
         """As :class:`~posenc.rotary.axial.AxialRope`'s, one draw for q and k when no state is given."""
         if state is None:
             aug = self.augmentation(q_pos.device)
-            state_q, state_k = self.cos_sin(q_pos, aug), self.cos_sin(k_pos, aug)
-            return self._turn(q, k, *state_q, *state_k)
+            return self._turn(q, k, QKTables(*self.cos_sin(q_pos, aug), *self.cos_sin(k_pos, aug)))
         return super().rotate(q, k, q_pos, k_pos, state)
