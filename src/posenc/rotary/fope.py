@@ -109,8 +109,9 @@ def fope_kept_frequencies(head_dim: int, base: float, max_position_embeddings: i
 
 @dataclass(frozen=True)
 class FopeState:
-    """C and S at the query positions, (B|1, c, Tq, D) each, float32 or wider: what q and the
-    keys new in this forward (self-attention) are multiplied by."""
+    """C and S at the query positions, (B|1, c, Tq, D) each, float32 or wider, S in its rolled
+    form (:meth:`FourierPositionEmbedding.rolled`): what q and the keys new in this forward
+    (self-attention) are multiplied by."""
 
     cos: Tensor
     sin: Tensor
@@ -182,18 +183,25 @@ class FourierPositionEmbedding(Float32Params, PositionalEncoding):
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> FopeState:
         """C and S at the query positions, once per forward for every layer: the new keys of
         self-attention sit there too (``k_pos``, every key with the cache, is not rotated here)."""
-        return FopeState(*self.tables(q_pos))
+        return FopeState(*self.rolled(*self.tables(q_pos)))
+
+    @staticmethod
+    def rolled(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """C and ``[-S₁ | S₂]`` from :meth:`tables`' C and S: x·C + rotate_half(x)·S is then
+        x·C + roll(x, D/2)·[-S₁ | S₂], since rotate_half(x) = [-x₂ | x₁] and roll(x, D/2) = [x₂ | x₁]
+        (the same products, the sign moved onto the table once per forward)."""
+        h = sin.shape[-1] // 2
+        return cos, torch.cat((-sin[..., :h], sin[..., h:]), dim=-1)
 
     def _map(self, x: Tensor, cos: Tensor, sin: Tensor, what: str) -> Tensor:
-        """x (B, Hx, T, D) times its group's C and S: (B|1, c, T, D) -> (B, Hx, T, D)."""
+        """x (B, Hx, T, D) times its group's C and rolled S (:meth:`rolled`): (B|1, c, T, D) -> (B, Hx, T, D)."""
         B, Hx, T, D = x.shape
         c = cos.shape[1]
         if Hx % c:
             raise ValueError(f"coef_heads ({c}) must divide the heads of {what}, got {Hx}")
         dt = torch.promote_types(x.dtype, cos.dtype)
         xg = x.to(dt).view(B, c, Hx // c, T, D)  # (B, c, Hx/c, T, D): head h in group h // (Hx/c)
-        half = torch.cat((-xg[..., D // 2:], xg[..., : D // 2]), dim=-1)  # rotate_half
-        out = xg * cos[:, :, None] + half * sin[:, :, None]
+        out = torch.addcmul(xg * cos[:, :, None], xg.roll(D // 2, dims=-1), sin[:, :, None])
         return out.reshape(B, Hx, T, D).to(x.dtype)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
@@ -201,7 +209,7 @@ class FourierPositionEmbedding(Float32Params, PositionalEncoding):
         """q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk), mapped by
         their positions' C and S. ``state``: :meth:`prepare`'s, for keys at the query positions."""
         if state is None:
-            q_cs, k_cs = self.tables(q_pos), self.tables(k_pos)
+            q_cs, k_cs = self.rolled(*self.tables(q_pos)), self.rolled(*self.tables(k_pos))
         else:
             if k.shape[-2] != state.cos.shape[-2]:
                 raise ValueError(
