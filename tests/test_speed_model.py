@@ -130,3 +130,19 @@ def test_a_goal_scaled_by_flops_is_checked_per_column():
     assert not within_goal(res, "alibi") and format_table(res).splitlines()[2].split()[-1] == "NO"
     del res["flops_ratio"]  # an older file: the class goal alone
     assert column_goals(res, "alibi") == ({64: 1.05}, {128: 1.05})
+
+
+def test_isolated_rows_are_measured_in_processes_of_their_own_and_merged():
+    """isolate=True: each encoding runs in a spawned process with a NoPE of its own, one at a
+    time; the merged result has every row in order, NoPE first at 1.0, each row's own paired
+    ratios, and NoPE's absolute numbers as the median of the processes' own."""
+    kw = dict(batch=1, layers=1, width=32, heads=2, rounds=1, decode_contexts=[8], decode_tokens=1, progress=False)
+    res = run_model_speed(["alibi", "none", "learned"], [16], isolate=True, **kw)
+    assert res["settings"]["isolate"] is True
+    for key in ("train", "decode", "memory", "goal", "flops_ratio"):
+        assert list(res[key]) == ["none", "alibi", "learned"], key
+    assert list(res["ratio"]["train"]) == ["none", "alibi", "learned"] and res["ratio"]["decode"]["none"] == {8: 1.0}
+    assert 0 < res["ratio"]["train"]["alibi"][16] < 100 and len(res["rounds"]["learned"][16]) == 1
+    assert "1.00x" in format_table(res).splitlines()[1]  # the table renders the merged result
+    with __import__("pytest").raises(TypeError, match="isolate"):
+        run_model_speed(["none"], [16], isolate="yes", **kw)

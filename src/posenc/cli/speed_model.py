@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model dtype (default: float32 on CPU, bfloat16 on GPU)")
     p.add_argument("--impl", choices=IMPLS, default="sdpa",
                    help="attention backend of every model: eager, sdpa, flex or auto (default: sdpa)")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
+                   help="each encoding in a process of its own, one at a time, with a NoPE of its own "
+                        "(default; --no-isolate: every row in this process)")
     add_json_option(p)
 
 
@@ -51,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     res = run_model_speed(
         names, args.lengths, batch=args.batch, layers=args.layers, width=args.width, heads=args.heads,
         rounds=args.rounds, decode_contexts=args.decode_contexts, decode_tokens=args.decode_tokens,
-        device=args.device, dtype=dtype, impl=args.impl,
+        device=args.device, dtype=dtype, impl=args.impl, isolate=args.isolate,
     )
     table = format_table(res)  # before the JSON round trip turns the int keys into strings
     if not emit_json(args.json, json.loads(json.dumps(res, default=str))):  # dtypes as their names
