@@ -107,8 +107,9 @@ def test_rolled_rows_read_from_the_table_equal_the_rolled_rows_built_per_forward
     pos = torch.tensor([[5, 700, 3], [9, 0, 1023]])
     state = enc.prepare(pos, pos)
     looked_up = state.tables.rolled(2, 2)
-    built = dataclasses.replace(state.tables, rolled_source=None, _rolled={}).rolled(2, 2)
+    built = dataclasses.replace(state.tables, rolled_source=None, rolled_heads=None, _rolled={}).rolled(2, 2)
     assert state.tables.rolled_source is not None
+    assert (state.tables.rolled_heads is not None) == (name == "xpos")  # q's and k's pairs gathered per head at once
     for a, b in zip(looked_up, built, strict=True):
         assert a.shape == b.shape and torch.equal(a, b)
     # and the rotation through them equals the eager kernel's

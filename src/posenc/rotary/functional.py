@@ -149,6 +149,9 @@ class QKTables:
     #: (B|1, 1, T, r), when a table holds them already (:class:`~posenc.rotary.rope.TableRows`);
     #: None builds them from the cos/sin above.
     rolled_source: Callable[[], tuple[Tensor, ...]] | None = field(default=None, repr=False)
+    #: Makes (cos2, sin2) of every head of ``cat([q, k])`` at once, (B|1, heads_q + heads_k, T, r),
+    #: when q's and k's tables differ (xPos) and a table holds them stacked; None: from the pairs.
+    rolled_heads: Callable[[int, int], tuple[Tensor, ...]] | None = field(default=None, repr=False)
     _rolled: dict = field(default_factory=dict, repr=False)
     _ways: dict = field(default_factory=dict, repr=False)
 
@@ -190,11 +193,12 @@ class QKTables:
         (B|1, heads_q + heads_k, T, r) (xPos: q and k scaled apart)."""
         key = None if self.keys_at_queries else (heads_q, heads_k)
         if key not in self._rolled:
-            pairs = self._rolled_pairs()  # (B|1, 1, T, r) each
-            if key is None:
-                self._rolled[key] = pairs
+            if key is not None and self.rolled_heads is not None:
+                self._rolled[key] = self.rolled_heads(heads_q, heads_k)
+            elif key is None:
+                self._rolled[key] = self._rolled_pairs()  # (B|1, 1, T, r) each
             else:
-                cq, sq, ck, sk = pairs
+                cq, sq, ck, sk = self._rolled_pairs()
                 n = max(cq.shape[0], ck.shape[0])  # B or 1 each
                 self._rolled[key] = tuple(
                     torch.cat([a.expand(n, heads_q, -1, -1), b.expand(n, heads_k, -1, -1)], dim=1)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 import torch
@@ -56,10 +56,14 @@ class PositionTable:
     positions [0, P), each (P, r/2) float32, for one device and frequency set; in pairs
     (cos, sin), and each pair's rolled form ``[cos | cos]``, ``[-sin | sin]`` (P, r) (see
     :func:`~posenc.rotary.kernels.half_rolled_tables`) made on first use and kept, so a
-    decoding step looks its rolled rows up instead of building them."""
+    decoding step looks its rolled rows up instead of building them. A table of two pairs
+    (xPos: q's and k's) also keeps them stacked, (2, P, r), so a step gathers the rows of
+    every head of ``cat([q, k])`` in two lookups."""
 
     columns: tuple[Tensor, ...]
     _rolled: tuple[Tensor, ...] | None = None
+    _stacked: tuple[Tensor, Tensor] | None = None
+    _head_maps: dict = field(default_factory=dict, repr=False)
 
     @property
     def positions(self) -> int:
@@ -71,23 +75,49 @@ class PositionTable:
             self._rolled = tuple(t for c, s in pairs for t in half_rolled_tables(c[None], s[None]))  # (1, 1, P, r)
         return self._rolled
 
+    def stacked(self) -> tuple[Tensor, Tensor]:
+        """The rolled pairs stacked: cos2 and sin2, (pairs, P, r) each."""
+        if self._stacked is None:
+            r = self.rolled()
+            self._stacked = torch.cat([t[0] for t in r[0::2]]), torch.cat([t[0] for t in r[1::2]])
+        return self._stacked
+
+    def head_map(self, heads_q: int, heads_k: int) -> Tensor:
+        """Pair 0 for each of q's heads, then pair 1 for each of k's: (heads_q + heads_k,) int64."""
+        key = (heads_q, heads_k)
+        if key not in self._head_maps:
+            self._head_maps[key] = torch.tensor([0] * heads_q + [1] * heads_k, device=self.columns[0].device)
+        return self._head_maps[key]
+
     def rows(self, positions: Tensor, hi: int) -> "TableRows":
         """The rows at ``positions`` (B|1, T), every one < P (``hi``, their largest, checked by the caller)."""
         flat = positions.reshape(-1)  # index_select: a plain row gather, cheaper than advanced indexing
-        cols = tuple(t.index_select(0, flat).view(*positions.shape, -1) for t in self.columns)
-        return TableRows(cols, hi, lambda: tuple(
-            t.index_select(2, flat).view(positions.shape[0], 1, positions.shape[1], -1) for t in self.rolled()))
+        B, T = positions.shape
+        cols = tuple(t.index_select(0, flat).view(B, T, -1) for t in self.columns)
+
+        def rolled() -> tuple[Tensor, ...]:
+            return tuple(t.index_select(2, flat).view(B, 1, T, -1) for t in self.rolled())
+
+        def rolled_heads(heads_q: int, heads_k: int) -> tuple[Tensor, ...]:
+            m, n = self.head_map(heads_q, heads_k), heads_q + heads_k
+            return tuple(t.index_select(1, flat).index_select(0, m).view(n, B, T, -1).transpose(0, 1)
+                         for t in self.stacked())  # (B|1, heads_q + heads_k, T, r)
+
+        return TableRows(cols, hi, rolled, rolled_heads if len(self.columns) == 4 else None)
 
 
 @dataclass(eq=False)
 class TableRows:
     """Table columns at some positions, (B|1, T, r/2) each, with ``rolled()`` their rolled
     pairs (B|1, 1, T, r): looked up in a :class:`PositionTable`, or computed (None: from the
-    columns). ``hi``: the largest position (None under torch.compile)."""
+    columns). ``hi``: the largest position (None under torch.compile). ``rolled_heads``: for
+    a table of q's and k's pairs, (cos2, sin2) of every head of ``cat([q, k])`` looked up at
+    once (see :class:`~posenc.rotary.functional.QKTables`), or None."""
 
     columns: tuple[Tensor, ...]
     hi: int | None = None
     _lookup: Callable[[], tuple[Tensor, ...]] | None = None
+    rolled_heads: Callable[[int, int], tuple[Tensor, ...]] | None = None
 
     def rolled(self) -> tuple[Tensor, ...]:
         if self._lookup is not None:
