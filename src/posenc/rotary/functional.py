@@ -170,7 +170,8 @@ class QKTables:
         """The way :func:`rotation_plan` picks for q and k, after the checks of the arguments;
         both decided once per kind of call and kept, keyed on everything they read (the tables
         are this object's): every layer of a forward rotates alike, so only the first pays."""
-        _check_inplace(inplace, q, k)  # reads the tensors' addresses: never kept
+        if inplace is not False:
+            _check_inplace(inplace, q, k)  # reads the tensors' addresses: never kept
         if torch.compiler.is_compiling():
             return self._decide(kernel, layout, q, k)
         key = (kernel, layout, inplace, q.shape, k.shape, q.dtype, k.dtype, q.device, torch.is_grad_enabled(),
@@ -250,8 +251,7 @@ def _rolled(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Ten
     # same products and sums for every element. rotation_plan takes this way only when q and k
     # share batch, length and dtype.
     hq, hk = q.shape[1], k.shape[1]
-    both = rotate_half_rolled(torch.cat([q, k], dim=1), *t.rolled(hq, hk))  # (B, hq + hk, T, D)
-    return both[:, :hq], both[:, hq:]
+    return rotate_half_rolled(torch.cat([q, k], dim=1), *t.rolled(hq, hk)).split((hq, hk), dim=1)  # (B, hq + hk, T, D)
 
 
 def _compiled_way(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:

@@ -126,10 +126,10 @@ def rotate_half_rolled(x: Tensor, cos2: Tensor, sin2: Tensor) -> Tensor:
     the same bits as the eager kernel. Computed in float32 (float64 for float64 x), rounded
     once to x's dtype. The tables are built once per forward (:meth:`~posenc.rotary.functional.QKTables.rolled`).
     """
-    cdt = _compute_dtype(x)
-    xf = x if x.dtype == cdt else x.to(cdt)
+    dt = x.dtype
+    xf = x if dt is torch.float32 or dt is torch.float64 else x.float()  # _compute_dtype, inline: a step's every us counts
     out = torch.addcmul(xf * cos2, xf.roll(x.shape[-1] // 2, dims=-1), sin2)
-    return out if out.dtype == x.dtype else out.to(x.dtype)
+    return out if out.dtype is dt else out.to(dt)
 
 
 EAGER: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
