@@ -108,22 +108,17 @@ class PositionTable:
 
 @dataclass(eq=False)
 class TableRows:
-    """Table columns at some positions, (B|1, T, r/2) each, with ``rolled()`` their rolled
-    pairs (B|1, 1, T, r): looked up in a :class:`PositionTable`, or computed (None: from the
-    columns). ``hi``: the largest position (None under torch.compile). ``rolled_heads``: for
-    a table of q's and k's pairs, (cos2, sin2) of every head of ``cat([q, k])`` looked up at
-    once (see :class:`~posenc.rotary.functional.QKTables`), or None."""
+    """Table columns at some positions, (B|1, T, r/2) each. ``hi``: the largest position (None
+    under torch.compile). Rows looked up in a :class:`PositionTable` also carry ``rolled``,
+    which looks their rolled pairs (B|1, 1, T, r) up there, and, for a table of q's and k's
+    pairs, ``rolled_heads``, the (cos2, sin2) of every head of ``cat([q, k])`` at once: what
+    :class:`~posenc.rotary.functional.QKTables` takes as ``rolled_source`` and ``rolled_heads``
+    (None: it builds them from the columns)."""
 
     columns: tuple[Tensor, ...]
     hi: int | None = None
-    _lookup: Callable[[], tuple[Tensor, ...]] | None = None
+    rolled: Callable[[], tuple[Tensor, ...]] | None = None
     rolled_heads: Callable[[int, int], tuple[Tensor, ...]] | None = None
-
-    def rolled(self) -> tuple[Tensor, ...]:
-        if self._lookup is not None:
-            return self._lookup()
-        pairs = zip(self.columns[0::2], self.columns[1::2])
-        return tuple(t for c, s in pairs for t in half_rolled_tables(c, s))
 
 
 @dataclass(frozen=True)
