@@ -35,6 +35,8 @@ CASES = [
     Case(A, "`posenc speed model --batch 0`", r"argument --batch: must be a positive int, got 0", argv=["speed", "model", "--batch", "0"]),
     Case(A, "`posenc speed model --width 30 --heads 4` (not divisible)", r"--width \(30\) must be divisible by --heads \(4\)",
          argv=["speed", "model", "--width", "30", "--heads", "4", "--encodings", "none"]),
+    Case(A, "`posenc speed model --isolate=yes` (a switch: --isolate / --no-isolate)",
+         r"argument --isolate/--no-isolate: ignored explicit argument 'yes'", argv=["speed", "model", "--isolate=yes"]),
     Case(A, "`posenc speed relative --head-dim 7` (odd)", r"argument --head-dim: must be an even positive int, got 7",
          argv=["speed", "relative", "--head-dim", "7"]),
     Case(A, "`posenc speed relative --repeat 0`", r"argument --repeat: must be a positive int, got 0", argv=["speed", "relative", "--repeat", "0"]),
