@@ -23,8 +23,14 @@ venv: $(PY)
 
 # demo needs the bench, plot and hf extras (checkpoints, figures, the real model); `pip install
 # posenc` alone needs only torch
+# Then the fused CPU rotary kernel (posenc/rotary/cpu_rope.py: a decoding step's rotation in one
+# call, about 20 s to compile, once per machine); without a C++ compiler the library rotates with
+# eager PyTorch instead, so a failed build does not stop the install.
+KERNEL = $(PY) -m posenc.rotary.build_cpu_kernel || echo "posenc: continuing without the fused CPU rotary kernel"
+
 install: $(PY)
 	$(PY) -m pip install -q -e ".[bench,plot,hf]" "$(TORCH)"
+	$(KERNEL)
 
 # The real-model tests read SmolLM2-135M and Gemma-3-270M: each GGUF is converted once into the
 # cache (~/.cache/posenc/models; about 40 s and 80 s on a 2-core CPU) before the tests, so no two
@@ -32,6 +38,7 @@ install: $(PY)
 # for that, and skipped when the cache already holds a verified conversion.
 install-test: $(PY)
 	$(PY) -m pip install -q -e ".[test]" "$(TORCH)"
+	$(KERNEL)
 	$(PY) -c "from posenc.hf.models import resolve_model; print('smollm2-135m:', resolve_model('smollm2-135m'))"
 	$(PY) -c "from posenc.hf.models import resolve_model; print('gemma3-270m:', resolve_model('gemma3-270m'))"
 

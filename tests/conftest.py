@@ -33,6 +33,16 @@ def spy(monkeypatch):
 
 
 @pytest.fixture
+def no_cpu_kernel(monkeypatch):
+    """A process in which the fused CPU rotary kernel (posenc.rotary.cpu_rope) is not built: small
+    CPU steps rotate with the eager rolled form, whatever this machine's kernel cache holds."""
+    from posenc.rotary import cpu_rope
+
+    monkeypatch.setattr(cpu_rope, "_module", None)
+    monkeypatch.setattr(cpu_rope, "_looked", True)
+
+
+@pytest.fixture
 def plans(monkeypatch):
     """A list that gets the :class:`posenc.backends.Plan` of every attention call made while
     the test runs (``backends.run`` asks ``planner.plan``; wrapped here, production code keeps

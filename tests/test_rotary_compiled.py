@@ -101,7 +101,7 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(monkeypatch):
 
 
 def _table_state(enc) -> dict:
-    return {key: [(id(t), t._version, t.data_ptr()) for t in table.columns] for key, table in enc._cache.items()}
+    return {key: (id(table.packed), table.packed._version, table.packed.data_ptr()) for key, table in enc._cache.items()}
 
 
 # Graph breaks, host syncs and state mutation are Dynamo's and AOTAutograd's business:

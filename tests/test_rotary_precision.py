@@ -6,7 +6,6 @@ References are computed here with mpmath (50 digits) or float64 from the paper's
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import mpmath
 import pytest
@@ -106,10 +105,10 @@ def test_rolled_rows_read_from_the_table_equal_the_rolled_rows_built_per_forward
     enc = posenc.build(name, d_model=64, num_heads=2)
     pos = torch.tensor([[5, 700, 3], [9, 0, 1023]])
     state = enc.prepare(pos, pos)
-    looked_up = state.tables.rolled(2, 2)
-    built = dataclasses.replace(state.tables, rolled_source=None, rolled_heads=None, _rolled={}).rolled(2, 2)
-    assert state.tables.rolled_source is not None
-    assert (state.tables.rolled_heads is not None) == (name == "xpos")  # q's and k's pairs gathered per head at once
+    looked_up = state.tables.rolled_pairs()
+    built = dataclasses.replace(state.tables, rolled=None, _pairs=None).rolled_pairs()
+    assert state.tables.rolled is not None and len(state.tables.rolled) == (4 if name == "xpos" else 2)
+    assert (looked_up[0] is looked_up[2]) == (name == "rope")  # RoPE's keys at the query positions: q's pair
     for a, b in zip(looked_up, built, strict=True):
         assert a.shape == b.shape and torch.equal(a, b)
     # and the rotation through them equals the eager kernel's

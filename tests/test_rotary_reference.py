@@ -149,7 +149,7 @@ def test_apply_rotary_rejects_mismatched_tables():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_small_step_rolled_form_is_the_eager_kernel_bit_for_bit(dtype, spy):
+def test_small_step_rolled_form_is_the_eager_kernel_bit_for_bit(dtype, spy, no_cpu_kernel):
     """A small step on CPU without autograd (a decoding step) rotates by
     x·[cos | cos] + roll(x, D/2)·[-sin | sin] (three ops): the same bits as the eager kernel,
     within one rounding of the complex-number reference; with grad enabled, or more than
@@ -166,9 +166,9 @@ def test_small_step_rolled_form_is_the_eager_kernel_bit_for_bit(dtype, spy):
         state = rope.prepare(pos, pos)
         assert rotation_plan("auto", "half", q, k, state.tables).way is Rotation.ROLLED
         rq, rk = rope.rotate(q, k, pos, pos, state=state)
-        assert taken == [1] and rq.dtype == dtype  # q and k side by side, one call
+        assert taken == [1, 1] and rq.dtype == dtype  # q, then k
         eq, ek = functional.WAYS[Rotation.EAGER](q, k, state.tables, "half")  # the eager kernel itself
-    assert taken == [1]
+    assert taken == [1, 1]
     assert torch.equal(rq, eq) and torch.equal(rk, ek)
     tol = dict(atol=1e-2, rtol=2**-8) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=0)
     torch.testing.assert_close(rq.double(), reference_complex(q, pos, D, 500.0, "half"), **tol)
@@ -184,7 +184,7 @@ def test_small_step_rolled_form_is_the_eager_kernel_bit_for_bit(dtype, spy):
         assert way(partial, q, k, pos) is Rotation.EAGER and way(interleaved, q, k, pos) is Rotation.EAGER
 
 
-def test_the_way_kept_on_a_forwards_tables_follows_what_it_depends_on(spy):
+def test_the_way_kept_on_a_forwards_tables_follows_what_it_depends_on(spy, monkeypatch, no_cpu_kernel):
     """QKTables.way decides once per kind of call and keeps it: one forward's tables reused
     under no_grad, then under autograd, then with other shapes take the way each call needs
     (the kept ROLLED way would write nothing autograd can differentiate, or not fit), and a
@@ -200,16 +200,22 @@ def test_the_way_kept_on_a_forwards_tables_follows_what_it_depends_on(spy):
     rolled = spy(functional, "rotate_half_rolled")
     with torch.no_grad():
         a = rope.rotate(q, k, pos, pos, state=state)
-        assert state.tables.way("auto", "half", q, k) is Rotation.ROLLED and rolled == [1]
+        assert state.tables.way("auto", "half", q, k) is Rotation.ROLLED and rolled == [1, 1]
     qg = q.clone().requires_grad_()
     b = rope.rotate(qg, k, pos, pos, state=state)  # the same tables, autograd recording
-    assert state.tables.way("auto", "half", qg, k) is Rotation.FUNCTIONAL and rolled == [1]
+    assert state.tables.way("auto", "half", qg, k) is Rotation.FUNCTIONAL and rolled == [1, 1]
     b[0].sum().backward()
     assert qg.grad is not None
     torch.testing.assert_close(b[0].detach(), a[0], atol=1e-6, rtol=0)  # other ops, one rounding apart
     with torch.no_grad():
-        q64 = q.double()  # another dtype for q than k: not the rolled way's (one tensor for both)
-        assert state.tables.way("auto", "half", q64, k) is Rotation.EAGER
+        long = torch.randn(1, H, functional.SMALL_STEP + 1, D)  # keys of another length than the tables'
+        with pytest.raises(ValueError, match="do not fit k"):
+            state.tables.way("auto", "half", q, long)
+        # another kind of call on new tables (the next step's) is planned anew, kept across tables
+        fresh = rope.prepare(pos, pos).tables
+        assert fresh.way("auto", "half", q, k) is Rotation.ROLLED
+        monkeypatch.setattr(functional, "rotation_plan", None)  # kept: not planned again
+        assert rope.prepare(pos, pos).tables.way("auto", "half", q, k) is Rotation.ROLLED
         for _ in range(2):
             with pytest.raises(ValueError, match="do not fit q"):
                 rope.rotate(torch.randn(1, H, 2, D - 2), k, pos, pos, state=state)

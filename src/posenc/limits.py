@@ -113,7 +113,11 @@ def check_positions(positions: Tensor, name: str = "positions") -> int | None:
     tensors."""
     if torch.compiler.is_compiling() or positions.numel() == 0 or positions.device.type == "meta":
         return None
-    lo, hi = (int(v) for v in torch.aminmax(positions))
+    if positions.numel() <= 64:  # a decoding step: one read of the values, min and max on the host
+        values = positions.reshape(-1).tolist()
+        lo, hi = min(values), max(values)
+    else:
+        lo, hi = torch.stack(torch.aminmax(positions)).tolist()  # one host read
     if lo < 0:
         raise ValueError(f"{name} must be >= 0, got {lo}")
     if hi > MAX_POSITION:

@@ -20,7 +20,9 @@ Kernels (``kernel=``; their arithmetic is :mod:`posenc.rotary.kernels`):
   suits it (float32/float16/bfloat16, cos/sin without gradient); otherwise ``"compiled"`` for
   tensors of at least ``AUTO_COMPILE_MIN_NUMEL`` elements (q and k together), ``"eager"``
   below, where the call overhead of a compiled function (~0.1 ms) outweighs the fusion;
-  setting it to None disables compilation. On CPU ``"auto"`` never picks Triton.
+  setting it to None disables compilation. On CPU ``"auto"`` never picks Triton; a small
+  float32 step there takes the fused CPU kernel (:mod:`posenc.rotary.cpu_rope`, the rolled
+  form's arithmetic, q and k in one call) when it has been built, never building it itself.
 
 ``inplace=True`` (inference only: no gradient may flow) writes the rotation into q and k and
 returns them; the Triton kernel does so without a temporary, the others rotate then copy back.
@@ -29,7 +31,7 @@ Inside an outer ``torch.compile`` every kernel is the plain functional form, whi
 outer graph fuses with its neighbours.
 
 :func:`rotation_plan` is the one place that decides among these ways (:class:`Rotation`:
-functional, triton, compiled, rolled, eager) for a call, with the reason; each way is a
+functional, triton, compiled, fused_cpu, rolled, eager) for a call, with the reason; each way is a
 straight-line function in :data:`WAYS`, and :func:`rotate_qk` is the plan then the way.
 """
 
@@ -45,6 +47,7 @@ import torch
 from torch import Tensor
 
 from ..config import check_choice
+from . import cpu_rope
 from .kernels import EAGER, FUNCTIONAL_QK, compile_failed, half_rolled_tables, rotate_half_rolled, run_compiled
 from .layout import LAYOUTS
 
@@ -122,6 +125,7 @@ class Rotation(enum.Enum):
     FUNCTIONAL = "functional"
     TRITON = "triton"
     COMPILED = "compiled"
+    FUSED_CPU = "fused_cpu"
     ROLLED = "rolled"
     EAGER = "eager"
 
@@ -133,52 +137,68 @@ class RotationPlan(NamedTuple):
     reason: str
 
 
+#: The plans decided so far, keyed on everything :func:`rotation_plan` reads: every decoding
+#: step's new tables rotate like the last step's, so only the first call of a kind plans.
+_PLANS: dict[tuple, Rotation] = {}
+_MAX_PLANS = 256
+
+
 @dataclass(eq=False)
 class QKTables:
-    """cos/sin (B|1, T, r/2) float32 for q and for k, with the rolled form
-    (:func:`~posenc.rotary.kernels.half_rolled_tables`) made on first use and kept: a forward's
-    state makes it once for every layer. ``keys_at_queries``: k's tables are q's (self-attention),
-    made once."""
+    """cos/sin (B|1, T, r/2) float32 for q and for k. ``keys_at_queries``: k's tables are q's
+    (self-attention). ``rolled``: the rolled pairs (:func:`~posenc.rotary.kernels.half_rolled_tables`)
+    when a table holds them already (:class:`~posenc.rotary.rope.TableRows`): (cos2, sin2) of
+    q, then of k unless ``keys_at_queries``, each (B|1, 1, T, r); None builds them from the
+    cos/sin above on first use. Either way a forward's state makes them once for every layer."""
 
     cos_q: Tensor
     sin_q: Tensor
     cos_k: Tensor
     sin_k: Tensor
     keys_at_queries: bool = False
-    #: Makes the rolled pairs (cos2, sin2) of q, then of k unless ``keys_at_queries``, each
-    #: (B|1, 1, T, r), when a table holds them already (:class:`~posenc.rotary.rope.TableRows`);
-    #: None builds them from the cos/sin above.
-    rolled_source: Callable[[], tuple[Tensor, ...]] | None = field(default=None, repr=False)
-    #: Makes (cos2, sin2) of every head of ``cat([q, k])`` at once, (B|1, heads_q + heads_k, T, r),
-    #: when q's and k's tables differ (xPos) and a table holds them stacked; None: from the pairs.
-    rolled_heads: Callable[[int, int], tuple[Tensor, ...]] | None = field(default=None, repr=False)
-    _rolled: dict = field(default_factory=dict, repr=False)
-    _ways: dict = field(default_factory=dict, repr=False)
+    rolled: tuple[Tensor, ...] | None = field(default=None, repr=False)
+    _pairs: tuple[Tensor, ...] | None = field(default=None, repr=False)
+    _signature: tuple | None = field(default=None, repr=False)
 
     @classmethod
-    def shared(cls, cos: Tensor, sin: Tensor, rolled: Callable[[], tuple[Tensor, ...]] | None = None) -> "QKTables":
-        """The tables of keys at the query positions (``rolled``: see ``rolled_source``)."""
-        return cls(cos, sin, cos, sin, keys_at_queries=True, rolled_source=rolled)
+    def shared(cls, cos: Tensor, sin: Tensor, rolled: tuple[Tensor, ...] | None = None) -> "QKTables":
+        """The tables of keys at the query positions (``rolled``: q's pair, see above)."""
+        return cls(cos, sin, cos, sin, keys_at_queries=True, rolled=rolled)
 
-    def _rolled_pairs(self) -> tuple[Tensor, ...]:
-        if self.rolled_source is not None:
-            return self.rolled_source()
-        pairs = half_rolled_tables(self.cos_q, self.sin_q)
-        return pairs if self.keys_at_queries else (*pairs, *half_rolled_tables(self.cos_k, self.sin_k))
+    def rolled_pairs(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(cos2, sin2) of q, then of k, (B|1, 1, T, r) each: looked up or built once."""
+        if self._pairs is None:
+            pairs = self.rolled if self.rolled is not None else half_rolled_tables(self.cos_q, self.sin_q)
+            if self.keys_at_queries:
+                pairs = (*pairs[:2], *pairs[:2])
+            elif self.rolled is None:
+                pairs = (*pairs, *half_rolled_tables(self.cos_k, self.sin_k))
+            self._pairs = pairs
+        return self._pairs
 
     def way(self, kernel: str, layout: str, q: Tensor, k: Tensor, inplace: bool = False) -> Rotation:
-        """The way :func:`rotation_plan` picks for q and k, after the checks of the arguments;
-        both decided once per kind of call and kept, keyed on everything they read (the tables
-        are this object's): every layer of a forward rotates alike, so only the first pays."""
+        """The way :func:`rotation_plan` picks for q and k, after the checks of the arguments,
+        decided once per kind of call and kept (``_PLANS``), keyed on everything the checks
+        and the plan read: the tables' shapes and grad, q's and k's shapes, dtypes, device and
+        grad, the grad mode, the module settings the plan reads. A decoding step's new tables
+        then rotate without planning again. An explicit ``kernel="triton"`` is checked every
+        call (what it needs, triton and CUDA or the interpreter, can change under it)."""
         if inplace is not False:
             _check_inplace(inplace, q, k)  # reads the tensors' addresses: never kept
-        if torch.compiler.is_compiling():
+        if kernel == "triton" or torch.compiler.is_compiling():
             return self._decide(kernel, layout, q, k)
-        key = (kernel, layout, inplace, q.shape, k.shape, q.dtype, k.dtype, q.device, torch.is_grad_enabled(),
-               q.requires_grad, k.requires_grad, compile_failed())
-        way = self._ways.get(key)
+        if self._signature is None:
+            tables = (self.cos_q, self.sin_q, self.cos_k, self.sin_k)
+            self._signature = (*(t.shape for t in tables), *(t.dtype for t in tables), any(t.requires_grad for t in tables))
+        key = (self._signature, kernel, layout, inplace, q.shape, k.shape, q.dtype, k.dtype, q.device,
+               torch.is_grad_enabled(), q.requires_grad, k.requires_grad, compile_failed(), AUTO_COMPILE_MIN_NUMEL,
+               SMALL_STEP, cpu_rope.kernel() is not None)
+        way = _PLANS.get(key)
         if way is None:
-            way = self._ways[key] = self._decide(kernel, layout, q, k)
+            way = self._decide(kernel, layout, q, k)
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = way
         return way
 
     def _decide(self, kernel: str, layout: str, q: Tensor, k: Tensor) -> Rotation:
@@ -187,25 +207,6 @@ class QKTables:
         _check_fits(q, self.cos_q, self.sin_q, "q")
         _check_fits(k, self.cos_k, self.sin_k, "k")
         return rotation_plan(kernel, layout, q, k, self).way
-
-    def rolled(self, heads_q: int, heads_k: int) -> tuple[Tensor, Tensor]:
-        """(cos2, sin2) of q's ``heads_q`` heads followed by k's ``heads_k``: one table pair
-        for ``cat([q, k], dim=1)``, (B|1, 1, T, r) when k's tables are q's, else
-        (B|1, heads_q + heads_k, T, r) (xPos: q and k scaled apart)."""
-        key = None if self.keys_at_queries else (heads_q, heads_k)
-        if key not in self._rolled:
-            if key is not None and self.rolled_heads is not None:
-                self._rolled[key] = self.rolled_heads(heads_q, heads_k)
-            elif key is None:
-                self._rolled[key] = self._rolled_pairs()  # (B|1, 1, T, r) each
-            else:
-                cq, sq, ck, sk = self._rolled_pairs()
-                n = max(cq.shape[0], ck.shape[0])  # B or 1 each
-                self._rolled[key] = tuple(
-                    torch.cat([a.expand(n, heads_q, -1, -1), b.expand(n, heads_k, -1, -1)], dim=1)
-                    for a, b in ((cq, ck), (sq, sk))
-                )
-        return self._rolled[key]
 
 
 def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTables) -> RotationPlan:
@@ -225,11 +226,16 @@ def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTabl
     records = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, *cos_sin))
     if (
         layout == "half" and kernel in ("auto", "eager") and q.device.type == "cpu" and not records
-        and q.shape[2] == k.shape[2] <= SMALL_STEP and 2 * tables.cos_q.shape[-1] == q.shape[-1]
-        and q.shape[0] == k.shape[0] and q.dtype == k.dtype
+        and max(q.shape[2], k.shape[2]) <= SMALL_STEP
+        and 2 * tables.cos_q.shape[-1] == q.shape[-1] and 2 * tables.cos_k.shape[-1] == k.shape[-1]
     ):
-        return RotationPlan(Rotation.ROLLED, "a small step on CPU, every channel rotated, q and k alike: "
-                                             "the three-op rolled form on q and k side by side")
+        if (
+            kernel == "auto" and all(t.dtype == torch.float32 for t in (q, k, *cos_sin))
+            and cpu_rope.kernel() is not None
+        ):
+            return RotationPlan(Rotation.FUSED_CPU, "a small float32 step on CPU, every channel rotated, the fused "
+                                                    "CPU kernel built: q and k in one call")
+        return RotationPlan(Rotation.ROLLED, "a small step on CPU, every channel rotated: the three-op rolled form")
     if layout == "half" and records:
         return RotationPlan(Rotation.FUNCTIONAL, "autograd records: the functional form (the eager kernel writes in place)")
     return RotationPlan(Rotation.EAGER, "the eager kernel")
@@ -247,11 +253,19 @@ def _functional(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor,
 
 
 def _rolled(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
-    # q and k as one tensor (heads side by side): one pass of the three ops instead of two, the
-    # same products and sums for every element. rotation_plan takes this way only when q and k
-    # share batch, length and dtype.
-    hq, hk = q.shape[1], k.shape[1]
-    return rotate_half_rolled(torch.cat([q, k], dim=1), *t.rolled(hq, hk)).split((hq, hk), dim=1)  # (B, hq + hk, T, D)
+    # q and k apart: three ops each. Side by side (cat, then split) is two ops fewer in the
+    # rotation but slower in a model: a decoding step of the speed table's model (6 layers,
+    # width 512, 1024 cached keys, 2 threads) took 1.058-1.067x NoPE's that way, 1.046-1.056x so.
+    cq, sq, ck, sk = t.rolled_pairs()
+    return rotate_half_rolled(q, cq, sq), rotate_half_rolled(k, ck, sk)
+
+
+def _fused_cpu(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
+    # The rolled form's arithmetic in one C++ call (cpu_rope); it reads rows with a contiguous
+    # last dim, which a projection's view has (anything else takes the eager rolled form).
+    if q.stride(-1) != 1 or k.stride(-1) != 1:
+        return _rolled(q, k, t, layout)
+    return cpu_rope.kernel().rotate_half_qk(q, k, *t.rolled_pairs())
 
 
 def _compiled_way(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
@@ -266,6 +280,7 @@ WAYS: dict[Rotation, Callable[[Tensor, Tensor, QKTables, str], tuple[Tensor, Ten
     Rotation.FUNCTIONAL: _functional,
     Rotation.TRITON: _triton,
     Rotation.COMPILED: _compiled_way,
+    Rotation.FUSED_CPU: _fused_cpu,
     Rotation.ROLLED: _rolled,
     Rotation.EAGER: _eager,
 }

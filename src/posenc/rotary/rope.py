@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Hashable
 
 import torch
 from torch import Tensor
@@ -53,72 +53,48 @@ _MAX_TABLES = 4  # cached (device, frequency set) pairs per module
 @dataclass(eq=False)
 class PositionTable:
     """A rotary module's per-position columns (:meth:`RotaryEmbedding.table_columns`) at
-    positions [0, P), each (P, r/2) float32, for one device and frequency set; in pairs
-    (cos, sin), and each pair's rolled form ``[cos | cos]``, ``[-sin | sin]`` (P, r) (see
-    :func:`~posenc.rotary.kernels.half_rolled_tables`) made on first use and kept, so a
-    decoding step looks its rolled rows up instead of building them. A table of two pairs
-    (xPos: q's and k's) also keeps them stacked, (2, P, r), so a step gathers the rows of
-    every head of ``cat([q, k])`` in two lookups."""
+    positions [0, P), (P, r/2) float32 each, in pairs (cos, sin), for one device and frequency
+    set, packed side by side in one (P, width) tensor so that a forward looks every row up in
+    one gather. On CPU the packed rows also hold each pair's rolled form ``[cos | cos]``,
+    ``[-sin | sin]`` (r wide, see :func:`~posenc.rotary.kernels.half_rolled_tables`), which
+    the rotation of a small step on CPU reads (:func:`~posenc.rotary.functional.rotation_plan`)
+    instead of building it every step."""
 
-    columns: tuple[Tensor, ...]
-    _rolled: tuple[Tensor, ...] | None = None
-    _stacked: tuple[Tensor, Tensor] | None = None
-    _head_maps: dict = field(default_factory=dict, repr=False)
+    packed: Tensor  # (P, width)
+    widths: tuple[int, ...]  # of the columns, then of the rolled pairs (if held)
+    n_columns: int
+
+    @classmethod
+    def of(cls, columns: tuple[Tensor, ...]) -> "PositionTable":
+        parts = list(columns)
+        if columns[0].device.type == "cpu":
+            parts += [t[0, 0] for c, s in zip(columns[0::2], columns[1::2]) for t in half_rolled_tables(c[None], s[None])]
+        return cls(torch.cat(parts, dim=-1), tuple(t.shape[-1] for t in parts), len(columns))
 
     @property
     def positions(self) -> int:
-        return self.columns[0].shape[0]
-
-    def rolled(self) -> tuple[Tensor, ...]:
-        if self._rolled is None:
-            pairs = zip(self.columns[0::2], self.columns[1::2])
-            self._rolled = tuple(t for c, s in pairs for t in half_rolled_tables(c[None], s[None]))  # (1, 1, P, r)
-        return self._rolled
-
-    def stacked(self) -> tuple[Tensor, Tensor]:
-        """The rolled pairs stacked: cos2 and sin2, (pairs, P, r) each."""
-        if self._stacked is None:
-            r = self.rolled()
-            self._stacked = torch.cat([t[0] for t in r[0::2]]), torch.cat([t[0] for t in r[1::2]])
-        return self._stacked
-
-    def head_map(self, heads_q: int, heads_k: int) -> Tensor:
-        """Pair 0 for each of q's heads, then pair 1 for each of k's: (heads_q + heads_k,) int64."""
-        key = (heads_q, heads_k)
-        if key not in self._head_maps:
-            self._head_maps[key] = torch.tensor([0] * heads_q + [1] * heads_k, device=self.columns[0].device)
-        return self._head_maps[key]
+        return self.packed.shape[0]
 
     def rows(self, positions: Tensor, hi: int) -> "TableRows":
         """The rows at ``positions`` (B|1, T), every one < P (``hi``, their largest, checked by the caller)."""
-        flat = positions.reshape(-1)  # index_select: a plain row gather, cheaper than advanced indexing
         B, T = positions.shape
-        cols = tuple(t.index_select(0, flat).view(B, T, -1) for t in self.columns)
-
-        def rolled() -> tuple[Tensor, ...]:
-            return tuple(t.index_select(2, flat).view(B, 1, T, -1) for t in self.rolled())
-
-        def rolled_heads(heads_q: int, heads_k: int) -> tuple[Tensor, ...]:
-            m, n = self.head_map(heads_q, heads_k), heads_q + heads_k
-            return tuple(t.index_select(1, flat).index_select(0, m).view(n, B, T, -1).transpose(0, 1)
-                         for t in self.stacked())  # (B|1, heads_q + heads_k, T, r)
-
-        return TableRows(cols, hi, rolled, rolled_heads if len(self.columns) == 4 else None)
+        # index_select: a plain row gather, cheaper than advanced indexing; the parts are views.
+        parts = self.packed.index_select(0, positions.reshape(-1)).view(B, 1, T, -1).split(self.widths, dim=-1)
+        n = self.n_columns
+        return TableRows(tuple(t.squeeze(1) for t in parts[:n]), hi, parts[n:] or None)  # (B|1, T, r/2); (B|1, 1, T, r)
 
 
 @dataclass(eq=False)
 class TableRows:
     """Table columns at some positions, (B|1, T, r/2) each. ``hi``: the largest position (None
-    under torch.compile). Rows looked up in a :class:`PositionTable` also carry ``rolled``,
-    which looks their rolled pairs (B|1, 1, T, r) up there, and, for a table of q's and k's
-    pairs, ``rolled_heads``, the (cos2, sin2) of every head of ``cat([q, k])`` at once: what
-    :class:`~posenc.rotary.functional.QKTables` takes as ``rolled_source`` and ``rolled_heads``
-    (None: it builds them from the columns)."""
+    under torch.compile). ``rolled``: the rolled pair of each (cos, sin) pair of columns,
+    (B|1, 1, T, r) each, when the table holds them (:class:`PositionTable` on CPU), what
+    :class:`~posenc.rotary.functional.QKTables` takes as ``rolled`` (None: it builds them
+    from the columns when it needs them)."""
 
     columns: tuple[Tensor, ...]
     hi: int | None = None
-    rolled: Callable[[], tuple[Tensor, ...]] | None = None
-    rolled_heads: Callable[[int, int], tuple[Tensor, ...]] | None = None
+    rolled: tuple[Tensor, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -381,7 +357,7 @@ class RotaryEmbedding(PositionalEncoding):
         table = self._cache.get(key)
         if table is None or table.positions <= hi:
             size = max(64, 1 << hi.bit_length())  # next power of two > hi
-            table = PositionTable(self.table_columns(torch.arange(size, device=positions.device), inv_freq, factor))
+            table = PositionTable.of(self.table_columns(torch.arange(size, device=positions.device), inv_freq, factor))
             self._cache[key] = table
             while len(self._cache) > _MAX_TABLES:
                 self._cache.popitem(last=False)

@@ -142,8 +142,7 @@ class XPos(RotaryEmbedding):
         seq_len = self.current_length(q_pos, k_pos)
         q_rows = self.rows(q_pos, seq_len)
         if k_pos is q_pos:
-            return XPosState(q_rows.hi, QKTables(*q_rows.columns, rolled_source=q_rows.rolled,
-                                                 rolled_heads=q_rows.rolled_heads))
+            return XPosState(q_rows.hi, QKTables(*q_rows.columns, rolled=q_rows.rolled))
         k_rows = self.rows(k_pos, seq_len)
         his = [r.hi for r in (q_rows, k_rows) if r.hi is not None]
         hi = None if torch.compiler.is_compiling() else max(his, default=0)

@@ -1,0 +1,144 @@
+"""The fused CPU rotary kernel (posenc.rotary.cpu_rope): the eager rolled form's bits, q and k
+in one call, taken by the plan only when built, and never built by a forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posenc
+from posenc.rotary import cpu_rope, functional
+from posenc.rotary.functional import QKTables, Rotation, rotation_plan
+from posenc.rotary.kernels import half_rolled_tables, rotate_half_rolled
+
+
+@pytest.fixture(scope="module")
+def ext():
+    """The built kernel (built here when `make install-test` has not; skipped without a compiler)."""
+    try:
+        return cpu_rope.kernel() or cpu_rope.build()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+
+
+def _tables(B: int, T: int, D: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = torch.rand(B, T, D // 2, generator=g) * 2 - 1, torch.rand(B, T, D // 2, generator=g) * 2 - 1
+    return half_rolled_tables(cos, sin)  # (B, 1, T, D)
+
+
+@pytest.mark.parametrize("D", [2, 6, 16, 18, 64, 128])
+@pytest.mark.parametrize("table_batch", [1, 3])
+def test_fused_kernel_is_the_rolled_form(ext, D, table_batch):
+    """Against rotate_half_rolled (x·[cos | cos], then addcmul_ of roll(x, D/2)·[-sin | sin]):
+    q a projection's transposed view, k with fewer heads (grouped-query), tables of one row or
+    one per batch row, q's and k's apart (xPos), several positions."""
+    g = torch.Generator().manual_seed(D)
+    B, H, Hkv, T = 3, 4, 2, 5
+    q = torch.randn(B, T, H, D, generator=g).transpose(1, 2)  # (B, H, T, D), not contiguous
+    k = torch.randn(B, Hkv, T, D, generator=g) * 1e3
+    cq, sq = _tables(table_batch, T, D, g)
+    ck, sk = _tables(table_batch, T, D, g)
+    fq, fk = ext.rotate_half_qk(q, k, cq, sq, ck, sk)
+    eq, ek = rotate_half_rolled(q, cq, sq), rotate_half_rolled(k, ck, sk)
+    for fused, eager in ((fq, eq), (fk, ek)):
+        assert fused.shape == eager.shape and fused.dtype == torch.float32 and fused.is_contiguous()
+        # one product rounded, then a fused multiply-add: the bits of ATen's addcmul_ on an FMA
+        # CPU (this machine's); within a rounding of it on any other
+        torch.testing.assert_close(fused, eager, rtol=1e-6, atol=1e-6 * eager.abs().max().item())
+
+
+def test_fused_kernel_against_the_rotation_formula(ext):
+    """Each output pair (x_j, x_j+D/2) is the rotation of the input pair by the angle whose
+    cos and sin the table holds (float64 reference, per element)."""
+    g = torch.Generator().manual_seed(0)
+    B, H, T, D = 2, 3, 4, 8
+    h = D // 2
+    x = torch.randn(B, H, T, D, generator=g)
+    ang = torch.rand(B, T, h, generator=g, dtype=torch.float64) * 6.28
+    c2, s2 = half_rolled_tables(ang.cos().float(), ang.sin().float())
+    out, _ = ext.rotate_half_qk(x, x, c2, s2, c2, s2)
+    xd, c, s = x.double(), ang.cos().float().double(), ang.sin().float().double()
+    for b in range(B):
+        for hh in range(H):
+            for t in range(T):
+                for j in range(h):
+                    a, bb, cj, sj = xd[b, hh, t, j].item(), xd[b, hh, t, j + h].item(), c[b, t, j].item(), s[b, t, j].item()
+                    want = (a * cj - bb * sj, bb * cj + a * sj)
+                    got = (out[b, hh, t, j].item(), out[b, hh, t, j + h].item())
+                    assert got == pytest.approx(want, rel=1e-6, abs=1e-6)
+
+
+def test_fused_kernel_refuses_what_it_does_not_read(ext):
+    x, c2 = torch.randn(1, 2, 3, 8), torch.ones(1, 1, 3, 8)
+    with pytest.raises(RuntimeError, match="float32"):
+        ext.rotate_half_qk(x.double(), x, c2, c2, c2, c2)
+    with pytest.raises(RuntimeError, match="must fit"):
+        ext.rotate_half_qk(x, x, c2[..., :2, :], c2[..., :2, :], c2, c2)
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos"])
+def test_the_plan_takes_the_fused_kernel_for_small_float32_steps_only(ext, name, spy):
+    """auto, CPU, float32, no autograd, a small step: FUSED_CPU, the same result as the eager
+    rolled form; kernel="eager", bfloat16 or float64, autograd, or partial rotary take another way."""
+    H, D = 2, 16
+    enc = posenc.build(name, d_model=H * D, num_heads=H)
+    pos = torch.tensor([[40, 41], [7, 8]])
+    q, k = torch.randn(2, H, 2, D), torch.randn(2, H, 2, D)
+    calls = spy(ext, "rotate_half_qk")
+    with torch.no_grad():
+        state = enc.prepare(pos, pos)
+        assert rotation_plan("auto", "half", q, k, state.tables).way is Rotation.FUSED_CPU
+        fq, fk = enc.rotate(q, k, pos, pos, state=state)
+        assert calls == [1]
+        rq, rk = functional.WAYS[Rotation.ROLLED](q, k, state.tables, "half")
+        assert rotation_plan("eager", "half", q, k, state.tables).way is Rotation.ROLLED
+        for dt in (torch.bfloat16, torch.float64):
+            assert rotation_plan("auto", "half", q.to(dt), k.to(dt), state.tables).way is Rotation.ROLLED
+    torch.testing.assert_close(fq, rq, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(fk, rk, rtol=1e-6, atol=1e-6)
+    assert rotation_plan("auto", "half", q.requires_grad_(), k, state.tables).way is Rotation.FUNCTIONAL
+
+
+def test_an_unbuilt_kernel_is_never_built_by_a_forward(no_cpu_kernel, spy):
+    """Not built: the plan takes the eager rolled form, and the kept plan follows when the
+    kernel appears (the plans are keyed on it)."""
+    rope = posenc.build("rope", d_model=32, num_heads=2)
+    pos = torch.tensor([[3]])
+    q = torch.randn(1, 2, 1, 16)
+    built = spy(cpu_rope, "build")
+    with torch.no_grad():
+        state = rope.prepare(pos, pos)
+        assert state.tables.way("auto", "half", q, q) is Rotation.ROLLED
+        rope.rotate(q, q, pos, pos, state=state)
+    assert built == []
+
+
+def test_the_kept_plan_follows_the_kernel_appearing(ext, monkeypatch):
+    q = torch.randn(1, 2, 1, 16)
+    c, s = torch.ones(1, 1, 8), torch.zeros(1, 1, 8)
+    with torch.no_grad():
+        monkeypatch.setattr(cpu_rope, "_module", None)
+        monkeypatch.setattr(cpu_rope, "_looked", True)
+        assert QKTables.shared(c, s).way("auto", "half", q, q) is Rotation.ROLLED
+        monkeypatch.setattr(cpu_rope, "_module", ext)
+        assert QKTables.shared(c, s).way("auto", "half", q, q) is Rotation.FUSED_CPU
+
+
+def test_a_foreign_file_where_the_kernel_belongs_is_not_loaded(tmp_path, monkeypatch):
+    """kernel() imports the library only when it is a loadable build; a broken file reads as
+    not built (build() would replace it)."""
+    monkeypatch.setenv("POSENC_KERNELS", str(tmp_path))
+    monkeypatch.setattr(cpu_rope, "_module", None)
+    monkeypatch.setattr(cpu_rope, "_looked", False)
+    folder = cpu_rope.build_directory()
+    assert folder.parent == tmp_path
+    folder.mkdir()
+    (folder / f"{folder.name}.so").write_bytes(b"not a shared library")
+    assert cpu_rope.kernel() is None
+
+
+def test_the_build_directory_is_one_per_source_torch_and_python(monkeypatch, tmp_path):
+    monkeypatch.setenv("POSENC_KERNELS", str(tmp_path))
+    here = cpu_rope.build_directory()
+    monkeypatch.setattr(torch, "__version__", "0.0.0")
+    assert cpu_rope.build_directory() != here and cpu_rope.build_directory().parent == tmp_path
