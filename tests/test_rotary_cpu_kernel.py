@@ -142,3 +142,39 @@ def test_the_build_directory_is_one_per_source_torch_and_python(monkeypatch, tmp
     here = cpu_rope.build_directory()
     monkeypatch.setattr(torch, "__version__", "0.0.0")
     assert cpu_rope.build_directory() != here and cpu_rope.build_directory().parent == tmp_path
+
+
+@pytest.mark.parametrize("table_batch", [1, 3])
+def test_fused_interleaved_kernel_is_the_eager_complex_product(ext, table_batch):
+    """The interleaved layout: pairs (x_2j, x_2j+1) turned by cos/sin (B|1, T, D/2), against the
+    eager kernel's complex product and, per element, the rotation formula in float64."""
+    g = torch.Generator().manual_seed(table_batch)
+    B, H, Hkv, T, D = 3, 4, 2, 5, 16
+    q = torch.randn(B, T, H, D, generator=g).transpose(1, 2)
+    k = torch.randn(B, Hkv, T, D, generator=g)
+    ang = torch.rand(table_batch, T, D // 2, generator=g, dtype=torch.float64) * 6.28
+    cos, sin = ang.cos().float(), ang.sin().float()
+    tables = QKTables(cos, sin, cos, sin)
+    fq, fk = ext.rotate_interleaved_qk(q, k, cos, sin, cos, sin)
+    eq, ek = functional.WAYS[Rotation.EAGER](q, k, tables, "interleaved")
+    torch.testing.assert_close(fq, eq, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(fk, ek, rtol=1e-6, atol=1e-6)
+    a, b = q.double()[..., 0::2], q.double()[..., 1::2]
+    c, s = cos.double()[:, None], sin.double()[:, None]
+    torch.testing.assert_close(fq.double()[..., 0::2], a * c - b * s, rtol=0, atol=1e-6)
+    torch.testing.assert_close(fq.double()[..., 1::2], b * c + a * s, rtol=0, atol=1e-6)
+
+
+def test_the_plan_takes_the_fused_kernel_for_the_interleaved_layout(ext, spy):
+    """rope_axial (interleaved pairs) decoding: FUSED_CPU, its rotation equal to the eager kernel's."""
+    enc = posenc.build("rope_axial", d_model=64, num_heads=2, grid_width=8)
+    pos = torch.tensor([[40]])
+    q, k = torch.randn(1, 2, 1, 32), torch.randn(1, 2, 1, 32)
+    calls = spy(ext, "rotate_interleaved_qk")
+    with torch.no_grad():
+        state = enc.prepare(pos, pos)
+        fq, fk = enc.rotate(q, k, pos, pos, state=state)
+        assert calls == [1]
+        eq, ek = functional.WAYS[Rotation.EAGER](q, k, state, "interleaved")
+    torch.testing.assert_close(fq, eq, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(fk, ek, rtol=1e-6, atol=1e-6)

@@ -209,6 +209,13 @@ class QKTables:
         return rotation_plan(kernel, layout, q, k, self).way
 
 
+def _fused_cpu_fits(kernel: str, q: Tensor, k: Tensor, tables: tuple[Tensor, ...]) -> bool:
+    """Whether a small CPU step (checked by the caller) can take the fused CPU kernel: ``auto``,
+    float32 throughout, the kernel built (:func:`~posenc.rotary.cpu_rope.kernel`)."""
+    return (kernel == "auto" and all(t.dtype == torch.float32 for t in (q, k, *tables))
+            and cpu_rope.kernel() is not None)
+
+
 def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTables) -> RotationPlan:
     """The one place that decides how q (B, H, Tq, D) and k (B, Hkv, Tk, D) are rotated.
 
@@ -229,13 +236,17 @@ def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTabl
         and max(q.shape[2], k.shape[2]) <= SMALL_STEP
         and 2 * tables.cos_q.shape[-1] == q.shape[-1] and 2 * tables.cos_k.shape[-1] == k.shape[-1]
     ):
-        if (
-            kernel == "auto" and all(t.dtype == torch.float32 for t in (q, k, *cos_sin))
-            and cpu_rope.kernel() is not None
-        ):
+        if _fused_cpu_fits(kernel, q, k, cos_sin):
             return RotationPlan(Rotation.FUSED_CPU, "a small float32 step on CPU, every channel rotated, the fused "
                                                     "CPU kernel built: q and k in one call")
         return RotationPlan(Rotation.ROLLED, "a small step on CPU, every channel rotated: the three-op rolled form")
+    if (
+        layout == "interleaved" and q.device.type == "cpu" and not records and max(q.shape[2], k.shape[2]) <= SMALL_STEP
+        and 2 * tables.cos_q.shape[-1] == q.shape[-1] and 2 * tables.cos_k.shape[-1] == k.shape[-1]
+        and _fused_cpu_fits(kernel, q, k, cos_sin)
+    ):
+        return RotationPlan(Rotation.FUSED_CPU, "a small float32 step on CPU, every channel rotated, the fused "
+                                                "CPU kernel built: q and k in one call")
     if layout == "half" and records:
         return RotationPlan(Rotation.FUNCTIONAL, "autograd records: the functional form (the eager kernel writes in place)")
     return RotationPlan(Rotation.EAGER, "the eager kernel")
@@ -261,11 +272,15 @@ def _rolled(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Ten
 
 
 def _fused_cpu(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
-    # The rolled form's arithmetic in one C++ call (cpu_rope); it reads rows with a contiguous
-    # last dim, which a projection's view has (anything else takes the eager rolled form).
-    if q.stride(-1) != 1 or k.stride(-1) != 1:
-        return _rolled(q, k, t, layout)
-    return cpu_rope.kernel().rotate_half_qk(q, k, *t.rolled_pairs())
+    # One C++ call for q and k (cpu_rope): the half layout's rolled form, the interleaved one's
+    # pairs. It reads rows with a contiguous last dim, which a projection's view has (anything
+    # else takes the eager way of its layout).
+    half = layout == "half"
+    tables = t.rolled_pairs() if half else (t.cos_q, t.sin_q, t.cos_k, t.sin_k)
+    if any(x.stride(-1) != 1 for x in (q, k, *tables)):
+        return (_rolled if half else _eager)(q, k, t, layout)
+    ext = cpu_rope.kernel()
+    return (ext.rotate_half_qk if half else ext.rotate_interleaved_qk)(q, k, *tables)
 
 
 def _compiled_way(q: Tensor, k: Tensor, t: QKTables, layout: str) -> tuple[Tensor, Tensor]:
