@@ -91,3 +91,47 @@ CASES = [
          run=_inplace_same_tensor),
     Case(K, "kernel='auto' on CPU tensors", r"never picks Triton: same result as eager", run=_auto_on_cpu, error=None),
 ]
+
+
+def _kernel_folder_is_a_file():
+    import tempfile
+
+    from posenc.rotary import cpu_rope
+
+    with tempfile.NamedTemporaryFile() as f:
+        saved = os.environ.get("POSENC_KERNELS")
+        os.environ["POSENC_KERNELS"] = f.name
+        try:
+            cpu_rope.build()
+        finally:
+            if saved is None:
+                del os.environ["POSENC_KERNELS"]
+            else:
+                os.environ["POSENC_KERNELS"] = saved
+
+
+def _kernel_not_built() -> str:
+    from posenc.rotary import cpu_rope
+
+    saved = cpu_rope._module, cpu_rope._looked
+    cpu_rope._module, cpu_rope._looked = None, True
+    try:
+        q, c, s = _qk()
+        with torch.no_grad():
+            out = apply_rotary_qk(q, q, c, s, c, s)
+            want = apply_rotary_qk(q, q, c, s, c, s, kernel="eager")
+    finally:
+        cpu_rope._module, cpu_rope._looked = saved
+    same = torch.equal(out[0], want[0])
+    return f"a small CPU step without the fused kernel built rotates in eager PyTorch: {'same result' if same else 'DIFFERS'}"
+
+
+CASES += [
+    Case(K, "POSENC_KERNELS names a file (building the fused CPU kernel)",
+         r"cannot create the kernel folder .*; set POSENC_KERNELS to a writable folder", run=_kernel_folder_is_a_file,
+         error=RuntimeError,
+         doc="cannot create the kernel folder <POSENC_KERNELS>/posenc_rope_cpu_<hash> (NotADirectoryError: Not a "
+             "directory); set POSENC_KERNELS to a writable folder"),
+    Case(K, "the fused CPU kernel not built", r"rotates in eager PyTorch: same result", run=_kernel_not_built,
+         error=None),
+]

@@ -79,13 +79,17 @@ def kernel() -> ModuleType | None:
 def build(verbose: bool = False) -> ModuleType:
     """Compile the kernel (about 20 s on a 2-core CPU) into :func:`build_directory`, or load it
     when it is built already; from then on the rotation plan can take it. Raises RuntimeError
-    saying what is missing (a C++ compiler, ninja) when it cannot be built."""
+    saying what is missing (a writable folder, a C++ compiler, ninja) when it cannot be built."""
     global _module, _looked
     from torch.utils.cpp_extension import load  # imports setuptools: only when building
 
     folder = build_directory()
     try:
         folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RuntimeError(f"cannot create the kernel folder {folder} ({type(e).__name__}: {e.strerror or e}); "
+                           "set POSENC_KERNELS to a writable folder") from e
+    try:
         _module = load(_name(), sources=[str(SOURCE)], extra_cflags=list(_FLAGS), build_directory=str(folder),
                        verbose=verbose)
     except (OSError, RuntimeError, ImportError) as e:
