@@ -16,87 +16,74 @@
 
 namespace {
 
-torch::Tensor rotate_one(const torch::Tensor& x, const torch::Tensor& c2, const torch::Tensor& s2) {
-  TORCH_CHECK(x.dim() == 4 && c2.dim() == 4 && s2.dim() == 4, "x, c2 and s2 must be 4-D");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && c2.scalar_type() == at::kFloat && s2.scalar_type() == at::kFloat,
-              "x, c2 and s2 must be float32");
-  TORCH_CHECK(x.stride(3) == 1 && c2.stride(3) == 1 && s2.stride(3) == 1, "the last dim must be contiguous");
-  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), h = D / 2;
-  TORCH_CHECK(D % 2 == 0 && c2.size(3) == D && s2.size(3) == D && c2.size(2) == T && s2.size(2) == T,
-              "tables (B|1, 1, T, D) must fit x (B, H, T, D) with D even");
-  TORCH_CHECK((c2.size(0) == 1 || c2.size(0) == B) && c2.size(0) == s2.size(0) && c2.size(1) == 1 && s2.size(1) == 1,
-              "tables must have batch 1 or B and one head");
+// The checks both layouts share: x (B, H, T, D) float32 with D even; cos-like and sin-like
+// tables float32 with their positions at dim `tdim`, `width` values each, batch 1 or B.
+void check(const torch::Tensor& x, const torch::Tensor& c, const torch::Tensor& s, int64_t dims, int64_t width,
+           const char* shape) {
+  TORCH_CHECK(x.dim() == 4 && c.dim() == dims && s.dim() == dims, "x must be 4-D and the tables ", shape);
+  TORCH_CHECK(x.scalar_type() == at::kFloat && c.scalar_type() == at::kFloat && s.scalar_type() == at::kFloat,
+              "x and the tables must be float32");
+  TORCH_CHECK(x.stride(3) == 1 && c.stride(dims - 1) == 1 && s.stride(dims - 1) == 1, "the last dim must be contiguous");
+  const int64_t B = x.size(0), T = x.size(2), D = x.size(3);
+  TORCH_CHECK(D % 2 == 0 && c.sizes() == s.sizes() && c.size(dims - 1) == width && c.size(dims - 2) == T &&
+                  (c.size(0) == 1 || c.size(0) == B) && (dims == 3 || c.size(1) == 1),
+              "tables ", shape, " must fit x (B, H, T, D) with D even");
+}
+
+// Rows of a table: (B|1, ..., T, W), the batch at dim 0 (stride 0 when it is 1), positions at `tdim`.
+struct Rows {
+  const float* p;
+  int64_t b, t;
+  Rows(const torch::Tensor& x, int64_t tdim) : p(x.data_ptr<float>()), b(x.size(0) == 1 ? 0 : x.stride(0)), t(x.stride(tdim)) {}
+  const float* at(int64_t bi, int64_t ti) const { return p + bi * b + ti * t; }
+};
+
+// out (B, H, T, D), contiguous: row(x's row, its position's cos-like and sin-like rows, out's row, D).
+template <typename Row>
+torch::Tensor each_row(const torch::Tensor& x, const Rows& c, const Rows& s, Row row) {
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
   auto out = torch::empty({B, H, T, D}, x.options());
   const float* xp = x.data_ptr<float>();
-  const float* cp = c2.data_ptr<float>();
-  const float* sp = s2.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int64_t xb = x.stride(0), xh = x.stride(1), xt = x.stride(2);
-  const int64_t cb = c2.size(0) == 1 ? 0 : c2.stride(0), ct = c2.stride(2);
-  const int64_t sb = s2.size(0) == 1 ? 0 : s2.stride(0), st = s2.stride(2);
   at::parallel_for(0, B * H * T, 4096, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / (H * T), hh = (r / T) % H, t = r % T;
-      const float* xr = xp + b * xb + hh * xh + t * xt;
-      const float* c = cp + b * cb + t * ct;
-      const float* s = sp + b * sb + t * st;
-      float* o = op + r * D;
-      for (int64_t i = 0; i < h; ++i) {
-        const float p = xr[i] * c[i];
-        o[i] = std::fma(xr[i + h], s[i], p);
-      }
-      for (int64_t i = h; i < D; ++i) {
-        const float p = xr[i] * c[i];
-        o[i] = std::fma(xr[i - h], s[i], p);
-      }
+      row(xp + b * xb + hh * xh + t * xt, c.at(b, t), s.at(b, t), op + r * D, D);
     }
   });
   return out;
 }
 
+torch::Tensor rotate_half(const torch::Tensor& x, const torch::Tensor& c2, const torch::Tensor& s2) {
+  check(x, c2, s2, 4, x.size(3), "(B|1, 1, T, D)");
+  return each_row(x, Rows(c2, 2), Rows(s2, 2), [](const float* x, const float* c, const float* s, float* o, int64_t D) {
+    const int64_t h = D / 2;
+    for (int64_t i = 0; i < h; ++i) o[i] = std::fma(x[i + h], s[i], x[i] * c[i]);
+    for (int64_t i = h; i < D; ++i) o[i] = std::fma(x[i - h], s[i], x[i] * c[i]);
+  });
+}
+
 torch::Tensor rotate_pairs(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  TORCH_CHECK(x.dim() == 4 && cos.dim() == 3 && sin.dim() == 3, "x must be 4-D, cos and sin 3-D");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
-              "x, cos and sin must be float32");
-  TORCH_CHECK(x.stride(3) == 1 && cos.stride(2) == 1 && sin.stride(2) == 1, "the last dim must be contiguous");
-  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), h = D / 2;
-  TORCH_CHECK(D % 2 == 0 && cos.size(2) == h && sin.size(2) == h && cos.size(1) == T && sin.size(1) == T,
-              "cos and sin (B|1, T, D/2) must fit x (B, H, T, D) with D even");
-  TORCH_CHECK((cos.size(0) == 1 || cos.size(0) == B) && cos.size(0) == sin.size(0), "cos and sin must have batch 1 or B");
-  auto out = torch::empty({B, H, T, D}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* cp = cos.data_ptr<float>();
-  const float* sp = sin.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  const int64_t xb = x.stride(0), xh = x.stride(1), xt = x.stride(2);
-  const int64_t cb = cos.size(0) == 1 ? 0 : cos.stride(0), ct = cos.stride(1);
-  const int64_t sb = sin.size(0) == 1 ? 0 : sin.stride(0), st = sin.stride(1);
-  at::parallel_for(0, B * H * T, 4096, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = r / (H * T), hh = (r / T) % H, t = r % T;
-      const float* xr = xp + b * xb + hh * xh + t * xt;
-      const float* c = cp + b * cb + t * ct;
-      const float* s = sp + b * sb + t * st;
-      float* o = op + r * D;
-      for (int64_t j = 0; j < h; ++j) {
-        const float a = xr[2 * j], e = xr[2 * j + 1];
-        o[2 * j] = std::fma(-e, s[j], a * c[j]);
-        o[2 * j + 1] = std::fma(a, s[j], e * c[j]);
-      }
+  check(x, cos, sin, 3, x.size(3) / 2, "(B|1, T, D/2)");
+  return each_row(x, Rows(cos, 1), Rows(sin, 1), [](const float* x, const float* c, const float* s, float* o, int64_t D) {
+    for (int64_t j = 0; j < D / 2; ++j) {
+      const float a = x[2 * j], e = x[2 * j + 1];
+      o[2 * j] = std::fma(-e, s[j], a * c[j]);
+      o[2 * j + 1] = std::fma(a, s[j], e * c[j]);
     }
   });
-  return out;
+}
+
+std::tuple<torch::Tensor, torch::Tensor> rotate_half_qk(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cq,
+                                                        const torch::Tensor& sq, const torch::Tensor& ck, const torch::Tensor& sk) {
+  return {rotate_half(q, cq, sq), rotate_half(k, ck, sk)};
 }
 
 std::tuple<torch::Tensor, torch::Tensor> rotate_interleaved_qk(const torch::Tensor& q, const torch::Tensor& k,
                                                                const torch::Tensor& cq, const torch::Tensor& sq,
                                                                const torch::Tensor& ck, const torch::Tensor& sk) {
   return {rotate_pairs(q, cq, sq), rotate_pairs(k, ck, sk)};
-}
-
-std::tuple<torch::Tensor, torch::Tensor> rotate_half_qk(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cq,
-                                          const torch::Tensor& sq, const torch::Tensor& ck, const torch::Tensor& sk) {
-  return {rotate_one(q, cq, sq), rotate_one(k, ck, sk)};
 }
 
 }  // namespace
