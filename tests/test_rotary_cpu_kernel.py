@@ -178,3 +178,11 @@ def test_the_plan_takes_the_fused_kernel_for_the_interleaved_layout(ext, spy):
         eq, ek = functional.WAYS[Rotation.EAGER](q, k, state, "interleaved")
     torch.testing.assert_close(fq, eq, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(fk, ek, rtol=1e-6, atol=1e-6)
+
+
+def test_an_install_without_the_source_has_no_kernel(tmp_path, monkeypatch):
+    """The source file missing (an install without the package data): not built, no error."""
+    monkeypatch.setattr(cpu_rope, "SOURCE", tmp_path / "missing.cpp")
+    monkeypatch.setattr(cpu_rope, "_module", None)
+    monkeypatch.setattr(cpu_rope, "_looked", False)
+    assert cpu_rope.kernel() is None

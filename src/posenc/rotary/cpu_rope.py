@@ -66,6 +66,8 @@ def kernel() -> ModuleType | None:
     global _module, _looked
     if not _looked:
         _looked = True
+        if not SOURCE.is_file():  # an install without the package data: nothing to match a build against
+            return None
         name = _name()
         path = build_directory() / f"{name}.so"
         if path.is_file():
