@@ -60,7 +60,8 @@ def _auto_on_cpu() -> str:
     q, c, s = _qk()
     out = apply_rotary_qk(q, q, c, s, c, s, kernel="auto")
     want = apply_rotary_qk(q, q, c, s, c, s, kernel="eager")
-    same = torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
+    # the fused CPU kernel (when built) rounds as ATen's addcmul_ does on an FMA CPU: within a rounding elsewhere
+    same = all(torch.allclose(a, b, rtol=1e-6, atol=1e-6) for a, b in zip(out, want))
     return f"kernel='auto' on CPU tensors never picks Triton: {'same result as eager' if same else 'DIFFERS'}"
 
 
