@@ -231,22 +231,17 @@ def rotation_plan(kernel: str, layout: str, q: Tensor, k: Tensor, tables: QKTabl
     if (kernel == "compiled" or big) and not compile_failed():
         return RotationPlan(Rotation.COMPILED, f"kernel={kernel!r}, {numel} elements: the compiled kernel")
     records = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, *cos_sin))
-    if (
-        layout == "half" and kernel in ("auto", "eager") and q.device.type == "cpu" and not records
-        and max(q.shape[2], k.shape[2]) <= SMALL_STEP
+    # A small step on CPU without autograd, every channel of q and k rotated: each op's fixed
+    # cost outweighs its arithmetic, so the fewest calls win.
+    small_step = (
+        q.device.type == "cpu" and not records and max(q.shape[2], k.shape[2]) <= SMALL_STEP
         and 2 * tables.cos_q.shape[-1] == q.shape[-1] and 2 * tables.cos_k.shape[-1] == k.shape[-1]
-    ):
-        if _fused_cpu_fits(kernel, q, k, cos_sin):
-            return RotationPlan(Rotation.FUSED_CPU, "a small float32 step on CPU, every channel rotated, the fused "
-                                                    "CPU kernel built: q and k in one call")
-        return RotationPlan(Rotation.ROLLED, "a small step on CPU, every channel rotated: the three-op rolled form")
-    if (
-        layout == "interleaved" and q.device.type == "cpu" and not records and max(q.shape[2], k.shape[2]) <= SMALL_STEP
-        and 2 * tables.cos_q.shape[-1] == q.shape[-1] and 2 * tables.cos_k.shape[-1] == k.shape[-1]
-        and _fused_cpu_fits(kernel, q, k, cos_sin)
-    ):
+    )
+    if small_step and _fused_cpu_fits(kernel, q, k, cos_sin):
         return RotationPlan(Rotation.FUSED_CPU, "a small float32 step on CPU, every channel rotated, the fused "
                                                 "CPU kernel built: q and k in one call")
+    if small_step and layout == "half" and kernel in ("auto", "eager"):
+        return RotationPlan(Rotation.ROLLED, "a small step on CPU, every channel rotated: the three-op rolled form")
     if layout == "half" and records:
         return RotationPlan(Rotation.FUNCTIONAL, "autograd records: the functional form (the eager kernel writes in place)")
     return RotationPlan(Rotation.EAGER, "the eager kernel")
