@@ -3,6 +3,9 @@ in one call, taken by the plan only when built, and never built by a forward."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -124,17 +127,30 @@ def test_the_kept_plan_follows_the_kernel_appearing(ext, monkeypatch):
         assert QKTables.shared(c, s).way("auto", "half", q, q) is Rotation.FUSED_CPU
 
 
-def test_a_foreign_file_where_the_kernel_belongs_is_not_loaded(tmp_path, monkeypatch):
-    """kernel() imports the library only when it is a loadable build; a broken file reads as
-    not built (build() would replace it)."""
+def test_a_foreign_or_truncated_library_is_never_loaded(ext, tmp_path, monkeypatch):
+    """kernel() imports the library only when its record's sha256 matches its bytes: a file
+    without a record, or the real library truncated (whose loading can crash the process with
+    SIGBUS), reads as not built, in a fresh process too."""
+    import subprocess
+    import sys
+
     monkeypatch.setenv("POSENC_KERNELS", str(tmp_path))
     monkeypatch.setattr(cpu_rope, "_module", None)
     monkeypatch.setattr(cpu_rope, "_looked", False)
-    folder = cpu_rope.build_directory()
+    folder, real = cpu_rope.build_directory(), Path(ext.__file__)
     assert folder.parent == tmp_path
     folder.mkdir()
-    (folder / f"{folder.name}.so").write_bytes(b"not a shared library")
+    so = folder / f"{folder.name}.so"
+    so.write_bytes(b"not a shared library")
     assert cpu_rope.kernel() is None
+    so.write_bytes(real.read_bytes()[:1000])  # truncated, with the real library's record
+    (folder / cpu_rope.RECORD).write_bytes((real.parent / cpu_rope.RECORD).read_bytes())
+    monkeypatch.setattr(cpu_rope, "_looked", False)
+    assert cpu_rope.kernel() is None
+    probe = "from posenc.rotary import cpu_rope; print(cpu_rope.kernel())"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "POSENC_KERNELS": str(tmp_path)})
+    assert run.returncode == 0 and run.stdout.strip() == "None", run.stderr
 
 
 def test_the_build_directory_is_one_per_source_torch_and_python(monkeypatch, tmp_path):
@@ -186,3 +202,17 @@ def test_an_install_without_the_source_has_no_kernel(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_rope, "_module", None)
     monkeypatch.setattr(cpu_rope, "_looked", False)
     assert cpu_rope.kernel() is None
+
+
+@pytest.mark.parametrize("n", [1, 64, 65, 1000])
+def test_check_positions_reads_small_and_large_alike(n):
+    """check_positions reads a decoding step's few positions on the host and a long one's
+    min/max on the device: the same largest position, the same refusals, either way."""
+    from posenc.limits import MAX_POSITION, check_positions
+
+    pos = torch.arange(n)[None] + 7
+    assert check_positions(pos) == n + 6
+    with pytest.raises(ValueError, match="positions must be >= 0, got -1"):
+        check_positions(torch.cat([pos, torch.tensor([[-1]])], 1))
+    with pytest.raises(ValueError, match="must be <= "):
+        check_positions(torch.cat([pos, torch.tensor([[MAX_POSITION + 1]])], 1))

@@ -100,11 +100,12 @@ def _kernel_folder_is_a_file():
     from posenc.rotary import cpu_rope
 
     with tempfile.NamedTemporaryFile() as f:
-        saved = os.environ.get("POSENC_KERNELS")
+        saved, kept = os.environ.get("POSENC_KERNELS"), (cpu_rope._module, cpu_rope._looked)
         os.environ["POSENC_KERNELS"] = f.name
         try:
             cpu_rope.build()
         finally:
+            cpu_rope._module, cpu_rope._looked = kept
             if saved is None:
                 del os.environ["POSENC_KERNELS"]
             else:
@@ -127,7 +128,38 @@ def _kernel_not_built() -> str:
     return f"a small CPU step without the fused kernel built rotates in eager PyTorch: {'same result' if same else 'DIFFERS'}"
 
 
+def _kernel_truncated() -> str:
+    import tempfile
+    from pathlib import Path
+
+    from posenc.rotary import cpu_rope
+
+    real = cpu_rope.kernel()
+    saved = cpu_rope._module, cpu_rope._looked, os.environ.get("POSENC_KERNELS")
+    with tempfile.TemporaryDirectory() as root:
+        os.environ["POSENC_KERNELS"] = root
+        cpu_rope._module, cpu_rope._looked = None, False
+        try:
+            folder = cpu_rope.build_directory()
+            folder.mkdir()
+            if real is not None:  # the real library cut short, beside its own record
+                (folder / f"{folder.name}.so").write_bytes(Path(real.__file__).read_bytes()[:1000])
+                (folder / cpu_rope.RECORD).write_bytes((Path(real.__file__).parent / cpu_rope.RECORD).read_bytes())
+            else:
+                (folder / f"{folder.name}.so").write_bytes(b"\x7fELF")
+            got = cpu_rope.kernel()
+        finally:
+            cpu_rope._module, cpu_rope._looked = saved[:2]
+            if saved[2] is None:
+                del os.environ["POSENC_KERNELS"]
+            else:
+                os.environ["POSENC_KERNELS"] = saved[2]
+    return f"a truncated kernel library is {'not loaded: small CPU steps rotate in eager PyTorch' if got is None else 'LOADED'}"
+
+
 CASES += [
+    Case(K, "the fused CPU kernel's library truncated on disk", r"is not loaded: small CPU steps rotate in eager",
+         run=_kernel_truncated, error=None),
     Case(K, "POSENC_KERNELS names a file (building the fused CPU kernel)",
          r"cannot create the kernel folder .*; set POSENC_KERNELS to a writable folder", run=_kernel_folder_is_a_file,
          error=RuntimeError,

@@ -1,7 +1,9 @@
 """``python -m posenc.rotary.build_cpu_kernel``: build the fused CPU rotary kernel
 (:mod:`posenc.rotary.cpu_rope`) once for this machine, torch and Python; a no-op when it is
-built. Exit status 1, with the reason, when it cannot be built (no C++ compiler or ninja): the
-library then rotates small CPU steps with the eager rolled form."""
+built. Exit status 1, with the reason, when it cannot be built (no writable folder, no C++
+compiler or ninja): the library then rotates small CPU steps in eager PyTorch. Interrupted
+(Ctrl-C): exit status 130, and the next run builds it again. Two processes building at once
+take turns (torch's lock in the build folder); the second loads the first's build."""
 
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         print(f"posenc: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the compiler's partial output is rebuilt by the next run
+        print("posenc: interrupted; the kernel is not built", file=sys.stderr)
+        return 130
     print("posenc: built")
     return 0
 

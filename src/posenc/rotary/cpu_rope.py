@@ -14,7 +14,8 @@ ninja) into ``$POSENC_KERNELS`` or ``~/.cache/posenc/kernels``, one folder per s
 and Python version. A forward never compiles: :func:`kernel` returns the module only when it
 is built (this process, or an earlier one: the library is then imported, no compiler run), and
 :func:`~posenc.rotary.functional.rotation_plan` takes it only then (float32, CPU, no autograd,
-every channel rotated in the half layout). ``python -m posenc.rotary.build_cpu_kernel``
+a small step, every channel rotated, either layout: the half layout's rolled form or the
+interleaved layout's pairs). ``python -m posenc.rotary.build_cpu_kernel``
 builds it (``make install`` does); :func:`build` from Python.
 """
 
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +36,7 @@ __all__ = ["build", "build_directory", "kernel"]
 
 SOURCE = Path(__file__).with_name("csrc") / "rope_cpu.cpp"
 _FLAGS = ("-O3",)
+RECORD = "kernel.json"  # the library's sha256, written after it is complete: nothing else is loaded
 
 _module: ModuleType | None = None
 _looked = False
@@ -41,8 +45,8 @@ _looked = False
 def _name() -> str:
     """The module's name: one per source, flags, torch and Python (a library built for another
     torch would not load, or worse)."""
-    tag = f"{SOURCE.read_bytes().hex()}|{_FLAGS}|{torch.__version__}|{sys.version_info[:2]}"
-    return "posenc_rope_cpu_" + hashlib.sha256(tag.encode()).hexdigest()[:16]
+    tag = f"|{_FLAGS}|{torch.__version__}|{sys.version_info[:2]}".encode()
+    return "posenc_rope_cpu_" + hashlib.sha256(SOURCE.read_bytes() + tag).hexdigest()[:16]
 
 
 def build_directory() -> Path:
@@ -60,6 +64,17 @@ def _import(path: Path, name: str) -> ModuleType:
     return module
 
 
+def _verified(folder: Path, name: str) -> Path | None:
+    """The library in ``folder`` when its record says it is complete (sha256 of its bytes): a
+    truncated or foreign file is never loaded (loading a truncated library can crash the process)."""
+    so = folder / f"{name}.so"
+    try:
+        digest = json.loads((folder / RECORD).read_text())["sha256"]
+        return so if hashlib.sha256(so.read_bytes()).hexdigest() == digest else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def kernel() -> ModuleType | None:
     """The built kernel's module, or None when it is not built. Looks on disk once per process
     (and again after :func:`build`); never compiles."""
@@ -69,34 +84,47 @@ def kernel() -> ModuleType | None:
         if not SOURCE.is_file():  # an install without the package data: nothing to match a build against
             return None
         name = _name()
-        path = build_directory() / f"{name}.so"
-        if path.is_file():
+        path = _verified(build_directory(), name)
+        if path is not None:
             try:
                 _module = _import(path, name)
-            except ImportError:  # a partial or foreign file: not ours to use; build() replaces it
+            except ImportError:  # built for something else: build() replaces it
                 _module = None
     return _module
 
 
 def build(verbose: bool = False) -> ModuleType:
     """Compile the kernel (about 20 s on a 2-core CPU) into :func:`build_directory`, or load it
-    when it is built already; from then on the rotation plan can take it. Raises RuntimeError
-    saying what is missing (a writable folder, a C++ compiler, ninja) when it cannot be built."""
+    when it is built already; from then on the rotation plan can take it. The compiler works in
+    a folder of this process's own, and the library and its record are moved in when complete,
+    so an interrupted build or a second process building at once leaves nothing half-written.
+    Raises RuntimeError saying what is missing (a writable folder, a C++ compiler, ninja) when it
+    cannot be built."""
     global _module, _looked
+    _module, _looked = None, False  # look again, in the folder POSENC_KERNELS names now
+    if kernel() is not None:
+        return _module
     from torch.utils.cpp_extension import load  # imports setuptools: only when building
 
-    folder = build_directory()
+    folder, name = build_directory(), _name()
+    work = folder.parent / f".{name}.tmp.{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        work.mkdir(exist_ok=True)
     except OSError as e:
         raise RuntimeError(f"cannot create the kernel folder {folder} ({type(e).__name__}: {e.strerror or e}); "
                            "set POSENC_KERNELS to a writable folder") from e
     try:
-        _module = load(_name(), sources=[str(SOURCE)], extra_cflags=list(_FLAGS), build_directory=str(folder),
-                       verbose=verbose)
+        module = load(name, sources=[str(SOURCE)], extra_cflags=list(_FLAGS), build_directory=str(work), verbose=verbose)
+        so = work / f"{name}.so"
+        (work / RECORD).write_text(json.dumps({"sha256": hashlib.sha256(so.read_bytes()).hexdigest()}))
+        os.replace(so, folder / f"{name}.so")
+        os.replace(work / RECORD, folder / RECORD)  # last: the library is complete before it is named
     except (OSError, RuntimeError, ImportError) as e:
         raise RuntimeError(f"the fused CPU rotary kernel could not be built in {folder} ({type(e).__name__}: {e}); "
                            "it needs a C++ compiler and ninja. Without it small CPU steps rotate with the "
                            "eager rolled form") from e
-    _looked = True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _module, _looked = module, True
     return _module
