@@ -107,6 +107,10 @@ SMOKE: dict[str, Smoke] = {
                 "--passkey-depths 0.5 --passkey-examples 1 --scalings yarn --methods self_extend --raised-base 0 "
                 "--threads 1 --resume --out out/model_bench --no-progress")),
     "posenc list": Smoke(),
+    # run as users run it, in a process of its own: a no-op where make test's install built the
+    # kernel, else it builds it (into $POSENC_KERNELS or the user's cache)
+    "python -m posenc.rotary.build_cpu_kernel": Smoke(
+        argv=("python", "-m", "posenc.rotary.build_cpu_kernel"), how="subprocess"),
     # make demo's last step; a micro run against itself agrees
     "python benchmarks/compare_bench.py out/bench/results.json benchmarks/results/bench_quick.json": Smoke(
         argv=("benchmarks/compare_bench.py", "{bench}/results.json", "{bench}/results.json"), how="script"),
