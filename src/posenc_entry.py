@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["main", "guard_interrupts"]
+__all__ = ["main", "guard_interrupts", "finish"]
 
 
 def _exit_interrupted(signum: int = 2, frame: object = None) -> None:  # noqa: ARG001
@@ -80,14 +80,42 @@ def main() -> None:
         _exit_interrupted()
     # Shutdown (sys.exit unwinding, atexit handlers, threads joined, torch's finalizers) is
     # guarded as startup is: a KeyboardInterrupt there would end the process killed by SIGINT
-    # (-2) with a traceback or none. What the command printed is flushed first, as os._exit won't.
+    # (-2) with a traceback or none.
+    guard_interrupts()
+    finish(code)
+
+
+def finish(code: int) -> None:
+    """End the process with ``code``, what it printed flushed first.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) the atexit handlers run and the process ends with
+    ``os._exit``, skipping the interpreter's finalization. torch (2.13) keeps a gloo process
+    group alive after ``destroy_process_group`` once DistributedDataParallel has used it, and
+    its worker threads may still be releasing the last collective's tensors when the
+    interpreter finalizes; that release takes the GIL from a finalizing interpreter, which
+    aborts the rank ("terminate called without an active exception", SIGABRT) after its work
+    is done and written (pytorch/pytorch#190489). Elsewhere: ``sys.exit(code)``.
+    """
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             pass
-    guard_interrupts()
-    sys.exit(code)
+    try:
+        ranks = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        ranks = 1
+    if ranks <= 1:
+        sys.exit(code)
+    import atexit
+
+    atexit._run_exitfuncs()  # what a normal exit would run (logging's flush, tqdm, temp files)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

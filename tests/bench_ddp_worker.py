@@ -10,6 +10,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from posenc_entry import finish
 
 from posenc import ModelConfig, Transformer
 from posenc.bench.data import TaskBatches
@@ -34,3 +35,4 @@ def run(out: str) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     run(sys.argv[1])
+    finish(0)  # as the posenc CLI ends under torchrun (posenc_entry.finish)

@@ -55,3 +55,29 @@ def test_an_interrupt_during_shutdown_is_the_one_line_and_130(tmp_path, module):
                           text=True, env=env, timeout=300)
     assert done.returncode == 130 and done.stderr == "posenc: interrupted\n", (done.returncode, done.stderr)
     assert all(name in done.stdout for name in posenc.list_encodings())
+
+
+# ---- how the process ends under torchrun (posenc_entry.finish)
+
+_FINISH = ("import atexit, sys\n"
+           "from posenc_entry import finish\n"
+           "atexit.register(lambda: print('atexit ran', flush=True))\n"
+           "sys.stdout.write('unflushed'); sys.stderr.write('err unflushed')\n"
+           "finish(3)\n")
+
+
+@pytest.mark.parametrize("world_size", [None, "1", "2", "not a number"])
+def test_finish_flushes_runs_atexit_and_keeps_the_code(world_size, tmp_path):
+    """Under torchrun (WORLD_SIZE > 1) the process ends with os._exit, after the atexit handlers
+    and the flush: gloo's threads can abort a finalizing interpreter (posenc_entry.finish).
+    Anywhere else, sys.exit. Either way the code, the output and the atexit handlers are kept."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+    if world_size is not None:
+        env["WORLD_SIZE"] = world_size
+    done = subprocess.run([sys.executable, "-c", _FINISH], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "unflushedatexit ran\n" and done.stderr == "err unflushed", (done.stdout, done.stderr)
