@@ -231,7 +231,7 @@ def _as_mask(bias: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def backward_with_bias(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor, out: Tensor, lse: Tensor, dout: Tensor,
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, out: Tensor, lse: Tensor, dout: Tensor,
     *, scale: float, causal: bool, block: int = BLOCK_ROWS, into: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """dq, dk, dv and dbias = P ⊙ (dP − δ), block by block over query rows (Dao et al. 2022, Alg. 2).
@@ -242,13 +242,16 @@ def backward_with_bias(
     inputs' dtypes, dbias (B|1, H, Tq, Tk) summed over the batch when the bias is shared.
     With ``into`` (a tensor of the bias's shape in the compute dtype, or the
     :class:`DiagonalSums` of a Toeplitz bias), dbias is added into it and None is returned in
-    its place.
+    its place. ``bias=None``: attention without one (``lse`` of the unbiased logits), dbias None
+    (:mod:`posenc.backends.narrow_values`).
     """
     cdt = torch.promote_types(q.dtype, torch.float32)
     B, H, Tq, D = q.shape
     Tk, Dv = k.shape[2], v.shape[-1]
-    batch_sum = bias.shape[0] == 1 and B > 1
-    if into is None:
+    batch_sum = bias is not None and bias.shape[0] == 1 and B > 1
+    if bias is None:
+        dbias = None
+    elif into is None:
         dbias = torch.zeros(bias.shape, dtype=cdt, device=q.device)  # (B|1, H, Tq, Tk)
     elif isinstance(into, DiagonalSums):
         if bias.shape[0] != 1 or into.values.shape != (1, H, Tq + Tk - 1) or into.values.dtype != cdt:
@@ -260,13 +263,18 @@ def backward_with_bias(
     else:
         raise ValueError(f"into must be a {cdt} tensor of the bias's shape {tuple(bias.shape)}, "
                          f"got {into.dtype} {tuple(into.shape)}")
-    qs = (q.to(cdt) * scale).flatten(0, 1)  # (B·H, Tq, D)
-    kf = k.to(cdt).flatten(0, 1)  # (B·H, Tk, D)
-    kt = kf.transpose(-1, -2).contiguous()  # (B·H, D, Tk): x @ kᵀ-as-a-view runs at half speed
-    vt = v.to(cdt).transpose(-1, -2).contiguous().flatten(0, 1)  # (B·H, Dv, Tk)
-    do = dout.to(cdt).flatten(0, 1)  # (B·H, Tq, Dv)
+    # −lse and −δ ride along as one more column of q and dO, against a row of ones under kᵀ and
+    # vᵀ: [q·scale, −lse]·[kᵀ; 1] = q·kᵀ·scale − lse and [dO, −δ]·[vᵀ; 1] = dO·vᵀ − δ, each one
+    # matmul with no pass over the block to subtract them. kᵀ and vᵀ are laid out contiguous:
+    # x @ kᵀ-as-a-view runs at half speed.
     neg_delta = -(dout.to(cdt) * out.to(cdt)).sum(-1, keepdim=True)  # (B, H, Tq, 1): −δ
-    neg_lse = -lse.to(cdt)[..., None]  # (B, H, Tq, 1)
+    ones = torch.ones(B, H, 1, Tk, dtype=cdt, device=q.device)
+    qa = torch.cat((q.to(cdt) * scale, -lse.to(cdt)[..., None]), -1).flatten(0, 1)  # (B·H, Tq, D + 1)
+    ka = torch.cat((k.to(cdt).transpose(-1, -2), ones), -2).flatten(0, 1)  # (B·H, D + 1, Tk)
+    doa = torch.cat((dout.to(cdt), neg_delta), -1).flatten(0, 1)  # (B·H, Tq, Dv + 1)
+    va = torch.cat((v.to(cdt).transpose(-1, -2), ones), -2).flatten(0, 1)  # (B·H, Dv + 1, Tk)
+    qs, do = qa[..., :D], doa[..., :Dv]  # q·scale, dO: views
+    kf = k.to(cdt).flatten(0, 1)  # (B·H, Tk, D)
     dq = torch.empty(B * H, Tq, D, dtype=cdt, device=q.device)
     dk = torch.zeros(B * H, Tk, D, dtype=cdt, device=q.device)
     dv = torch.zeros(B * H, Tk, Dv, dtype=cdt, device=q.device)
@@ -281,28 +289,31 @@ def backward_with_bias(
         i1 = min(i0 + block, Tq)
         rows, z = i1 - i0, (i1 if causal else Tk)  # z: keys any row of the block may see
         n = H * rows * z
-        # P = exp(q·kᵀ·scale + bias − lse): the sum written first, the product added in place.
-        p = torch.add(bias[..., i0:i1, :z].to(cdt), neg_lse[:, :, i0:i1], out=p_buf[:B * n].view(B, H, rows, z))
+        # P = exp(q·kᵀ·scale + bias − lse): the bias written first, the product added in place.
+        p = p_buf[:B * n].view(B, H, rows, z)
         pf = p.view(B * H, rows, z)
-        pf.baddbmm_(qs[:, i0:i1], kt[..., :z]).exp_()
+        if bias is None:
+            torch.bmm(qa[:, i0:i1], ka[..., :z], out=pf)
+        else:
+            p.copy_(bias[..., i0:i1, :z])
+            pf.baddbmm_(qa[:, i0:i1], ka[..., :z])
+        pf.exp_()
         if causal:  # keys right of the diagonal: the forward gave them probability 0
             p[..., i0:].masked_fill_(above[:rows, :rows], 0.0)
         dv[:, :z].baddbmm_(pf.transpose(-1, -2), do[:, i0:i1])
-        ds = ds_buf[:B * n].view(B, H, rows, z)  # dP − δ, as −δ + dO·vᵀ
-        ds.copy_(neg_delta[:, :, i0:i1].expand(B, H, rows, z))
-        dsf = ds.view(B * H, rows, z)
-        dsf.baddbmm_(do[:, i0:i1], vt[..., :z])
+        dsf = torch.bmm(doa[:, i0:i1], va[..., :z], out=ds_buf[:B * n].view(B * H, rows, z))  # dP − δ
+        ds = dsf.view(B, H, rows, z)
         ds.mul_(p)  # (B, H, rows, z): dL/dlogits
         if batch_sum:
             ds = torch.sum(ds, 0, keepdim=True, out=sum_buf[:n].view(1, H, rows, z))
         if isinstance(dbias, DiagonalSums):
             dbias.add(i0, ds)
-        else:
+        elif dbias is not None:
             dbias[..., i0:i1, :z] += ds
         torch.bmm(dsf, kf[:, :z], out=dq[:, i0:i1])
         dk[:, :z].baddbmm_(dsf.transpose(-1, -2), qs[:, i0:i1])
     dq.mul_(scale)
     return (
         dq.view(B, H, Tq, D).to(q.dtype), dk.view(B, H, Tk, D).to(k.dtype),
-        dv.view(B, H, Tk, Dv).to(v.dtype), None if into is not None else dbias.to(bias.dtype),
+        dv.view(B, H, Tk, Dv).to(v.dtype), None if into is not None or bias is None else dbias.to(bias.dtype),
     )
