@@ -35,9 +35,10 @@ def test_causal_sdpa_with_bias_row_blocks_match_reference(bias_batch):
 @pytest.mark.parametrize("tq", [1, 3, 40])
 @pytest.mark.parametrize("mask", ["none", "bool", "float", "causal"])
 def test_values_narrower_than_q_and_k_match_a_softmax_loop(tq, mask, dtype, monkeypatch):
-    """q and k wider than v (PoPE): sdpa() computes few-row calls directly and pads v for
-    longer ones (SDPA's CPU flash kernel takes one head dim only): outputs and gradients equal
-    a per-query softmax loop, and SDPA is never handed unequal widths (its math kernel)."""
+    """q and k wider than v (PoPE): sdpa() computes few-row calls directly, longer unmasked ones
+    in row blocks at v's width (narrow_values), and pads v for longer masked ones (SDPA's CPU
+    flash kernel takes one head dim only): outputs and gradients equal a per-query softmax loop,
+    and SDPA is never handed unequal widths (its math kernel)."""
     import torch.nn.functional as F
 
     from posenc.backends import sdpa as leaves
@@ -56,7 +57,7 @@ def test_values_narrower_than_q_and_k_match_a_softmax_loop(tq, mask, dtype, monk
     calls, real = [], F.scaled_dot_product_attention
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda q, k, v, **kw: calls.append(v.shape[-1]) or real(q, k, v, **kw))
     got = leaves.sdpa(q, k, v, attn_mask=attn, is_causal=mask == "causal", scale=0.4)
-    assert got.shape == (B, H, tq, Dv) and calls == ([] if tq <= leaves.FEW_ROWS and mask != "causal" else [D])
+    assert got.shape == (B, H, tq, Dv) and calls == ([D] if tq > leaves.FEW_ROWS and mask in ("bool", "float") else [])
     want = torch.zeros(B, H, tq, Dv, dtype=dtype)
     for b in range(B):
         for h in range(H):

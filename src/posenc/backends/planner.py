@@ -136,7 +136,7 @@ def plan(impl: str, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, terms:
         return Plan(Leaf.SDPA_MASK, "no terms: the bool mask")
     compiling = torch.compiler.is_compiling()
     bias_only = len(terms.logits) == 0 and len(terms.values) == 0
-    # the CPU flash kernel needs one head size for q, k and v; the SDPA leaves' sdpa() pads a narrower v
+    # the CPU flash kernel needs one head size for q, k and v (the SDPA leaves' sdpa() takes a narrower v)
     same_width = v.shape[-1] == q.shape[-1]
     if bias_only and same_width and not compiling and q.device.type == "cpu" and (mask.plain_causal or mask.is_full):
         return Plan(Leaf.CPU_FLASH_BIAS, "a bias alone on CPU, plain causal or full: the flash kernel with the bias")

@@ -27,6 +27,7 @@ from torch import Tensor
 from ..masks import AttentionMask
 from . import LayerTerms
 from .cpu_flash import flash_bias_attention
+from .narrow_values import narrow_value_attention
 
 __all__ = ["ROWS", "LOCAL_ROWS", "FEW_ROWS", "sdpa", "bias", "bias_rows", "causal", "causal_sdpa_with_bias", "cpu_flash_bias", "local_rows",
            "masked"]
@@ -36,7 +37,7 @@ ROWS = 256
 #: Query rows per block of :func:`local_rows`.
 LOCAL_ROWS = 128
 #: With q and k wider than v on CPU, calls of at most this many query rows (decoding steps)
-#: compute their scores directly; longer ones pad v (see :func:`sdpa`).
+#: compute their scores directly; longer ones run in row blocks or pad v (see :func:`sdpa`).
 FEW_ROWS = 16
 
 
@@ -48,8 +49,12 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, is_ca
     kernel, which keeps the (Tq, Tk) probabilities for the backward and, with Tq = 1, copies
     every key to scale it. So on CPU, with Dv < D: a call of a few query rows computes
     ``softmax(q·scale @ kᵀ + mask) @ v`` (the scale on q alone: no copy of the keys); a longer
-    call pads v with zeros to width D, runs the flash kernel and keeps the first Dv channels of
-    its output (the zero channels' outputs are zero; their gradient is dropped with them).
+    call without a mask (causal or not) runs
+    :func:`~posenc.backends.narrow_values.narrow_value_attention` (blocks of query rows, p·v and
+    its backward at v's own width); a call with a mask, or under torch.compile (whose graph
+    would unroll the blocks), pads v with zeros to width D, runs the flash kernel and keeps the
+    first Dv channels of its output (the zero channels' outputs are zero; their gradient is
+    dropped with them).
     """
     dq, dv = q.shape[-1], v.shape[-1]
     if dv == dq or dv > dq or q.device.type != "cpu":
@@ -66,8 +71,11 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, is_ca
         if attn_mask is not None:
             s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
         return s.softmax(-1, dtype=torch.promote_types(s.dtype, torch.float32)).to(v.dtype) @ v  # (B, H, Tq, Dv)
+    scale = dq ** -0.5 if scale is None else scale
+    if attn_mask is None and (not is_causal or q.shape[-2] == k.shape[-2]) and not torch.compiler.is_compiling():
+        return narrow_value_attention(q, k, v, scale=scale, causal=is_causal)
     out = F.scaled_dot_product_attention(q, k, F.pad(v, (0, dq - dv)), attn_mask=attn_mask, is_causal=is_causal,
-                                         scale=dq ** -0.5 if scale is None else scale)
+                                         scale=scale)
     return out[..., :dv]
 
 

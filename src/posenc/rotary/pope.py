@@ -27,7 +27,8 @@ their cos and sin made once per forward, with q's phases shifted by the phase bi
 the phase bias, the magnitudes and the product are float32 or wider, rounded to the input dtype
 at the end. Under autograd a rotation keeps only its output, which attention keeps anyway
 (:func:`polar_turn`). Attention on the 2D-wide q and k with D-wide
-values runs on SDPA's CPU flash kernel, not its math kernel (:func:`posenc.backends.sdpa.sdpa`).
+values does p·v at width D on CPU too, not on SDPA's math kernel (:func:`posenc.backends.sdpa.sdpa`,
+:mod:`posenc.backends.narrow_values`).
 
 Shapes: q (B, H, Tq, D) -> (B, H, Tq, 2D); k (B, Hkv, Tk, D) -> (B, Hkv, Tk, 2D).
 """
