@@ -245,3 +245,35 @@ def test_positions_past_float64_integers_are_refused_as_ropes(name):
     for far in (torch.tensor([[2**53]]), torch.tensor([[[2**53]], [[0]]]), torch.tensor([[[0]], [[2**53]]])):
         with pytest.raises(ValueError, match=r"^positions must be <= 9007199254740991 \(2\*\*53 - 1.*got 9007199254740992$"):
             enc.rotate(q, k, far, far)
+
+
+def test_decoding_tables_are_looked_up_and_equal_prepares(monkeypatch):
+    """prepare_cached (a KV-cache step) reads a table of raster positions kept in the cache's
+    memo, grown past the largest position; its tables equal prepare's bit for bit, a later step
+    reuses the table, axes take prepare's way, and decoding equals the full forward."""
+    enc = _build("rope_axial", grid_width=5)
+    memo = {}
+    for pos in ([[3]], [[63]], [[64]], [[130], [7]], [[8, 9, 10]]):
+        p = torch.tensor(pos)
+        want, got = enc.prepare(p, p), enc.prepare_cached(p, p, memo)
+        for a, b in ((want.cos_q, got.cos_q), (want.sin_q, got.sin_q), (want.cos_k, got.cos_k)):
+            assert torch.equal(a, b)
+    (table,) = memo.values()
+    assert table.positions == 256  # grown to the power of two past 130
+    enc.prepare_cached(torch.tensor([[200]]), torch.tensor([[200]]), memo)
+    assert next(iter(memo.values())) is table  # within the table: no rebuild
+    axes = torch.tensor([[[1]], [[2]]])  # (2, B, T): computed, not looked up
+    assert torch.equal(enc.prepare_cached(axes, axes, memo).cos_q, enc.prepare(axes, axes).cos_q)
+
+    calls = []
+    real = AxialRope.prepare_cached
+    monkeypatch.setattr(AxialRope, "prepare_cached", lambda self, *a: calls.append(1) or real(self, *a))
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=50, d_model=32, n_layer=2, n_head=2, encoding="rope_axial")).eval()
+    tokens = torch.randint(0, 50, (2, 70))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = model.new_cache()
+        steps = [model(tokens[:, :60], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(60, 70)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+    assert len(calls) >= 10  # every decoding step took the table

@@ -47,6 +47,7 @@ from ..positions import SequenceInfo, raster_axes
 from ..registry import register
 from .functional import QKTables, rotate_qk
 from .layout import LAYOUTS
+from .rope import MAX_TABLE_POSITIONS, PositionTable
 
 __all__ = ["AxialConfig", "AxialRope", "MixedConfig", "MixedRope", "grid_coordinates", "axial_frequencies"]
 
@@ -210,6 +211,29 @@ class AxialRope(_Rope2D):
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin (B, T, D/2) float32 at (B, T) raster positions or (2, B, T) axes."""
         return _cos_sin(self.coordinates(positions), self.freqs)
+
+    def prepare_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict) -> QKTables:
+        """:meth:`prepare` for a decoding step: cos and sin at raster positions looked up in a
+        table of positions [0, P) kept in the cache's ``memo`` (a
+        :class:`~posenc.rotary.rope.PositionTable`, as RoPE's, grown to the next power of two past
+        the largest position), not computed from grid coordinates every step. The table's rows are
+        :meth:`cos_sin`'s, so the result equals :meth:`prepare`'s. Axes (2, B, T), positions
+        past the table's limit and traced forwards take :meth:`prepare`."""
+        if q_pos.dim() != 2 or q_pos.numel() == 0 or q_pos.is_floating_point() or torch.compiler.is_compiling():
+            return self.prepare(q_pos, k_pos)
+        hi = check_positions(q_pos)
+        if hi >= MAX_TABLE_POSITIONS:
+            return self.prepare(q_pos, k_pos)
+        if q_pos.shape[0] > 1 and q_pos.stride(0) == 0:
+            q_pos = q_pos[:1]  # one row for the whole batch (from_offset): looked up once
+        key = ("table", q_pos.device)
+        table = memo.get(key)
+        if table is None or table.positions <= hi:
+            size = max(64, 1 << hi.bit_length())  # the next power of two past hi
+            cos, sin = self.cos_sin(torch.arange(size, device=q_pos.device)[None])  # (1, P, D/2)
+            table = memo[key] = PositionTable.of((cos[0], sin[0]))
+        rows = table.rows(q_pos, hi)
+        return QKTables.shared(*rows.columns, rolled=rows.rolled)
 
     def _turn(self, q, k, tables):
         return rotate_qk(q, k, tables, self.config.layout)
