@@ -277,3 +277,19 @@ def test_decoding_tables_are_looked_up_and_equal_prepares(monkeypatch):
         steps = [model(tokens[:, :60], cache=cache)] + [model(tokens[:, t:t + 1], cache=cache) for t in range(60, 70)]
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
     assert len(calls) >= 10  # every decoding step took the table
+
+
+def test_dinov3_decoding_looks_up_without_augmentation_and_draws_with_it():
+    enc = posenc.build("rope_dinov3", d_model=32, num_heads=2, grid_height=4, grid_width=5, rescale=2.0).eval()
+    memo, p = {}, torch.tensor([[3, 17, 40]])
+    want, got = enc.prepare(p, p), enc.prepare_cached(p, p, memo)
+    assert torch.equal(want.cos_q, got.cos_q) and torch.equal(want.sin_q, got.sin_q) and len(memo) == 1
+    enc.train()  # a forward in training draws its augmentation, as prepare does
+    memo = {}
+    torch.manual_seed(1)
+    want = enc.prepare(p, p)
+    torch.manual_seed(1)
+    got = enc.prepare_cached(p, p, memo)
+    assert torch.equal(want.cos_q, got.cos_q) and not memo
+    torch.manual_seed(2)
+    assert not torch.equal(enc.prepare_cached(p, p, memo).cos_q, want.cos_q)  # a new draw

@@ -119,9 +119,9 @@ class DinoV3Rope(AxialRope):
         """One forward's draw (shift y, shift x, scale y, scale x) float64 (4,), or None outside
         training or with no augmentation set; drawn in float32 from torch's generator as the
         reference draws it (shift (1, 2), jitter (1, 2), rescale (1,))."""
-        c = self.config
-        if not self.training or (c.shift is None and c.jitter is None and c.rescale is None):
+        if not self._augmenting:
             return None
+        c = self.config
         shift = torch.zeros(2, dtype=torch.float32, device=device)
         scale = torch.ones(2, dtype=torch.float32, device=device)
         if c.shift is not None:
@@ -133,6 +133,11 @@ class DinoV3Rope(AxialRope):
             r = math.log(c.rescale)
             scale = scale * torch.empty(1, dtype=torch.float32, device=device).uniform_(-r, r).exp()
         return torch.cat([shift, scale]).to(torch.float64)
+
+    @property
+    def _augmenting(self) -> bool:
+        c = self.config
+        return self.training and not (c.shift is None and c.jitter is None and c.rescale is None)
 
     def cos_sin(self, positions: Tensor, augmentation: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """cos, sin (B, T, D/2) float32 at (B, T) raster positions or (2, B, T) axes, the patch
@@ -146,6 +151,14 @@ class DinoV3Rope(AxialRope):
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> QKTables:
         """cos/sin at the query positions, for q and the new keys, with this forward's one draw."""
         return QKTables.shared(*self.cos_sin(q_pos, self.augmentation(q_pos.device)))
+
+    def prepare_cached(self, q_pos: Tensor, k_pos: Tensor, memo: dict) -> QKTables:
+        """:class:`~posenc.rotary.axial.AxialRope`'s table lookup for a decoding step when no
+        augmentation is drawn (eval, or none set); a forward in training with one set draws it
+        (:meth:`prepare`)."""
+        if self._augmenting:
+            return self.prepare(q_pos, k_pos)
+        return super().prepare_cached(q_pos, k_pos, memo)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state=None) -> tuple[Tensor, Tensor]:
         """As :class:`~posenc.rotary.axial.AxialRope`'s, one draw for q and k when no state is given."""
