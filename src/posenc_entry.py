@@ -96,11 +96,7 @@ def finish(code: int) -> None:
     aborts the rank ("terminate called without an active exception", SIGABRT) after its work
     is done and written (pytorch/pytorch#190489). Elsewhere: ``sys.exit(code)``.
     """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
-            pass
+    _flush()
     try:
         ranks = int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
@@ -110,12 +106,16 @@ def finish(code: int) -> None:
     import atexit
 
     atexit._run_exitfuncs()  # what a normal exit would run (logging's flush, tqdm, temp files)
+    _flush()  # what the handlers printed
+    os._exit(code)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             pass
-    os._exit(code)
 
 
 if __name__ == "__main__":

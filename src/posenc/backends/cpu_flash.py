@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["flash_bias_attention", "backward_with_bias", "SummedBias", "DiagonalSums", "BLOCK_ROWS"]
+__all__ = ["flash_bias_attention", "backward_with_bias", "check_qkv", "SummedBias", "DiagonalSums", "BLOCK_ROWS"]
 
 # Query rows per block of the backward with a learned bias: the scratch is (B, H, rows, T) in
 # float32; 64 rows kept it near cache and measured fastest among 64, 128 and 256 on a 2-core CPU.
@@ -181,24 +181,37 @@ def flash_bias_attention(
     total = None
     if isinstance(bias, SummedBias):
         bias, total = bias.tensor, bias.sum
-    for name, t in (("q", q), ("k", k), ("v", v), ("bias", bias)):
-        if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
-            got = f"{t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a 4-D floating-point tensor, got {got}")
-    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3] or k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv) must share B, H and dtype (k: D too), "
-                         f"got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
-    if q.device.type != "cpu":
-        raise ValueError(f"flash_bias_attention runs on the CPU kernel; got tensors on {q.device}")
+    check_qkv("flash_bias_attention", q, k, v, causal)
+    _check_4d("bias", bias)
     B, H, Tq, _ = q.shape
     Tk = k.shape[2]
-    if causal and Tq != Tk:
-        raise ValueError(f"causal needs as many queries as keys (the kernel aligns them top-left), got Tq={Tq}, Tk={Tk}")
     if bias.dim() != 4 or bias.shape[0] not in (1, B) or bias.shape[1:] != (H, Tq, Tk):
         raise ValueError(f"bias must have shape (1 or {B}, {H}, {Tq}, {Tk}), got {tuple(bias.shape)}")
     if Tq == 0 or Tk == 0:  # the kernel crashes on empty sequences; no query or no key: zeros
         return q.new_zeros(B, H, Tq, v.shape[-1]) + 0 * (q.sum() + k.sum() + v.sum() + bias.sum())
     return _FlashBias.apply(q, k, v, bias, float(scale), causal, total)
+
+
+def check_qkv(who: str, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> None:
+    """ValueError naming what is wrong unless q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv)
+    are 4-D floating-point CPU tensors of one dtype and, with ``causal``, Tq == Tk (the
+    attention of ``who``: :func:`flash_bias_attention`,
+    :func:`~posenc.backends.narrow_values.narrow_value_attention`)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_4d(name, t)
+    if k.dtype != q.dtype or v.dtype != q.dtype or k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv) must share B, H and dtype (k: D too), "
+                         f"got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
+    if q.device.type != "cpu":
+        raise ValueError(f"{who} runs on CPU; got tensors on {q.device}")
+    if causal and q.shape[2] != k.shape[2]:
+        raise ValueError(f"causal needs as many queries as keys (aligned top-left), got Tq={q.shape[2]}, Tk={k.shape[2]}")
+
+
+def _check_4d(name: str, t: Tensor) -> None:
+    if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
+        got = f"{t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(f"{name} must be a 4-D floating-point tensor, got {got}")
 
 
 class _FlashBias(torch.autograd.Function):
@@ -269,12 +282,13 @@ def backward_with_bias(
     # x @ kᵀ-as-a-view runs at half speed.
     neg_delta = -(dout.to(cdt) * out.to(cdt)).sum(-1, keepdim=True)  # (B, H, Tq, 1): −δ
     ones = torch.ones(B, H, 1, Tk, dtype=cdt, device=q.device)
+    kc = k.to(cdt)
     qa = torch.cat((q.to(cdt) * scale, -lse.to(cdt)[..., None]), -1).flatten(0, 1)  # (B·H, Tq, D + 1)
-    ka = torch.cat((k.to(cdt).transpose(-1, -2), ones), -2).flatten(0, 1)  # (B·H, D + 1, Tk)
+    ka = torch.cat((kc.transpose(-1, -2), ones), -2).flatten(0, 1)  # (B·H, D + 1, Tk)
     doa = torch.cat((dout.to(cdt), neg_delta), -1).flatten(0, 1)  # (B·H, Tq, Dv + 1)
     va = torch.cat((v.to(cdt).transpose(-1, -2), ones), -2).flatten(0, 1)  # (B·H, Dv + 1, Tk)
     qs, do = qa[..., :D], doa[..., :Dv]  # q·scale, dO: views
-    kf = k.to(cdt).flatten(0, 1)  # (B·H, Tk, D)
+    kf = kc.flatten(0, 1)  # (B·H, Tk, D)
     dq = torch.empty(B * H, Tq, D, dtype=cdt, device=q.device)
     dk = torch.zeros(B * H, Tk, D, dtype=cdt, device=q.device)
     dv = torch.zeros(B * H, Tk, Dv, dtype=cdt, device=q.device)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .cpu_flash import backward_with_bias
+from .cpu_flash import backward_with_bias, check_qkv
 
 __all__ = ["narrow_value_attention", "forward_blocks", "BLOCK_ROWS"]
 
@@ -43,18 +43,7 @@ def narrow_value_attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, cau
         causal: query i sees keys j <= i; requires Tq == Tk.
         block: query rows per block (a positive int).
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
-            got = f"{t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a 4-D floating-point tensor, got {got}")
-    if (k.dtype != q.dtype or v.dtype != q.dtype or k.shape[:2] != q.shape[:2] or k.shape[-1] != q.shape[-1]
-            or v.shape[:3] != k.shape[:3]):
-        raise ValueError(f"q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv) must share B, H and dtype (k: D "
-                         f"too), got {tuple(q.shape)} {q.dtype}, {tuple(k.shape)} {k.dtype}, {tuple(v.shape)} {v.dtype}")
-    if q.device.type != "cpu":
-        raise ValueError(f"narrow_value_attention runs on CPU; got tensors on {q.device}")
-    if causal and q.shape[2] != k.shape[2]:
-        raise ValueError(f"causal needs as many queries as keys (aligned top-left), got Tq={q.shape[2]}, Tk={k.shape[2]}")
+    check_qkv("narrow_value_attention", q, k, v, causal)
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive int, got {block!r}")
     B, H, Tq, _ = q.shape
@@ -65,7 +54,8 @@ def narrow_value_attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, cau
 
 def forward_blocks(q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal: bool,
                    block: int = BLOCK_ROWS) -> tuple[Tensor, Tensor]:
-    """The forward: (out (B, H, Tq, Dv) in the compute dtype, lse (B, H, Tq) float32 or float64)."""
+    """The forward: (out (B, H, Tq, Dv) in the compute dtype, lse (B, H, Tq) float32 or float64).
+    Inputs as :func:`narrow_value_attention`'s, not checked again."""
     cdt = torch.promote_types(q.dtype, torch.float32)
     B, H, Tq, _ = q.shape
     Tk, Dv = k.shape[2], v.shape[-1]

@@ -226,12 +226,8 @@ class AxialRope(_Rope2D):
             return self.prepare(q_pos, k_pos)
         if q_pos.shape[0] > 1 and q_pos.stride(0) == 0:
             q_pos = q_pos[:1]  # one row for the whole batch (from_offset): looked up once
-        key = ("table", q_pos.device)
-        table = memo.get(key)
-        if table is None or table.positions <= hi:
-            size = max(64, 1 << hi.bit_length())  # the next power of two past hi
-            cos, sin = self.cos_sin(torch.arange(size, device=q_pos.device)[None])  # (1, P, D/2)
-            table = memo[key] = PositionTable.of((cos[0], sin[0]))
+        table = PositionTable.covering(memo, ("table", q_pos.device), hi,
+                                       lambda p: tuple(t[0] for t in self.cos_sin(p[None])), q_pos.device)  # (P, D/2)
         rows = table.rows(q_pos, hi)
         return QKTables.shared(*rows.columns, rolled=rows.rolled)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
+from collections.abc import Callable, MutableMapping
 from typing import Any, Hashable
 
 import torch
@@ -70,6 +71,18 @@ class PositionTable:
         if columns[0].device.type == "cpu":
             parts += [t[0, 0] for c, s in zip(columns[0::2], columns[1::2]) for t in half_rolled_tables(c[None], s[None])]
         return cls(torch.cat(parts, dim=-1), tuple(t.shape[-1] for t in parts), len(columns))
+
+    @classmethod
+    def covering(cls, store: MutableMapping, key: Hashable, hi: int,
+                 columns: Callable[[Tensor], tuple[Tensor, ...]], device: torch.device) -> "PositionTable":
+        """``store[key]`` if it holds position ``hi``, else a new table of the next power of two
+        past ``hi`` rows (at least 64), ``columns(torch.arange(size))``, put in ``store[key]``.
+        ``hi`` < :data:`MAX_TABLE_POSITIONS` is the caller's to check."""
+        table = store.get(key)
+        if table is None or table.positions <= hi:
+            size = max(64, 1 << hi.bit_length())  # next power of two > hi
+            table = store[key] = cls.of(columns(torch.arange(size, device=device)))
+        return table
 
     @property
     def positions(self) -> int:
@@ -354,14 +367,11 @@ class RotaryEmbedding(PositionalEncoding):
         if hi >= MAX_TABLE_POSITIONS:
             return TableRows(self.table_columns(positions, inv_freq, factor), hi=hi)
         key = (positions.device.type, positions.device.index, freq_key)
-        table = self._cache.get(key)
-        if table is None or table.positions <= hi:
-            size = max(64, 1 << hi.bit_length())  # next power of two > hi
-            table = PositionTable.of(self.table_columns(torch.arange(size, device=positions.device), inv_freq, factor))
-            self._cache[key] = table
-            while len(self._cache) > _MAX_TABLES:
-                self._cache.popitem(last=False)
+        table = PositionTable.covering(self._cache, key, hi, lambda p: self.table_columns(p, inv_freq, factor),
+                                       positions.device)
         self._cache.move_to_end(key)
+        while len(self._cache) > _MAX_TABLES:
+            self._cache.popitem(last=False)
         return table.rows(positions, hi)  # hi < P checked above
 
     # ---- the hook ----------------------------------------------------------------------
