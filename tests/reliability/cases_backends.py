@@ -7,6 +7,7 @@ import torch
 from posenc import Attention, ModelConfig, SequenceInfo, Transformer, build
 from posenc.context import AttentionContext
 from posenc.backends import flex
+from posenc.backends.narrow_values import narrow_value_attention
 from posenc.masks import AttentionMask
 
 from . import Case
@@ -46,7 +47,32 @@ def _auto_on_cpu() -> str:
     return "impl='auto' on CPU runs sdpa (bit-identical output)"
 
 
+def _narrow(tq: int = 8, tk: int = 8, **kw):
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 2, tq, 8, generator=g), torch.randn(1, 2, tk, 8, generator=g)
+    return narrow_value_attention(q, k, torch.randn(1, 2, tk, 4, generator=g), **{"scale": 0.3, "causal": False, **kw})
+
+
+def _narrow_nan_row() -> str:
+    """A NaN in one query row: that row's output is NaN, the other rows are what they were."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(1, 2, 40, 8, generator=g), torch.randn(1, 2, 40, 8, generator=g), torch.randn(1, 2, 40, 4, generator=g)
+    clean = narrow_value_attention(q, k, v, scale=0.3, causal=True)
+    q[0, 0, 5, 0] = float("nan")
+    out = narrow_value_attention(q, k, v, scale=0.3, causal=True)
+    bad = out.isnan().any(-1)
+    assert bad[0, 0, 5] and int(bad.sum()) == 1 and torch.equal(out[~bad], clean[~bad])
+    return "only that query row's output is NaN; every other row equals the clean result"
+
+
 CASES = [
+    Case(B, "narrow_value_attention (PoPE's attention on CPU) causal with 8 queries and 9 keys",
+         r"^causal needs as many queries as keys \(aligned top-left\), got Tq=8, Tk=9$",
+         run=lambda: _narrow(tk=9, causal=True)),
+    Case(B, "narrow_value_attention with block=0", r"^block must be a positive int, got 0$",
+         run=lambda: _narrow(block=0)),
+    Case(B, "narrow_value_attention with a NaN in one query row", r"only that query row's output is NaN",
+         run=_narrow_nan_row, error=None),
     Case(B, "Attention(impl='flash')", r"^impl must be one of 'eager', 'sdpa', 'flex', 'auto', got 'flash'$",
          run=lambda: Attention(32, 4, impl="flash")),
     Case(B, "ModelConfig(attn_impl='flash')", r"attn_impl must be one of .*'flex'.*got 'flash'",
