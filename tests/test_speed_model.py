@@ -111,6 +111,19 @@ def test_flops_ratio_counts_the_widened_q_k_of_pope_by_hand():
         dense = L * 12 * C * C + C * V
         want = (dense + L * H * keys * 3 * D) / (dense + L * H * keys * 2 * D)
         assert abs(flops_ratio(pope, keys) - want) < 1e-12 and flops_ratio(rope, keys) == 1.0
+        # A training step, products listed one by one. Dense: forward, then the input's and the
+        # weight's gradient. Attention per query, key and head, at q·k's width w and v's D:
+        # forward q·kᵀ (w), p·v (D); backward dv = Pᵀ·dO (D), dP = dO·vᵀ (D), dq (w), dk (w),
+        # and with a flash backward q·kᵀ again (w).
+        for recompute in (True, False):
+            def attention(w):
+                return w + D + D + D + w + w + (w if recompute else 0)
+            want = (3 * dense + L * H * keys * attention(2 * D)) / (3 * dense + L * H * keys * attention(D))
+            got = flops_ratio(pope, keys, backward=True, recompute=recompute)
+            assert abs(got - want) < 1e-12
+            assert flops_ratio(rope, keys, backward=True, recompute=recompute) == 1.0
+        # the flash backward's recompute is at the wide width: it raises PoPE's ratio
+        assert flops_ratio(pope, keys, backward=True) > flops_ratio(pope, keys, backward=True, recompute=False)
 
 
 def test_a_goal_scaled_by_flops_is_checked_per_column():

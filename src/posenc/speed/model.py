@@ -23,8 +23,9 @@ Transformer-XL, DeBERTa), decoding included; prefix-sum terms alone (FoX: O(T) s
 (T, T) tensor) are held to a bias's goal. An encoding whose ``rotate`` widens q and k (PoPE:
 2D channels against D) does more work by construction: its time goal in each column is its
 class goal times the ratio of the model's matmul FLOPs to NoPE's there (:func:`flops_ratio`:
-projections, MLP, head, and q·kᵀ and p·v over the keys each query sees), so only the cost
-beyond its arithmetic counts against it.
+projections, MLP, head, and q·kᵀ and p·v over the keys each query sees; a training step's
+backward as the backend runs it, a flash backward recomputing q·kᵀ), so only the cost beyond
+its arithmetic counts against it.
 
 ``impl`` picks the attention backend of every model (posenc.backends: eager, sdpa, flex,
 auto); the results record it. Where flex_attention cannot train (on CPU unless
@@ -99,19 +100,32 @@ def qk_width(enc) -> int:
         return enc.rotate(q, q, pos, pos, enc.prepare(pos, pos))[0].shape[-1]
 
 
-def flops_ratio(model: Transformer, keys: float) -> float:
+def flops_ratio(model: Transformer, keys: float, *, backward: bool = False, recompute: bool = True) -> float:
     """Matmul FLOPs per token of ``model`` over NoPE's in the same shape, with ``keys`` keys
-    per query (causal training at length T: (T + 1) / 2; decoding at context C: C + 1):
-    the projections, the MLP and the head, plus q·kᵀ at the width the encodings' ``rotate``
-    returns and p·v at the head dim. Training's backward scales both alike."""
+    per query (causal training at length T: (T + 1) / 2; decoding at context C: C + 1): the
+    projections, the MLP and the head, plus q·kᵀ at the width the encodings' ``rotate`` returns
+    (w) and p·v at the head dim (D).
+
+    ``backward``: a training step's count, the forward and the backward. Every dense layer's
+    backward is two products of its forward's size (3x in all). Attention's backward is dq and
+    dk at width w, dv = Pᵀ·dO and dP = dO·vᵀ at D, and, with ``recompute`` (a flash backward,
+    Dao et al. 2022, Alg. 2: torch's SDPA kernels and posenc's blockwise ones, every backend but
+    ``eager``), q·kᵀ once more at w: per query, key and head 4w + 3D in all against NoPE's 7D
+    (without it 3w + 3D against 6D)."""
     c = model.cfg
     H, C = c.n_head, c.d_model
     D = C // H
     Hkv = c.n_kv_head or H
     d_ff = c.d_ff or 4 * C
     dense = c.n_layer * (C * (H * D) * 2 + 2 * C * (Hkv * D) + 2 * C * d_ff) + C * c.vocab_size
-    width = max(qk_width(e) for e in model.encodings) if len(model.encodings) else D
-    return (dense + c.n_layer * H * keys * (width + D)) / (dense + c.n_layer * H * keys * 2 * D)
+    w = max(qk_width(e) for e in model.encodings) if len(model.encodings) else D
+    if not backward:
+        per_key, nope = w + D, 2 * D
+    elif recompute:
+        dense, per_key, nope = 3 * dense, 4 * w + 3 * D, 7 * D
+    else:
+        dense, per_key, nope = 3 * dense, 3 * w + 3 * D, 6 * D
+    return (dense + c.n_layer * H * keys * per_key) / (dense + c.n_layer * H * keys * nope)
 
 
 def column_goals(res: dict[str, Any], name: str) -> tuple[dict, dict]:
@@ -320,7 +334,8 @@ def run_model_speed(
         T_mem = min(lengths)
         results["memory"][name] = {T_mem: peak_memory(lambda: train_step(model, T_mem))}
         results["goal"][name] = goal_for(model[0])
-        results["flops_ratio"][name] = {"train": {T: flops_ratio(model[0], (T + 1) / 2) for T in lengths},
+        results["flops_ratio"][name] = {"train": {T: flops_ratio(model[0], (T + 1) / 2, backward=True,
+                                                                 recompute=impl != "eager") for T in lengths},
                                         "decode": {C: flops_ratio(model[0], C + 1) for C in decode_contexts}}
         if bar:
             bar.update()
