@@ -197,8 +197,8 @@ def test_the_plan_takes_the_fused_kernel_for_the_interleaved_layout(ext, spy):
 
 
 def test_an_install_without_the_source_has_no_kernel(tmp_path, monkeypatch):
-    """The source file missing (an install without the package data): not built, no error."""
-    monkeypatch.setattr(cpu_rope, "SOURCE", tmp_path / "missing.cpp")
+    """A source file missing (an install without the package data): not built, no error."""
+    monkeypatch.setattr(cpu_rope, "SOURCES", (*cpu_rope.SOURCES[:1], tmp_path / "missing.cpp"))
     monkeypatch.setattr(cpu_rope, "_module", None)
     monkeypatch.setattr(cpu_rope, "_looked", False)
     assert cpu_rope.kernel() is None

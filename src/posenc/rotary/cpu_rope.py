@@ -1,4 +1,5 @@
-"""The fused CPU kernel of a small step's rotation: q and k in one call (``csrc/rope_cpu.cpp``).
+"""The fused CPU rotary kernel: a small step's rotation of q and k in one call
+(``csrc/rope_cpu.cpp``), and PoPE's polar turn in one pass (``csrc/pope_cpu.cpp``).
 
 A decoding step rotates a few positions of q and k. On CPU the eager rolled form
 (:func:`~posenc.rotary.kernels.rotate_half_rolled`) is three ATen ops per tensor, and in a
@@ -8,14 +9,19 @@ arithmetic: x·[cos | cos] rounded, then a fused multiply-add of roll(x, D/2)·[
 ATen's ``addcmul_`` computes it. Measured in the speed table's model (6 layers, width 512,
 1024 cached keys, 2 threads, a decoding step 600 times beside NoPE's, three runs): RoPE
 1.048-1.055x NoPE's step with the eager rolled form, 1.028-1.030x with this kernel.
+PoPE's turn (:func:`posenc.rotary.pope.polar_turn`) is four ATen ops forward and about a dozen
+backward, each a pass over q or k; the kernel's forward and backward are one pass each, with
+ATen's vectorised exp, log1p, expm1 and hypot (``ATen/cpu/vec``), compiled for the vector width
+torch dispatches for on this CPU (:func:`torch.backends.cpu.get_cpu_capability`).
 
 It is C++, compiled with torch's :func:`torch.utils.cpp_extension.load` (a C++ compiler and
-ninja) into ``$POSENC_KERNELS`` or ``~/.cache/posenc/kernels``, one folder per source, torch
-and Python version. A forward never compiles: :func:`kernel` returns the module only when it
-is built (this process, or an earlier one: the library is then imported, no compiler run), and
-:func:`~posenc.rotary.functional.rotation_plan` takes it only then (float32, CPU, no autograd,
-a small step, every channel rotated, either layout: the half layout's rolled form or the
-interleaved layout's pairs). ``python -m posenc.rotary.build_cpu_kernel``
+ninja) into ``$POSENC_KERNELS`` or ``~/.cache/posenc/kernels``, one folder per source, flags,
+CPU capability, torch and Python version. A forward never compiles: :func:`kernel` returns the
+module only when it is built (this process, or an earlier one: the library is then imported,
+no compiler run), and :func:`~posenc.rotary.functional.rotation_plan` takes it only then
+(float32, CPU, no autograd, a small step, every channel rotated, either layout: the half
+layout's rolled form or the interleaved layout's pairs), PoPE's turn likewise (float32 CPU,
+with or without autograd, outside torch.compile). ``python -m posenc.rotary.build_cpu_kernel``
 builds it (``make install`` does); :func:`build` from Python.
 """
 
@@ -34,19 +40,32 @@ import torch
 
 __all__ = ["build", "build_directory", "kernel"]
 
-SOURCE = Path(__file__).with_name("csrc") / "rope_cpu.cpp"
+SOURCES = tuple(Path(__file__).with_name("csrc") / f for f in ("rope_cpu.cpp", "pope_cpu.cpp"))
 _FLAGS = ("-O3",)
+# ATen's Vectorized<float> (pope_cpu.cpp) at the width torch dispatches for on this CPU: the
+# library is built for, and named after, this machine's capability.
+_CAPABILITY_FLAGS = {
+    "AVX512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-DCPU_CAPABILITY_AVX512",
+               "-DCPU_CAPABILITY=AVX512"),
+    "AVX2": ("-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2", "-DCPU_CAPABILITY=AVX2"),
+}
 RECORD = "kernel.json"  # the library's sha256, written after it is complete: nothing else is loaded
 
 _module: ModuleType | None = None
 _looked = False
 
 
+def _flags() -> tuple[str, ...]:
+    """The compiler flags: -O3, and the vector ISA of this CPU's torch capability (none where
+    torch dispatches to its default kernels: ATen's vectors are then plain loops)."""
+    return (*_FLAGS, *_CAPABILITY_FLAGS.get(torch.backends.cpu.get_cpu_capability(), ()))
+
+
 def _name() -> str:
-    """The module's name: one per source, flags, torch and Python (a library built for another
-    torch would not load, or worse)."""
-    tag = f"|{_FLAGS}|{torch.__version__}|{sys.version_info[:2]}".encode()
-    return "posenc_rope_cpu_" + hashlib.sha256(SOURCE.read_bytes() + tag).hexdigest()[:16]
+    """The module's name: one per sources, flags (the CPU capability among them), torch and
+    Python (a library built for another torch, or for a wider CPU, would not load, or worse)."""
+    tag = f"|{_flags()}|{torch.__version__}|{sys.version_info[:2]}".encode()
+    return "posenc_rope_cpu_" + hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + tag).hexdigest()[:16]
 
 
 def build_directory() -> Path:
@@ -81,7 +100,7 @@ def kernel() -> ModuleType | None:
     global _module, _looked
     if not _looked:
         _looked = True
-        if not SOURCE.is_file():  # an install without the package data: nothing to match a build against
+        if not all(f.is_file() for f in SOURCES):  # an install without the package data: nothing to match a build against
             return None
         name = _name()
         path = _verified(build_directory(), name)
@@ -115,7 +134,7 @@ def build(verbose: bool = False) -> ModuleType:
         raise RuntimeError(f"cannot create the kernel folder {folder} ({type(e).__name__}: {e.strerror or e}); "
                            "set POSENC_KERNELS to a writable folder") from e
     try:
-        module = load(name, sources=[str(SOURCE)], extra_cflags=list(_FLAGS), build_directory=str(work), verbose=verbose)
+        module = load(name, sources=[str(f) for f in SOURCES], extra_cflags=list(_flags()), build_directory=str(work), verbose=verbose)
         so = work / f"{name}.so"
         (work / RECORD).write_text(json.dumps({"sha256": hashlib.sha256(so.read_bytes()).hexdigest()}))
         os.replace(so, folder / f"{name}.so")

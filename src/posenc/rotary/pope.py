@@ -23,10 +23,12 @@ carry no per-head parameter, so grouped-query keys are cached before they are re
 
 Angles are float64 (as RoPE's; positions past 2**53 - 1 are refused, as RoPE refuses them),
 their cos and sin made once per forward, with q's phases shifted by the phase bias
-(:class:`PopeState`: every layer then takes four ops, softplus, two products and a concatenation);
+(:class:`PopeState`: every layer then takes one turn per tensor, softplus, two products and a
+concatenation, in one pass of the fused CPU kernel where it is built, :mod:`posenc.rotary.cpu_rope`);
 the phase bias, the magnitudes and the product are float32 or wider, rounded to the input dtype
-at the end. Under autograd a rotation keeps only its output, which attention keeps anyway
-(:func:`polar_turn`). Attention on the 2D-wide q and k with D-wide
+at the end. Under autograd a rotation keeps only its output, which attention keeps anyway, and
+its backward gives the phase bias its gradient directly, sum(g_c o_s - g_s o_c), so no gradient
+of the (B, H, T, D) tables is formed (:func:`polar_turn`). Attention on the 2D-wide q and k with D-wide
 values does p·v at width D on CPU too, not on SDPA's math kernel (:func:`posenc.backends.sdpa.sdpa`,
 :mod:`posenc.backends.narrow_values`).
 
@@ -47,6 +49,7 @@ from ..encoding import Dims, PositionalEncoding
 from ..limits import Float32Params, check_positions
 from ..literature import ROPE_FEATURES
 from ..registry import register
+from . import cpu_rope
 
 __all__ = ["PopeConfig", "PolarEmbedding", "PopeState", "polar_embed", "polar_turn"]
 
@@ -60,22 +63,55 @@ def polar_embed(x: Tensor, cos: Tensor, sin: Tensor, delta: Tensor | None = None
     ``cos``, ``sin``: cos(a), sin(a) of the position angles, broadcasting against x; ``delta``
     (H, D): a per-head phase bias (None: none), taken off by the angle-difference identities
     cos(a - d) = cos a cos d + sin a sin d, sin(a - d) = sin a cos d - cos a sin d, so no
-    (B, H, T, D) angle tensor is made. Under autograd only the output is kept for the backward
-    (:func:`polar_turn`).
+    (B, H, T, D) angle tensor is made; x is then (B, H, T, D). Under autograd only the output is
+    kept for the backward, which gives delta its gradient directly (:func:`polar_turn`).
     """
     dt = torch.promote_types(x.dtype, torch.float32)
-    return polar_turn(x, *_cos_sin_of_difference(cos, sin, delta, dt))
+    bias = None if delta is None else delta.detach()
+    return polar_turn(x, *_cos_sin_of_difference(cos, sin, bias, dt), delta)
 
 
-def polar_turn(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+def polar_turn(x: Tensor, c: Tensor, s: Tensor, delta: Tensor | None = None) -> Tensor:
     """``[mu c | mu s]`` with ``mu = softplus(x)``, c and s the cos and sin of the phases
     (broadcasting against x, in x's compute dtype: float32 or wider): (..., D) -> (..., 2D) in
-    x's dtype. Under autograd only the output is kept (:class:`_PolarTurn`); without it, the
-    four ops alone (a decoding step)."""
-    if torch.is_grad_enabled() and (x.requires_grad or c.requires_grad or s.requires_grad):
-        return _PolarTurn.apply(x, c, s)
+    x's dtype.
+
+    ``delta`` (H, D), with x (B, H, T, D): the phase bias c and s have taken off (c = cos(a - delta),
+    s = sin(a - delta)), passed so that it gets its gradient here, the sum over batch and
+    positions of g_c o_s - g_s o_c (the output's derivative in delta is (o_s, -o_c)); c and s
+    are then made from a detached delta, so no gradient of (B, H, T, D) tables is formed.
+
+    Under autograd only the output is kept (:class:`_PolarTurn`); without it, the turn alone (a
+    decoding step). float32 CPU tensors of (B, H, T, D) against tables of (B|1, H|1, T, D) take
+    the fused CPU kernel where it is built (:func:`_fused`): one pass each way, the forward's
+    bits those of the four ATen ops."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, c, s, delta)):
+        return _PolarTurn.apply(x, c, s, delta)
+    return _turn(x, c, s)
+
+
+def _turn(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    ext = _fused(x, c, s)
+    if ext is not None:
+        return ext.polar_turn(x, c, s)
     mu = F.softplus(x.to(c.dtype))
     return torch.cat((mu * c, mu * s), dim=-1).to(x.dtype)
+
+
+def _fused(x: Tensor, *tables: Tensor):
+    """The fused CPU rotary kernel (:mod:`posenc.rotary.cpu_rope`) when it is built and takes
+    these tensors: float32 on CPU, 4-D with a contiguous last dim, each table's batch and head
+    dims x's or 1 and the rest x's; outside torch.compile (a C++ call would break the graph).
+    None otherwise: the ATen ops."""
+    if torch.compiler.is_compiling() or x.device.type != "cpu" or x.dim() != 4 or x.stride(-1) != 1:
+        return None
+    for t in (x, *tables):
+        if t.dtype != torch.float32 or t.device.type != "cpu" or t.dim() != 4 or t.stride(-1) != 1:
+            return None
+    for t in tables:
+        if t.shape[2:] != x.shape[2:] or t.shape[0] not in (1, x.shape[0]) or t.shape[1] not in (1, x.shape[1]):
+            return None
+    return cpu_rope.kernel()
 
 
 def _cos_sin_of_difference(cos: Tensor, sin: Tensor, delta: Tensor | None, dt: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -93,37 +129,53 @@ class _PolarTurn(torch.autograd.Function):
     The output o = [mu c | mu s] holds everything the backward needs, since c² + s² = 1:
     mu = |(o_c, o_s)|, and softplus' = sigmoid(x) = 1 - e^(-mu) (mu = log(1 + e^x)), so
 
-        dx = (g_c o_c + g_s o_s) (1 - e^(-mu)) / mu,    dc = g_c mu,    ds = g_s mu
+        dx = (g_c o_c + g_s o_s) (1 - e^(-mu)) / mu,    dc = g_c mu,    ds = g_s mu,
+        d delta = sum over batch and positions of (g_c o_s - g_s o_c)
 
-    (dc and ds only where the phases need a gradient: q's, through the phase bias, whose
-    gradient autograd then takes once per forward from the shared tables, sum(dc s - ds c)).
-    Attention keeps that output for its own backward, so the rotation adds no saved tensor.
+    (dc and ds only where the tables need a gradient, d delta only where a phase bias is
+    given: q's). Attention keeps that output for its own backward, so the rotation adds no
+    saved tensor.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, c: Tensor, s: Tensor) -> Tensor:
-        mu = F.softplus(x.to(c.dtype))
-        out = torch.cat((mu * c, mu * s), dim=-1).to(x.dtype)  # (..., 2D)
+    def forward(ctx, x: Tensor, c: Tensor, s: Tensor, delta: Tensor | None) -> Tensor:
+        out = _turn(x, c, s)  # (..., 2D)
         ctx.save_for_backward(out)
-        ctx.shapes = (c.shape, s.shape)
+        ctx.shapes = (c.shape, s.shape, None if delta is None else delta.shape)
+        ctx.bias_dtype = None if delta is None else delta.dtype
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (out,) = ctx.saved_tensors
-        dt = torch.promote_types(out.dtype, torch.float32)
-        o_c, o_s = out.to(dt).chunk(2, dim=-1)  # mu c, mu s: (..., D) each
-        g_c, g_s = grad.to(dt).chunk(2, dim=-1)
-        mu = torch.hypot(o_c, o_s)
-        # (1 - e^-mu) / mu, -> 1 as mu -> 0 (mu == 0: softplus underflowed, and so did o)
-        slope = torch.where(mu > 0, -torch.expm1(-mu) / mu, torch.ones_like(mu))
-        dx = ((g_c * o_c + g_s * o_s) * slope).to(out.dtype)
-        dc = ds = None
-        if ctx.needs_input_grad[1]:
-            dc = _sum_to(g_c * mu, ctx.shapes[0])
-        if ctx.needs_input_grad[2]:
-            ds = _sum_to(g_s * mu, ctx.shapes[1])
-        return dx, dc, ds
+        want_c, want_s, want_bias = ctx.needs_input_grad[1:4]
+        bias_shape = ctx.shapes[2]
+        # the kernel for a first-order backward (grad enabled here: a double backward, through the ATen ops)
+        ext = None if torch.is_grad_enabled() else _fused(out, grad)
+        fits = bias_shape is None or bias_shape == (out.shape[1], out.shape[-1] // 2)
+        if ext is not None and fits and out.is_contiguous() and grad.shape == out.shape:
+            dx, dc, ds, dbias = ext.polar_turn_backward(out, grad, want_c or want_s, want_bias)
+        else:
+            dx, dc, ds, dbias = _turn_backward(out, grad, want_c or want_s, want_bias, bias_shape)
+        return (dx, _sum_to(dc, ctx.shapes[0]) if want_c else None, _sum_to(ds, ctx.shapes[1]) if want_s else None,
+                dbias.to(ctx.bias_dtype) if want_bias else None)
+
+
+def _turn_backward(out: Tensor, grad: Tensor, tables: bool, bias: bool, bias_shape) -> tuple:
+    """:class:`_PolarTurn`'s backward in ATen ops: (dx, dc, ds, d delta), None where not asked."""
+    dt = torch.promote_types(out.dtype, torch.float32)
+    o_c, o_s = out.to(dt).chunk(2, dim=-1)  # mu c, mu s: (..., D) each
+    g_c, g_s = grad.to(dt).chunk(2, dim=-1)
+    mu = torch.hypot(o_c, o_s)
+    # (1 - e^-mu) / mu, -> 1 as mu -> 0 (mu == 0: softplus underflowed, and so did o)
+    slope = torch.where(mu > 0, -torch.expm1(-mu) / mu, torch.ones_like(mu))
+    dx = ((g_c * o_c + g_s * o_s) * slope).to(out.dtype)
+    dc, ds = (g_c * mu, g_s * mu) if tables else (None, None)
+    dbias = None
+    if bias:  # delta (H, D) against x (B, H, T, D): summed over the batch and the positions
+        H, D = bias_shape
+        dbias = (g_c * o_s - g_s * o_c).sum_to_size(H, 1, D).view(H, D)
+    return dx, dc, ds, dbias
 
 
 def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
@@ -136,8 +188,8 @@ class PopeState:
     """Per-forward PoPE tables at the query positions, for q and the new keys (self-attention):
     cos and sin (B, 1, Tq, D) float64 of the angles, and the phase bias (H, D) as used. Per
     compute dtype, made on first use and shared by every layer: k's (cos, sin) and q's phases
-    shifted by the bias, (cos(a - delta), sin(a - delta)) (B, H, Tq, D), through which the bias
-    gets its gradient once per forward."""
+    shifted by the bias, (cos(a - delta), sin(a - delta)) (B, H, Tq, D), made from the bias
+    detached: each layer's turn of q gives the bias its gradient (:func:`polar_turn`)."""
 
     cos: Tensor
     sin: Tensor
@@ -145,12 +197,11 @@ class PopeState:
     _tables: dict = field(default_factory=dict, repr=False)
 
     def tables(self, dt: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(q's c, q's s, k's c, k's s) in ``dt``, made once per dtype and autograd mode."""
-        key = (dt, torch.is_grad_enabled())
-        if key not in self._tables:
+        """(q's c, q's s, k's c, k's s) in ``dt``, made once per dtype."""
+        if dt not in self._tables:
             kc, ks = self.cos.to(dt), self.sin.to(dt)
-            self._tables[key] = (*_cos_sin_of_difference(kc, ks, self.delta, dt), kc, ks)
-        return self._tables[key]
+            self._tables[dt] = (*_cos_sin_of_difference(kc, ks, self.delta.detach(), dt), kc, ks)
+        return self._tables[dt]
 
 
 @dataclass
@@ -241,4 +292,5 @@ class PolarEmbedding(Float32Params, PositionalEncoding):
                 "pass state=None for keys at other positions"
             )
         # The phase bias on q alone (module docstring): q's phase m theta - delta, k's n theta.
-        return polar_turn(q, qc, qs), polar_turn(k, kc, ks)
+        delta = self.delta() if state is None else state.delta
+        return polar_turn(q, qc, qs, delta), polar_turn(k, kc, ks)

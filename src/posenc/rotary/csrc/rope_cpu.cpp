@@ -88,7 +88,10 @@ std::tuple<torch::Tensor, torch::Tensor> rotate_interleaved_qk(const torch::Tens
 
 }  // namespace
 
+void define_pope(pybind11::module_& m);  // pope_cpu.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rotate_half_qk", &rotate_half_qk, "q and k rotated by their rolled tables, half layout (float32, CPU)");
   m.def("rotate_interleaved_qk", &rotate_interleaved_qk, "q and k rotated by cos/sin, interleaved layout (float32, CPU)");
+  define_pope(m);
 }
