@@ -277,17 +277,17 @@ def backward_with_bias(
         raise ValueError(f"into must be a {cdt} tensor of the bias's shape {tuple(bias.shape)}, "
                          f"got {into.dtype} {tuple(into.shape)}")
     # −lse and −δ ride along as one more column of q and dO, against a row of ones under kᵀ and
-    # vᵀ: [q·scale, −lse]·[kᵀ; 1] = q·kᵀ·scale − lse and [dO, −δ]·[vᵀ; 1] = dO·vᵀ − δ, each one
-    # matmul with no pass over the block to subtract them. kᵀ and vᵀ are laid out contiguous:
-    # x @ kᵀ-as-a-view runs at half speed.
+    # vᵀ: scale·[q, −lse/scale]·[kᵀ; 1] = q·kᵀ·scale − lse and [dO, −δ]·[vᵀ; 1] = dO·vᵀ − δ, each
+    # one matmul (the scale its alpha) with no pass over the block to subtract them, nor one over
+    # q to scale it. kᵀ and vᵀ are laid out contiguous: x @ kᵀ-as-a-view runs at half speed.
     neg_delta = -(dout.to(cdt) * out.to(cdt)).sum(-1, keepdim=True)  # (B, H, Tq, 1): −δ
     ones = torch.ones(B, H, 1, Tk, dtype=cdt, device=q.device)
     kc = k.to(cdt)
-    qa = torch.cat((q.to(cdt) * scale, -lse.to(cdt)[..., None]), -1).flatten(0, 1)  # (B·H, Tq, D + 1)
+    qa = torch.cat((q.to(cdt), lse.to(cdt)[..., None] / -scale), -1).flatten(0, 1)  # (B·H, Tq, D + 1)
     ka = torch.cat((kc.transpose(-1, -2), ones), -2).flatten(0, 1)  # (B·H, D + 1, Tk)
     doa = torch.cat((dout.to(cdt), neg_delta), -1).flatten(0, 1)  # (B·H, Tq, Dv + 1)
     va = torch.cat((v.to(cdt).transpose(-1, -2), ones), -2).flatten(0, 1)  # (B·H, Dv + 1, Tk)
-    qs, do = qa[..., :D], doa[..., :Dv]  # q·scale, dO: views
+    qf, do = qa[..., :D], doa[..., :Dv]  # q, dO: views
     kf = kc.flatten(0, 1)  # (B·H, Tk, D)
     dq = torch.empty(B * H, Tq, D, dtype=cdt, device=q.device)
     dk = torch.zeros(B * H, Tk, D, dtype=cdt, device=q.device)
@@ -306,11 +306,11 @@ def backward_with_bias(
         # P = exp(q·kᵀ·scale + bias − lse): the bias written first, the product added in place.
         p = p_buf[:B * n].view(B, H, rows, z)
         pf = p.view(B * H, rows, z)
-        if bias is None:
-            torch.bmm(qa[:, i0:i1], ka[..., :z], out=pf)
+        if bias is None:  # beta=0: the scratch's old values are not read
+            pf.baddbmm_(qa[:, i0:i1], ka[..., :z], beta=0.0, alpha=scale)
         else:
             p.copy_(bias[..., i0:i1, :z])
-            pf.baddbmm_(qa[:, i0:i1], ka[..., :z])
+            pf.baddbmm_(qa[:, i0:i1], ka[..., :z], alpha=scale)
         pf.exp_()
         if causal:  # keys right of the diagonal: the forward gave them probability 0
             p[..., i0:].masked_fill_(above[:rows, :rows], 0.0)
@@ -325,7 +325,7 @@ def backward_with_bias(
         elif dbias is not None:
             dbias[..., i0:i1, :z] += ds
         torch.bmm(dsf, kf[:, :z], out=dq[:, i0:i1])
-        dk[:, :z].baddbmm_(dsf.transpose(-1, -2), qs[:, i0:i1])
+        dk[:, :z].baddbmm_(dsf.transpose(-1, -2), qf[:, i0:i1], alpha=scale)
     dq.mul_(scale)
     return (
         dq.view(B, H, Tq, D).to(q.dtype), dk.view(B, H, Tk, D).to(k.dtype),

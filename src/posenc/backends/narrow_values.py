@@ -59,7 +59,7 @@ def forward_blocks(q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal: boo
     cdt = torch.promote_types(q.dtype, torch.float32)
     B, H, Tq, _ = q.shape
     Tk, Dv = k.shape[2], v.shape[-1]
-    qs = (q.to(cdt) * scale).flatten(0, 1)  # (B·H, Tq, D)
+    qf = q.to(cdt).flatten(0, 1)  # (B·H, Tq, D): scaled by the matmul (alpha), not by a pass over q
     kt = k.to(cdt).flatten(0, 1).transpose(-1, -2).contiguous()  # (B·H, D, Tk): a view of kᵀ runs at half speed
     vf = v.to(cdt).flatten(0, 1)  # (B·H, Tk, Dv)
     out = torch.empty(B * H, Tq, Dv, dtype=cdt)
@@ -69,7 +69,8 @@ def forward_blocks(q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal: boo
     for i0 in range(0, Tq, block):
         i1 = min(i0 + block, Tq)
         rows, z = i1 - i0, (i1 if causal else Tk)  # z: keys any row of the block may see
-        s = torch.bmm(qs[:, i0:i1], kt[..., :z], out=scratch[:B * H * rows * z].view(B * H, rows, z))
+        s = scratch[:B * H * rows * z].view(B * H, rows, z)
+        s.baddbmm_(qf[:, i0:i1], kt[..., :z], beta=0.0, alpha=scale)  # beta=0: the scratch is not read
         if causal:  # the block's last `rows` keys: row r sees i0 + r and those left of it
             s[..., i0:].masked_fill_(above[:rows, :rows], float("-inf"))
         m = s.amax(-1, keepdim=True)  # finite: every row sees at least its own key
