@@ -216,3 +216,78 @@ def test_check_positions_reads_small_and_large_alike(n):
         check_positions(torch.cat([pos, torch.tensor([[-1]])], 1))
     with pytest.raises(ValueError, match="must be <= "):
         check_positions(torch.cat([pos, torch.tensor([[MAX_POSITION + 1]])], 1))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("D", [4, 6, 18, 64])
+@pytest.mark.parametrize("tables", [(1, 1), (3, 1), (1, "H"), (3, "H")])
+def test_per_head_kernel_is_rotate_heads(ext, layout, D, tables):
+    """rotate_heads_qk (rope_mixed's per-head tables, either layout) against axial._rotate_heads:
+    tables of one row or one per batch row, shared or per head, q a projection's transposed
+    view, k with fewer heads; within a rounding (one product rounded, then a fused multiply-add)."""
+    from posenc.rotary.axial import _rotate_heads
+
+    g = torch.Generator().manual_seed(D)
+    B, H, Hkv, T = 3, 4, 2, 5
+    tb, th = tables
+    q = torch.randn(B, T, H, D, generator=g).transpose(1, 2)
+    k = torch.randn(B, Hkv, T, D, generator=g) * 1e3
+    ang_q = torch.rand(tb, H if th == "H" else 1, T, D // 2, generator=g, dtype=torch.float64) * 60
+    ang_k = torch.rand(tb, Hkv if th == "H" else 1, T, D // 2, generator=g, dtype=torch.float64) * 60
+    cq, sq, ck, sk = ang_q.cos().float(), ang_q.sin().float(), ang_k.cos().float(), ang_k.sin().float()
+    fq, fk = ext.rotate_heads_qk(q, k, cq, sq, ck, sk, layout == "interleaved")
+    for fused, eager in ((fq, _rotate_heads(q, cq, sq, layout)), (fk, _rotate_heads(k, ck, sk, layout))):
+        assert fused.shape == eager.shape and fused.is_contiguous()
+        torch.testing.assert_close(fused, eager, rtol=1e-6, atol=2e-6 * eager.abs().max().item())
+    with pytest.raises(RuntimeError, match="must fit x"):
+        ext.rotate_heads_qk(q, k, cq[..., :1], sq[..., :1], ck, sk, True)
+
+
+@pytest.mark.parametrize("name,config", [("rope_mixed", {}), ("fope", {}), ("fope", {"coef_heads": 2})])
+def test_rope_mixed_and_fope_take_the_kernel_without_autograd_only(ext, name, config, monkeypatch):
+    """rope_mixed (per-head tables) and FoPE (one coefficient set) rotate a no-grad float32
+    step in one kernel call, the eager form's values within a rounding; FoPE with two sets, and
+    any call under autograd, keep the eager form (and their gradients)."""
+    from posenc.rotary import axial, fope
+
+    enc = posenc.build(name, d_model=64, num_heads=4, **config)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 3, 16, generator=g), torch.randn(2, 4, 3, 16, generator=g)
+    pos = torch.tensor([[5, 6, 7], [40, 41, 42]])
+    calls = []
+
+    class Spy:  # the built kernel, its functions' names noted as they are taken
+        def __getattr__(self, fn):
+            calls.append(fn)
+            return getattr(ext, fn)
+
+    monkeypatch.setattr(cpu_rope, "_module", Spy())
+    monkeypatch.setattr(cpu_rope, "_looked", True)
+    with torch.no_grad():
+        fused = enc.rotate(q, k, pos, pos, enc.prepare(pos, pos))
+    assert calls == (["rotate_heads_qk" if name == "rope_mixed" else "rotate_half_qk"]
+                     if config.get("coef_heads", 1) == 1 else [])
+    calls.clear()
+    qg = q.clone().requires_grad_()  # under autograd: the eager form, with the kernel built
+    out = enc.rotate(qg, k, pos, pos, enc.prepare(pos, pos))
+    out[0].sum().backward()
+    assert qg.grad is not None and not calls
+    monkeypatch.setattr(axial, "_fused_heads", lambda *a: None)
+    monkeypatch.setattr(fope, "_fused", lambda *a: None)
+    with torch.no_grad():
+        eager = enc.rotate(q, k, pos, pos, enc.prepare(pos, pos))
+    for a, b in zip(fused, eager):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_fope_inv_freq_is_kept_per_setting(monkeypatch):
+    """FoPE's kept frequencies are computed once per device and settings: a changed base gives
+    the new frequencies, not the kept ones."""
+    from posenc.rotary.fope import fope_kept_frequencies
+
+    enc = posenc.build("fope", d_model=64, num_heads=4)
+    first = enc.inv_freq()
+    assert enc.inv_freq() is first
+    enc.config.base = 500.0
+    want = fope_kept_frequencies(16, 500.0, enc.config.max_position_embeddings, enc.config.num_inv_freq)
+    assert torch.equal(enc.inv_freq(), want) and not torch.equal(want, first[: want.numel()])

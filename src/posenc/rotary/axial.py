@@ -45,6 +45,7 @@ from ..limits import Float32Params, check_positions
 from ..literature import LEARNED, NORMS_PRESERVED, ROPE_FEATURES, UNTRAINED
 from ..positions import SequenceInfo, raster_axes
 from ..registry import register
+from . import cpu_rope
 from .functional import QKTables, rotate_qk
 from .layout import LAYOUTS
 from .rope import MAX_TABLE_POSITIONS, PositionTable
@@ -105,6 +106,22 @@ def _rotate_heads(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     pairs = xf.unflatten(-1, (-1, 2))  # (B, h, T, D/2, 2)
     a, b = pairs[..., 0], pairs[..., 1]
     return torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2).to(x.dtype)
+
+
+def _fused_heads(q: Tensor, k: Tensor, cos_q: Tensor, cos_k: Tensor):
+    """The fused CPU rotary kernel's per-head rotation (:mod:`posenc.rotary.cpu_rope`,
+    ``rotate_heads_qk``: :func:`_rotate_heads`' arithmetic, within a rounding) when it is built
+    and applies: float32 CPU q and k with a contiguous last dim, no autograd (a decoding step, a
+    no-grad forward), outside torch.compile; the tables are :func:`_cos_sin`'s (float32, sin
+    beside cos; the kernel checks their shapes). None otherwise: :func:`_rotate_heads`."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or cos_q.requires_grad or cos_k.requires_grad):
+        return None
+    f32 = torch.float32
+    if (q.dtype is not f32 or k.dtype is not f32 or cos_q.dtype is not f32 or cos_k.dtype is not f32 or not q.is_cpu
+            or q.stride(-1) != 1 or k.stride(-1) != 1 or cos_q.stride(-1) != 1 or cos_k.stride(-1) != 1
+            or torch.compiler.is_compiling()):
+        return None
+    return cpu_rope.kernel()
 
 
 def _check_head_dim(name: str, dims: Dims) -> None:
@@ -294,8 +311,11 @@ class MixedRope(Float32Params, _Rope2D):
         layout, H, Hkv = self.config.layout, q.shape[1], k.shape[1]
         if cq.shape[1] != H or H % Hkv:
             raise ValueError(f"rope_mixed has frequencies for {cq.shape[1]} heads, got q with {H} and k with {Hkv}")
-        # A key serves its group of H // Hkv query heads: the group's first head's frequencies.
-        group = torch.arange(H, device=cq.device) // (H // Hkv) * (H // Hkv)  # (H,)
-        cq, sq = cq.index_select(1, group), sq.index_select(1, group)
-        ck, sk = ck[:, :: H // Hkv], sk[:, :: H // Hkv]  # (B, Hkv, Tk, P)
+        if H != Hkv:  # a key serves its group of H // Hkv query heads: the group's first head's frequencies
+            group = torch.arange(H, device=cq.device) // (H // Hkv) * (H // Hkv)  # (H,)
+            cq, sq = cq.index_select(1, group), sq.index_select(1, group)
+            ck, sk = ck[:, :: H // Hkv], sk[:, :: H // Hkv]  # (B, Hkv, Tk, P)
+        ext = _fused_heads(q, k, cq, ck)
+        if ext is not None:
+            return ext.rotate_heads_qk(q, k, cq, sq, ck, sk, layout == "interleaved")
         return _rotate_heads(q, cq, sq, layout), _rotate_heads(k, ck, sk, layout)

@@ -57,6 +57,7 @@ from ..encoding import Dims, PositionalEncoding
 from ..limits import Float32Params, check_positions
 from ..literature import LEARNED, ROPE_FEATURES, UNTRAINED
 from ..registry import register
+from . import cpu_rope
 
 __all__ = ["FopeConfig", "FourierPositionEmbedding", "FopeState", "fope_kept_frequencies"]
 
@@ -107,6 +108,25 @@ def fope_kept_frequencies(head_dim: int, base: float, max_position_embeddings: i
     return inv_freq[inv_freq > 2 * math.pi / max_position_embeddings]
 
 
+def _fused(q: Tensor, k: Tensor, cos_q: Tensor, cos_k: Tensor):
+    """The fused CPU rotary kernel's rolled form (:mod:`posenc.rotary.cpu_rope`,
+    ``rotate_half_qk``: x·C, then a fused multiply-add of roll(x, D/2)·[-S₁ | S₂], the
+    arithmetic of :meth:`FourierPositionEmbedding._map`) when it is built and applies: one
+    coefficient set (tables (B|1, 1, T, D), as :meth:`FourierPositionEmbedding.tables` makes
+    them: contiguous, S beside C in dtype and device), float32 CPU q and k with a contiguous
+    last dim, no autograd (a decoding step, a no-grad forward), outside torch.compile. None
+    otherwise. Few checks, each cheap: a decoding step calls it once per layer (the kernel
+    checks shapes itself)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or cos_q.requires_grad or cos_k.requires_grad):
+        return None
+    f32 = torch.float32
+    if (cos_q.shape[1] != 1 or q.dtype is not f32 or k.dtype is not f32 or cos_q.dtype is not f32
+            or cos_k.dtype is not f32 or not q.is_cpu or q.stride(-1) != 1 or k.stride(-1) != 1
+            or torch.compiler.is_compiling()):
+        return None
+    return cpu_rope.kernel()
+
+
 @dataclass(frozen=True)
 class FopeState:
     """C and S at the query positions, (B|1, c, Tq, D) each, float32 or wider, S in its rolled
@@ -151,6 +171,7 @@ class FourierPositionEmbedding(Float32Params, PositionalEncoding):
             raise ValueError(f"coef_heads must divide num_heads ({H}), got {c}")
         F = fope_kept_frequencies(D, config.base, config.max_position_embeddings, config.num_inv_freq).numel()
         self.num_kept = F
+        self._inv_freq: dict = {}  # inv_freq per device and settings
         self.cos_coef = nn.Parameter(self._init_coef(c, F, config.init_gain))
         self.sin_coef = nn.Parameter(self._init_coef(c, F, config.init_gain))
 
@@ -162,9 +183,17 @@ class FourierPositionEmbedding(Float32Params, PositionalEncoding):
         return w + torch.eye(F)  # (c, F, F)
 
     def inv_freq(self, device: torch.device | None = None) -> Tensor:
-        """The kept theta_i, (F,) float64: computed, not a buffer, so no cast rounds it."""
+        """The kept theta_i, (F,) float64: computed, not a buffer, so no cast rounds it. Kept per
+        device, keyed on everything it is computed from (a decoding step would otherwise spend
+        a third of its tables here)."""
         c = self.config
-        return fope_kept_frequencies(self.dims.head_dim, c.base, c.max_position_embeddings, c.num_inv_freq).to(device)
+        key = (self.dims.head_dim, c.base, c.max_position_embeddings, c.num_inv_freq, torch.device(device or "cpu"))
+        cached = self._inv_freq.get(key)
+        if cached is None:
+            if len(self._inv_freq) >= 8:
+                self._inv_freq.clear()
+            cached = self._inv_freq[key] = fope_kept_frequencies(*key[:4]).to(key[4])
+        return cached
 
     def tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """C and S at ``positions`` (B, T): (B, c, T, D) each, float32 or wider.
@@ -217,6 +246,9 @@ class FourierPositionEmbedding(Float32Params, PositionalEncoding):
                     f"{k.shape[-2]}; pass state=None for keys at other positions"
                 )
             q_cs = k_cs = (state.cos.to(q.device), state.sin.to(q.device))
+        ext = _fused(q, k, q_cs[0], k_cs[0])
+        if ext is not None:  # one coefficient set, no autograd: RoPE's rolled form, one call for q and k
+            return ext.rotate_half_qk(q, k, *q_cs, *k_cs)
         return self._map(q, *q_cs, "q"), self._map(k, *k_cs, "k")
 
     def extra_repr(self) -> str:

@@ -102,14 +102,16 @@ def _fused(x: Tensor, *tables: Tensor):
     """The fused CPU rotary kernel (:mod:`posenc.rotary.cpu_rope`) when it is built and takes
     these tensors: float32 on CPU, 4-D with a contiguous last dim, each table's batch and head
     dims x's or 1 and the rest x's; outside torch.compile (a C++ call would break the graph).
-    None otherwise: the ATen ops."""
-    if torch.compiler.is_compiling() or x.device.type != "cpu" or x.dim() != 4 or x.stride(-1) != 1:
+    None otherwise: the ATen ops. (Cheap attributes only: a decoding step asks twice a layer.)"""
+    f32 = torch.float32
+    if x.dtype is not f32 or not x.is_cpu or x.dim() != 4 or x.stride(-1) != 1 or torch.compiler.is_compiling():
         return None
-    for t in (x, *tables):
-        if t.dtype != torch.float32 or t.device.type != "cpu" or t.dim() != 4 or t.stride(-1) != 1:
-            return None
+    B, H, *rest = x.shape
     for t in tables:
-        if t.shape[2:] != x.shape[2:] or t.shape[0] not in (1, x.shape[0]) or t.shape[1] not in (1, x.shape[1]):
+        if t.dtype is not f32 or not t.is_cpu or t.dim() != 4 or t.stride(-1) != 1:
+            return None
+        b, h, *trest = t.shape
+        if trest != rest or (b != B and b != 1) or (h != H and h != 1):
             return None
     return cpu_rope.kernel()
 

@@ -1,5 +1,5 @@
 // posenc: the rotation of a small step (every channel rotated) in one call for q and k, float32
-// on CPU. Built on demand by posenc/rotary/cpu_rope.py; tests/test_rotary_cpu_kernel.py.
+// on CPU; per-head tables too (rope_mixed). Built on demand by posenc/rotary/cpu_rope.py; tests/test_rotary_cpu_kernel.py.
 //
 // Half layout, x (B, H, T, D) and the rolled tables c2 = [cos | cos], s2 = [-sin | sin], (B|1, 1, T, D):
 //   out[i] = x[i] * c2[i] + x[(i - D/2) mod D] * s2[i]
@@ -86,6 +86,48 @@ std::tuple<torch::Tensor, torch::Tensor> rotate_interleaved_qk(const torch::Tens
   return {rotate_pairs(q, cq, sq), rotate_pairs(k, ck, sk)};
 }
 
+// Per-head tables (rope_mixed's learned frequencies), cos and sin (B|1, H|1, T, D/2) of x's
+// (B, H, T, D) pairs: the half layout's (x[j], x[j + D/2]) or the interleaved (x[2j], x[2j+1]),
+//   out_a = a cos_j - b sin_j,  out_b = b cos_j + a sin_j
+// (posenc.rotary.axial._rotate_heads, within a rounding of it: one product rounded, then a
+// fused multiply-add).
+torch::Tensor rotate_heads(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool interleaved) {
+  TORCH_CHECK(x.dim() == 4 && cos.dim() == 4 && sin.dim() == 4, "x and the tables must be 4-D");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
+              "x and the tables must be float32");
+  TORCH_CHECK(x.stride(3) == 1 && cos.stride(3) == 1 && sin.stride(3) == 1, "the last dim must be contiguous");
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3), h = D / 2;
+  TORCH_CHECK(D % 2 == 0 && cos.sizes() == sin.sizes() && cos.size(3) == h && cos.size(2) == T &&
+                  (cos.size(0) == 1 || cos.size(0) == B) && (cos.size(1) == 1 || cos.size(1) == H),
+              "tables (B|1, H|1, T, D/2) must fit x (B, H, T, D) with D even");
+  auto out = torch::empty({B, H, T, D}, x.options());
+  const float *xp = x.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t cb = cos.size(0) == 1 ? 0 : cos.stride(0), ch = cos.size(1) == 1 ? 0 : cos.stride(1), ct = cos.stride(2);
+  const int64_t sb = sin.size(0) == 1 ? 0 : sin.stride(0), sh = sin.size(1) == 1 ? 0 : sin.stride(1), st = sin.stride(2);
+  at::parallel_for(0, B * H * T, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / (H * T), hh = (r / T) % H, t = r % T;
+      const float* xr = xp + b * x.stride(0) + hh * x.stride(1) + t * x.stride(2);
+      const float *c = cp + b * cb + hh * ch + t * ct, *s = sp + b * sb + hh * sh + t * st;
+      float* o = op + r * D;
+      for (int64_t j = 0; j < h; ++j) {
+        const int64_t ia = interleaved ? 2 * j : j, ib = interleaved ? 2 * j + 1 : j + h;
+        const float a = xr[ia], e = xr[ib];
+        o[ia] = std::fma(-e, s[j], a * c[j]);
+        o[ib] = std::fma(a, s[j], e * c[j]);
+      }
+    }
+  });
+  return out;
+}
+
+std::tuple<torch::Tensor, torch::Tensor> rotate_heads_qk(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cq,
+                                                         const torch::Tensor& sq, const torch::Tensor& ck, const torch::Tensor& sk,
+                                                         bool interleaved) {
+  return {rotate_heads(q, cq, sq, interleaved), rotate_heads(k, ck, sk, interleaved)};
+}
+
 }  // namespace
 
 void define_pope(pybind11::module_& m);  // pope_cpu.cpp
@@ -93,5 +135,7 @@ void define_pope(pybind11::module_& m);  // pope_cpu.cpp
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rotate_half_qk", &rotate_half_qk, "q and k rotated by their rolled tables, half layout (float32, CPU)");
   m.def("rotate_interleaved_qk", &rotate_interleaved_qk, "q and k rotated by cos/sin, interleaved layout (float32, CPU)");
+  m.def("rotate_heads_qk", &rotate_heads_qk,
+        "q and k rotated by per-head cos/sin (B|1, H|1, T, D/2), either layout (float32, CPU)");
   define_pope(m);
 }
