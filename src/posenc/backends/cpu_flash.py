@@ -289,7 +289,11 @@ def backward_with_bias(
     va = torch.cat((v.to(cdt).transpose(-1, -2), ones), -2).flatten(0, 1)  # (B·H, Dv + 1, Tk)
     qf, do = qa[..., :D], doa[..., :Dv]  # q, dO: views
     kf = kc.flatten(0, 1)  # (B·H, Tk, D)
-    dq = torch.empty(B * H, Tq, D, dtype=cdt, device=q.device)
+    # dq block-major, (blocks, B·H, rows, D): each block's dq a contiguous matmul output (into a
+    # slice of (B·H, Tq, D) the batched matmul runs per batch row, 1.8 against 1.4 ms a block at
+    # T = 1024, 16 heads), laid out (B·H, Tq, D) by one copy at the end.
+    rows_max = min(block, Tq)
+    dq_blocks = torch.empty(-(-Tq // rows_max), B * H, rows_max, D, dtype=cdt, device=q.device)
     dk = torch.zeros(B * H, Tk, D, dtype=cdt, device=q.device)
     dv = torch.zeros(B * H, Tk, Dv, dtype=cdt, device=q.device)
     above = torch.ones(block, block, dtype=torch.bool, device=q.device).triu_(1) if causal else None
@@ -324,9 +328,9 @@ def backward_with_bias(
             dbias.add(i0, ds)
         elif dbias is not None:
             dbias[..., i0:i1, :z] += ds
-        torch.bmm(dsf, kf[:, :z], out=dq[:, i0:i1])
+        dq_blocks[i0 // rows_max, :, :rows].baddbmm_(dsf, kf[:, :z], beta=0.0, alpha=scale)
         dk[:, :z].baddbmm_(dsf.transpose(-1, -2), qf[:, i0:i1], alpha=scale)
-    dq.mul_(scale)
+    dq = dq_blocks.transpose(0, 1).reshape(B * H, -1, D)[:, :Tq]
     return (
         dq.view(B, H, Tq, D).to(q.dtype), dk.view(B, H, Tk, D).to(k.dtype),
         dv.view(B, H, Tk, Dv).to(v.dtype), None if into is not None or bias is None else dbias.to(bias.dtype),
