@@ -1,5 +1,7 @@
 """The fused CPU rotary kernel: a small step's rotation of q and k in one call
-(``csrc/rope_cpu.cpp``), and PoPE's polar turn in one pass (``csrc/pope_cpu.cpp``).
+(``csrc/rope_cpu.cpp``), PoPE's polar turn in one pass (``csrc/pope_cpu.cpp``), and FLOATER's
+RK4 solve with its backward (``csrc/floater_cpu.cpp``, :class:`posenc.absolute.floater._KernelSolve`):
+one library of the CPU paths that PyTorch ops would split into many small ones.
 
 A decoding step rotates a few positions of q and k. On CPU the eager rolled form
 (:func:`~posenc.rotary.kernels.rotate_half_rolled`) is three ATen ops per tensor, and in a
@@ -40,7 +42,7 @@ import torch
 
 __all__ = ["build", "build_directory", "kernel"]
 
-SOURCES = tuple(Path(__file__).with_name("csrc") / f for f in ("rope_cpu.cpp", "pope_cpu.cpp"))
+SOURCES = tuple(Path(__file__).with_name("csrc") / f for f in ("rope_cpu.cpp", "pope_cpu.cpp", "floater_cpu.cpp"))
 _FLAGS = ("-O3",)
 # ATen's Vectorized<float> (pope_cpu.cpp) at the width torch dispatches for on this CPU: the
 # library is built for, and named after, this machine's capability.
