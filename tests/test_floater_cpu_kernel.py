@@ -91,14 +91,21 @@ def test_no_step_and_one_position(ext):
     assert states.shape == (0, 8) and stages.shape == (0, 4, 8)
 
 
-def test_second_derivative_is_refused(ext):
-    """The kernel's backward is not differentiable: create_graph asks for a second derivative,
-    and gets an error, not a silent zero."""
-    enc = posenc.build("floater", d_model=8, num_heads=2).double()
-    codes = enc.codes(5)
-    (g,) = torch.autograd.grad(codes.sum(), enc.w1, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
-        torch.autograd.grad(g.sum(), enc.w1)
+def test_second_derivatives_are_rk4s(ext, monkeypatch):
+    """create_graph through the kernel: its backward replays the solve as PyTorch ops, so a
+    second derivative equals rk4's."""
+    enc = posenc.build("floater", d_model=8, num_heads=2, hidden=4).double()
+    runs = []
+    for built in (True, False):
+        if not built:
+            monkeypatch.setattr(cpu_rope, "_module", None)
+            monkeypatch.setattr(cpu_rope, "_looked", True)
+        codes = enc.codes(6)
+        (g,) = torch.autograd.grad(codes.square().sum(), enc.w1, create_graph=True)
+        runs.append(torch.autograd.grad(g.square().sum(), (enc.w1, enc.w2, enc.p0)))
+    for a, b in zip(*runs, strict=True):
+        assert a.abs().sum() > 0
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_bad_inputs_are_refused_by_the_kernel(ext):

@@ -43,7 +43,6 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from ..config import EncodingConfig, check_int, check_range
 from ..encoding import Dims, PositionalEncoding
@@ -99,22 +98,40 @@ class _KernelSolve(torch.autograd.Function):
     (``csrc/floater_cpu.cpp``): every step's state (steps, C); the backward is the discrete
     adjoint of the same steps, from each stage's input and tanh kept by the forward (4 (C + Hd)
     numbers a step), the weights' gradients one matrix product over every stage. Equal to
-    autograd through :func:`rk4` within roundings (float64: 1e-15). Not differentiable twice."""
+    autograd through :func:`rk4` within roundings (float64: 1e-15). A backward that must itself
+    be differentiable (``create_graph``) replays the solve as PyTorch ops (:func:`rk4`) and takes
+    its gradient, so second derivatives are rk4's."""
 
     @staticmethod
     def forward(ctx, ext, y0: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, dt: float, steps: int,
                 start: int) -> Tensor:
         states, stages, acts = ext.floater_rk4(y0, w1, b1, w2, b2, dt, steps, start)
         ctx.save_for_backward(stages, acts, y0, w1, b1, w2, b2)
-        ctx.ext, ctx.dt, ctx.start = ext, dt, start
+        ctx.ext, ctx.dt, ctx.steps, ctx.start = ext, dt, steps, start
         return states
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad: Tensor):
         stages, acts, y0, w1, b1, w2, b2 = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: the solve again, as differentiable ops
+            inputs = (y0, w1, b1, w2, b2)
+            with torch.enable_grad():
+                states = rk4(_mlp(w1, b1, w2, b2), y0, ctx.dt, ctx.steps, start_step=ctx.start)
+            return None, *cpu_rope.replayed_grads(states, inputs, grad), None, None, None
         grads = ctx.ext.floater_rk4_backward(grad, stages, acts, y0, w1, b1, w2, b2, ctx.dt, ctx.start)
         return None, *grads, None, None, None
+
+
+def _mlp(w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Callable[[Tensor, float], Tensor]:
+    """h(p, t) = W2 tanh(W1 [p, t] + b1) + b2 from weights already in the solve's dtype; W1 [p, t]
+    split as W1p p + t w1t, so no step concatenates."""
+    C = w2.shape[0]
+    w1p, w1t = w1[:, :C], w1[:, C]  # (hidden, C), (hidden,)
+
+    def h(p: Tensor, t: float) -> Tensor:
+        return F.linear(torch.tanh(F.linear(p, w1p, b1 + t * w1t)), w2, b2)
+
+    return h
 
 
 @dataclass
@@ -179,15 +196,7 @@ class FloaterEncoding(Float32Params, PositionalEncoding):
         The weights are cast once per solve, and W1 [p, t] is split as W1p p + t w1t so no
         step concatenates.
         """
-        C = self.dims.d_model
-        w1 = self.w1.to(dtype)
-        w1p, w1t = w1[:, :C], w1[:, C]  # (hidden, C), (hidden,)
-        b1, w2, b2 = self.b1.to(dtype), self.w2.to(dtype), self.b2.to(dtype)
-
-        def h(p: Tensor, t: float) -> Tensor:
-            return F.linear(torch.tanh(F.linear(p, w1p, b1 + t * w1t)), w2, b2)
-
-        return h
+        return _mlp(self.w1.to(dtype), self.b1.to(dtype), self.w2.to(dtype), self.b2.to(dtype))
 
     def codes(self, num_positions: int, start: Tensor | None = None, first: int = 0) -> Tensor:
         """p(i * delta) for i = first .. num_positions - 1 -> (num_positions - first, C).

@@ -1,7 +1,10 @@
 """The fused CPU rotary kernel: a small step's rotation of q and k in one call
-(``csrc/rope_cpu.cpp``), PoPE's polar turn in one pass (``csrc/pope_cpu.cpp``), and FLOATER's
-RK4 solve with its backward (``csrc/floater_cpu.cpp``, :class:`posenc.absolute.floater._KernelSolve`):
-one library of the CPU paths that PyTorch ops would split into many small ones.
+(``csrc/rope_cpu.cpp``), PoPE's polar turn in one pass (``csrc/pope_cpu.cpp``), and two
+sequential solves with their backwards, FLOATER's RK4 (``csrc/floater_cpu.cpp``,
+:class:`posenc.absolute.floater._KernelSolve`) and the recurrent encoding's GRU steps
+(``csrc/gru_cpu.cpp``, :func:`posenc.absolute.recurrent.kernel_scan`): one library of the CPU
+paths that PyTorch ops would split into many small ones. A kernel's backward that must itself
+be differentiable replays the work as PyTorch ops (:func:`replayed_grads`).
 
 A decoding step rotates a few positions of q and k. On CPU the eager rolled form
 (:func:`~posenc.rotary.kernels.rotate_half_rolled`) is three ATen ops per tensor, and in a
@@ -40,9 +43,10 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["build", "build_directory", "kernel"]
+__all__ = ["build", "build_directory", "kernel", "replayed_grads"]
 
-SOURCES = tuple(Path(__file__).with_name("csrc") / f for f in ("rope_cpu.cpp", "pope_cpu.cpp", "floater_cpu.cpp"))
+SOURCES = tuple(Path(__file__).with_name("csrc") / f for f in ("rope_cpu.cpp", "pope_cpu.cpp", "floater_cpu.cpp",
+                                                                 "gru_cpu.cpp"))
 _FLAGS = ("-O3",)
 # ATen's Vectorized<float> (pope_cpu.cpp) at the width torch dispatches for on this CPU: the
 # library is built for, and named after, this machine's capability.
@@ -149,3 +153,12 @@ def build(verbose: bool = False) -> ModuleType:
         shutil.rmtree(work, ignore_errors=True)
     _module, _looked = module, True
     return _module
+
+
+def replayed_grads(outputs: torch.Tensor, inputs: tuple, grad: torch.Tensor) -> tuple:
+    """For a kernel's autograd Function whose backward must itself be differentiable
+    (``create_graph``): the gradients of ``outputs``, a replay of the kernel's work as PyTorch
+    ops, with respect to ``inputs`` (None for those that need none), as a graph."""
+    need = [t for t in inputs if t.requires_grad]
+    grads = iter(torch.autograd.grad(outputs, need, grad, create_graph=True, allow_unused=True) if need else ())
+    return tuple(next(grads) if t.requires_grad else None for t in inputs)

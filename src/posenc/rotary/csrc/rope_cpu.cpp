@@ -132,6 +132,7 @@ std::tuple<torch::Tensor, torch::Tensor> rotate_heads_qk(const torch::Tensor& q,
 
 void define_pope(pybind11::module_& m);     // pope_cpu.cpp
 void define_floater(pybind11::module_& m);  // floater_cpu.cpp
+void define_gru(pybind11::module_& m);      // gru_cpu.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rotate_half_qk", &rotate_half_qk, "q and k rotated by their rolled tables, half layout (float32, CPU)");
@@ -140,4 +141,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "q and k rotated by per-head cos/sin (B|1, H|1, T, D/2), either layout (float32, CPU)");
   define_pope(m);
   define_floater(m);
+  define_gru(m);
 }
