@@ -99,7 +99,7 @@ def test_decoding_state_continues_the_solve_exactly():
         parts = [enc.embed(x[:, :3], SequenceInfo.from_offset(2, 3), state)]
         for t in range(3, 11):
             parts.append(enc.embed(x[:, t : t + 1], SequenceInfo.from_offset(2, 1, offset=t), state))
-        assert state["codes"].shape[0] == 11
+        assert state["codes"].count == 11 and state["codes"].table.shape[0] == 11
     assert torch.equal(torch.cat(parts, 1), full)
 
 

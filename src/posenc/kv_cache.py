@@ -225,7 +225,8 @@ class KVCache:
         the next, correct step would attend to a stale half-step. Appended slots are undone by
         resetting each layer's length (writes past it are never read); replaced tensors (the
         sliding-memory path) and the embed hooks' state entries are put back from references
-        (both are replaced, never written in place).
+        (both are replaced, never written where an earlier entry reads: FLOATER's codes grow a
+        buffer past the rows the earlier entry holds, as the layers' keys do).
         """
         self._leave_inference_mode()
         layers = [(c, c.kbuf, c.vbuf, c.n) for c in self.layers]

@@ -93,6 +93,35 @@ def rk4(
     return torch.stack(out)
 
 
+@dataclass(frozen=True, eq=False)
+class _Rows:
+    """The first ``count`` rows of ``buffer``, the codes a KV cache has computed. ``extend``
+    returns a new _Rows (the buffer written past ``count`` only, or grown to twice the rows),
+    so an earlier _Rows, kept by :meth:`posenc.kv_cache.KVCache.atomic` to undo a failed step,
+    still reads what it read. Two are equal when their rows are (not their spare capacity)."""
+
+    buffer: Tensor
+    count: int
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Rows) and other.count == self.count and torch.equal(other.table, self.table)
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, a mutable buffer underneath
+
+    @property
+    def table(self) -> Tensor:
+        return self.buffer[: self.count]
+
+    def extend(self, more: Tensor) -> "_Rows":
+        n = self.count + more.shape[0]
+        buffer = self.buffer
+        if buffer.shape[0] < n:
+            buffer = buffer.new_empty(max(n, 2 * self.count), buffer.shape[1])
+            buffer[: self.count] = self.table
+        buffer[self.count:n] = more
+        return _Rows(buffer, n)
+
+
 class _KernelSolve(torch.autograd.Function):
     """:func:`rk4` of :meth:`FloaterEncoding.dynamics` in the fused CPU kernel
     (``csrc/floater_cpu.cpp``): every step's state (steps, C); the backward is the discrete
@@ -239,14 +268,23 @@ class FloaterEncoding(Float32Params, PositionalEncoding):
         n = int(pos.max()) + 1
         # With a KV cache and no autograd, the codes of earlier decoding steps are kept in the
         # cache's own state dict and the solve continues from the last one.
-        reuse = state is not None and not torch.is_grad_enabled()
-        table = state.get("codes") if reuse else None
-        if table is not None and (table.dtype != self._dtype() or table.device != x.device):
-            table = None  # the module was moved or cast since: solve again
-        if table is not None and table.shape[0] < n:
-            table = torch.cat([table, self.codes(n, start=table[-1], first=table.shape[0])])
-        if table is None:
+        if state is None or torch.is_grad_enabled():
             table = self.codes(n)  # (n, C)
-        if reuse:
-            state["codes"] = table
+        else:
+            table = self._cached_codes(n, state, x.device)
         return x + table[pos].to(x.dtype)  # (B, T, C)
+
+    def _cached_codes(self, n: int, state: dict[str, Any], device: torch.device) -> Tensor:
+        """The codes of positions [0, n) kept in a KV cache's ``state["codes"]`` (:class:`_Rows`,
+        whose buffer doubles as decoding goes on: a step writes its own rows and copies none of
+        the earlier ones; a copy of every code per step was a twentieth of a decoding step at
+        4096 positions)."""
+        rows = state.get("codes")
+        if rows is not None and (rows.buffer.dtype != self._dtype() or rows.buffer.device != device):
+            rows = None  # the module was moved or cast since: solve again
+        if rows is None:
+            rows = _Rows(self.codes(n), n)
+        elif rows.count < n:
+            rows = rows.extend(self.codes(n, start=rows.table[-1], first=rows.count))
+        state["codes"] = rows  # a new object per step: KVCache.atomic puts the old one back
+        return rows.table
