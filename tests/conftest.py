@@ -32,6 +32,18 @@ def spy(monkeypatch):
     return install
 
 
+@pytest.fixture(scope="session")
+def cpu_kernel():
+    """The fused CPU kernel library (posenc.rotary.cpu_rope), built here when `make install-test`
+    has not; the test is skipped where it cannot be built (no compiler)."""
+    from posenc.rotary import cpu_rope
+
+    try:
+        return cpu_rope.kernel() or cpu_rope.build()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+
+
 @pytest.fixture
 def no_cpu_kernel(monkeypatch):
     """A process in which the fused CPU rotary kernel (posenc.rotary.cpu_rope) is not built: small

@@ -15,15 +15,6 @@ from posenc.rotary import cpu_rope
 F64 = torch.float64
 
 
-@pytest.fixture(scope="module")
-def ext():
-    """The built kernel (built here when `make install-test` has not; skipped without a compiler)."""
-    try:
-        return cpu_rope.kernel() or cpu_rope.build()
-    except RuntimeError as e:
-        pytest.skip(str(e))
-
-
 def _weights(C, Hd, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(C, generator=g, dtype=dtype), torch.randn(Hd, C + 1, generator=g, dtype=dtype) / 3,
@@ -33,7 +24,7 @@ def _weights(C, Hd, dtype, seed=0):
 
 @pytest.mark.parametrize("dtype,tol", [(F64, 1e-12), (torch.float32, 2e-5)])
 @pytest.mark.parametrize("start", [0, 7])
-def test_solve_and_adjoint_equal_autograd_through_rk4(ext, dtype, tol, start):
+def test_solve_and_adjoint_equal_autograd_through_rk4(cpu_kernel, dtype, tol, start):
     """Every step's state, and the gradients of y0 and every weight (W1's time column
     included) from a gradient on every state, against autograd through rk4 with the same
     dynamics W2 tanh(W1 [p, t] + b1) + b2 (a start past step 0 continues a solve)."""
@@ -46,17 +37,17 @@ def test_solve_and_adjoint_equal_autograd_through_rk4(ext, dtype, tol, start):
     want = rk4(h, y0, dt, N, start_step=start)
     g = torch.randn(want.shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
     want_grads = torch.autograd.grad(want, (y0, w1, b1, w2, b2), g)
-    states, stages, acts = ext.floater_rk4(y0.detach(), w1.detach(), b1.detach(), w2.detach(), b2.detach(), dt, N, start)
+    states, stages, acts = cpu_kernel.floater_rk4(y0.detach(), w1.detach(), b1.detach(), w2.detach(), b2.detach(), dt, N, start)
     assert states.shape == (N, C) and stages.shape == (N, 4, C) and acts.shape == (N, 4, Hd)
     torch.testing.assert_close(states, want.detach(), rtol=tol, atol=tol)
-    grads = ext.floater_rk4_backward(g, stages, acts, y0.detach(), w1.detach(), b1.detach(), w2.detach(), b2.detach(),
+    grads = cpu_kernel.floater_rk4_backward(g, stages, acts, y0.detach(), w1.detach(), b1.detach(), w2.detach(), b2.detach(),
                                      dt, start)
     for got, w in zip(grads, want_grads, strict=True):
         torch.testing.assert_close(got, w, rtol=tol, atol=tol * w.abs().max().item())
 
 
 @pytest.mark.parametrize("steps_per_position", [1, 3])
-def test_codes_and_gradients_with_and_without_the_kernel(ext, steps_per_position, monkeypatch):
+def test_codes_and_gradients_with_and_without_the_kernel(cpu_kernel, steps_per_position, monkeypatch):
     """A FloaterEncoding's codes (recorded every steps_per_position steps) and the gradients of
     its parameters, the kernel's against rk4's autograd, in float64; and a continued solve
     (decoding) equals the one-pass codes."""
@@ -83,15 +74,15 @@ def test_codes_and_gradients_with_and_without_the_kernel(ext, steps_per_position
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_no_step_and_one_position(ext):
+def test_no_step_and_one_position(cpu_kernel):
     """One position: p0 alone, no step taken."""
     enc = posenc.build("floater", d_model=8, num_heads=2)
     assert torch.equal(enc.codes(1), enc.p0.detach()[None])
-    states, stages, _ = ext.floater_rk4(*(t.detach() for t in _weights(8, 3, torch.float32)), 0.1, 0, 0)
+    states, stages, _ = cpu_kernel.floater_rk4(*(t.detach() for t in _weights(8, 3, torch.float32)), 0.1, 0, 0)
     assert states.shape == (0, 8) and stages.shape == (0, 4, 8)
 
 
-def test_second_derivatives_are_rk4s(ext, monkeypatch):
+def test_second_derivatives_are_rk4s(cpu_kernel, monkeypatch):
     """create_graph through the kernel: its backward replays the solve as PyTorch ops, so a
     second derivative equals rk4's."""
     enc = posenc.build("floater", d_model=8, num_heads=2, hidden=4).double()
@@ -108,14 +99,14 @@ def test_second_derivatives_are_rk4s(ext, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_bad_inputs_are_refused_by_the_kernel(ext):
+def test_bad_inputs_are_refused_by_the_kernel(cpu_kernel):
     y0, w1, b1, w2, b2 = _weights(8, 3, torch.float32)
     with pytest.raises(RuntimeError, match="w1 \\(Hd, C \\+ 1\\)"):
-        ext.floater_rk4(y0, w1[:, :8], b1, w2, b2, 0.1, 4, 0)
+        cpu_kernel.floater_rk4(y0, w1[:, :8], b1, w2, b2, 0.1, 4, 0)
     with pytest.raises(RuntimeError, match="y0's dtype"):
-        ext.floater_rk4(y0, w1.double(), b1, w2, b2, 0.1, 4, 0)
+        cpu_kernel.floater_rk4(y0, w1.double(), b1, w2, b2, 0.1, 4, 0)
     with pytest.raises(RuntimeError, match="float32 or float64"):
-        ext.floater_rk4(y0.half(), w1.half(), b1.half(), w2.half(), b2.half(), 0.1, 4, 0)
-    states, stages, acts = ext.floater_rk4(y0, w1, b1, w2, b2, 0.1, 4, 0)
+        cpu_kernel.floater_rk4(y0.half(), w1.half(), b1.half(), w2.half(), b2.half(), 0.1, 4, 0)
+    states, stages, acts = cpu_kernel.floater_rk4(y0, w1, b1, w2, b2, 0.1, 4, 0)
     with pytest.raises(RuntimeError, match="of one solve"):
-        ext.floater_rk4_backward(states[:3], stages, acts, y0, w1, b1, w2, b2, 0.1, 0)
+        cpu_kernel.floater_rk4_backward(states[:3], stages, acts, y0, w1, b1, w2, b2, 0.1, 0)

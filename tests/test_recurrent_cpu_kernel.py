@@ -15,17 +15,8 @@ from posenc.rotary import cpu_rope
 F64 = torch.float64
 
 
-@pytest.fixture(scope="module")
-def ext():
-    """The built kernel (built here when `make install-test` has not; skipped without a compiler)."""
-    try:
-        return cpu_rope.kernel() or cpu_rope.build()
-    except RuntimeError as e:
-        pytest.skip(str(e))
-
-
 @pytest.mark.parametrize("dtype,tol", [(F64, 1e-13), (torch.float32, 2e-6)])
-def test_steps_and_gradients_equal_autograd_through_gru_scan(ext, dtype, tol):
+def test_steps_and_gradients_equal_autograd_through_gru_scan(cpu_kernel, dtype, tol):
     """Restarts and padding at random places, a carried h0: the states and the gradients of x,
     h0 and all four GRU weights, kernel_scan against autograd through gru_scan."""
     torch.manual_seed(0)
@@ -37,7 +28,7 @@ def test_steps_and_gradients_equal_autograd_through_gru_scan(ext, dtype, tol):
     reset[0, 0], valid[1, -1] = True, False
     inputs = (x, h0, *gru.parameters())
     outs = []
-    for scan in (lambda: kernel_scan(ext, gru, x, h0, reset, valid), lambda: gru_scan(gru, x, h0, reset, valid)):
+    for scan in (lambda: kernel_scan(cpu_kernel, gru, x, h0, reset, valid), lambda: gru_scan(gru, x, h0, reset, valid)):
         states = scan()
         g = torch.randn(states.shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
         outs.append((states.detach(), torch.autograd.grad(states, inputs, g)))
@@ -48,7 +39,7 @@ def test_steps_and_gradients_equal_autograd_through_gru_scan(ext, dtype, tol):
 
 
 @pytest.mark.parametrize("case", ["plain", "packed", "padded"])
-def test_the_encoding_with_and_without_the_kernel(ext, case, monkeypatch):
+def test_the_encoding_with_and_without_the_kernel(cpu_kernel, case, monkeypatch):
     """RecurrentEncoding.embed and its gradients, with the kernel and with it not built (nn.GRU
     for a plain batch, gru_scan otherwise), in float64."""
     torch.manual_seed(0)
@@ -80,7 +71,7 @@ def test_the_encoding_with_and_without_the_kernel(ext, case, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
 
 
-def test_second_derivatives_are_gru_scans(ext, monkeypatch):
+def test_second_derivatives_are_gru_scans(cpu_kernel, monkeypatch):
     """create_graph through the kernel: its backward replays the steps as PyTorch ops, so a
     second derivative (a gradient penalty) equals the one without the kernel."""
     torch.manual_seed(0)
@@ -100,17 +91,17 @@ def test_second_derivatives_are_gru_scans(ext, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_bad_inputs_are_refused_by_the_kernel(ext):
+def test_bad_inputs_are_refused_by_the_kernel(cpu_kernel):
     B, T, Hd = 2, 5, 4
     gi, h0 = torch.randn(B, T, 3 * Hd), torch.zeros(B, Hd)
     w, b = torch.randn(3 * Hd, Hd), torch.zeros(3 * Hd)
     mask = torch.zeros(B, T, dtype=torch.bool)
     with pytest.raises(RuntimeError, match="gi \\(B, T, 3 Hd\\)"):
-        ext.gru_recurrence(gi[..., :-1], h0, w, b, mask, mask)
+        cpu_kernel.gru_recurrence(gi[..., :-1], h0, w, b, mask, mask)
     with pytest.raises(RuntimeError, match="reset and valid: \\(B, T\\) bool"):
-        ext.gru_recurrence(gi, h0, w, b, mask.float(), mask)
+        cpu_kernel.gru_recurrence(gi, h0, w, b, mask.float(), mask)
     with pytest.raises(RuntimeError, match="float32 or float64"):
-        ext.gru_recurrence(gi.half(), h0.half(), w.half(), b.half(), mask, mask)
-    states, h_in, gates = ext.gru_recurrence(gi, h0, w, b, mask, ~mask)
+        cpu_kernel.gru_recurrence(gi.half(), h0.half(), w.half(), b.half(), mask, mask)
+    states, h_in, gates = cpu_kernel.gru_recurrence(gi, h0, w, b, mask, ~mask)
     with pytest.raises(RuntimeError, match="of one forward"):
-        ext.gru_recurrence_backward(states[:, :3], h_in, gates, w, mask, ~mask)
+        cpu_kernel.gru_recurrence_backward(states[:, :3], h_in, gates, w, mask, ~mask)

@@ -15,15 +15,6 @@ from posenc.rotary.functional import QKTables, Rotation, rotation_plan
 from posenc.rotary.kernels import half_rolled_tables, rotate_half_rolled
 
 
-@pytest.fixture(scope="module")
-def ext():
-    """The built kernel (built here when `make install-test` has not; skipped without a compiler)."""
-    try:
-        return cpu_rope.kernel() or cpu_rope.build()
-    except RuntimeError as e:
-        pytest.skip(str(e))
-
-
 def _tables(B: int, T: int, D: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     cos, sin = torch.rand(B, T, D // 2, generator=g) * 2 - 1, torch.rand(B, T, D // 2, generator=g) * 2 - 1
     return half_rolled_tables(cos, sin)  # (B, 1, T, D)
@@ -31,7 +22,7 @@ def _tables(B: int, T: int, D: int, g: torch.Generator) -> tuple[torch.Tensor, t
 
 @pytest.mark.parametrize("D", [2, 6, 16, 18, 64, 128])
 @pytest.mark.parametrize("table_batch", [1, 3])
-def test_fused_kernel_is_the_rolled_form(ext, D, table_batch):
+def test_fused_kernel_is_the_rolled_form(cpu_kernel, D, table_batch):
     """Against rotate_half_rolled (x·[cos | cos], then addcmul_ of roll(x, D/2)·[-sin | sin]):
     q a projection's transposed view, k with fewer heads (grouped-query), tables of one row or
     one per batch row, q's and k's apart (xPos), several positions."""
@@ -41,7 +32,7 @@ def test_fused_kernel_is_the_rolled_form(ext, D, table_batch):
     k = torch.randn(B, Hkv, T, D, generator=g) * 1e3
     cq, sq = _tables(table_batch, T, D, g)
     ck, sk = _tables(table_batch, T, D, g)
-    fq, fk = ext.rotate_half_qk(q, k, cq, sq, ck, sk)
+    fq, fk = cpu_kernel.rotate_half_qk(q, k, cq, sq, ck, sk)
     eq, ek = rotate_half_rolled(q, cq, sq), rotate_half_rolled(k, ck, sk)
     for fused, eager in ((fq, eq), (fk, ek)):
         assert fused.shape == eager.shape and fused.dtype == torch.float32 and fused.is_contiguous()
@@ -50,7 +41,7 @@ def test_fused_kernel_is_the_rolled_form(ext, D, table_batch):
         torch.testing.assert_close(fused, eager, rtol=1e-6, atol=1e-6 * eager.abs().max().item())
 
 
-def test_fused_kernel_against_the_rotation_formula(ext):
+def test_fused_kernel_against_the_rotation_formula(cpu_kernel):
     """Each output pair (x_j, x_j+D/2) is the rotation of the input pair by the angle whose
     cos and sin the table holds (float64 reference, per element)."""
     g = torch.Generator().manual_seed(0)
@@ -59,7 +50,7 @@ def test_fused_kernel_against_the_rotation_formula(ext):
     x = torch.randn(B, H, T, D, generator=g)
     ang = torch.rand(B, T, h, generator=g, dtype=torch.float64) * 6.28
     c2, s2 = half_rolled_tables(ang.cos().float(), ang.sin().float())
-    out, _ = ext.rotate_half_qk(x, x, c2, s2, c2, s2)
+    out, _ = cpu_kernel.rotate_half_qk(x, x, c2, s2, c2, s2)
     xd, c, s = x.double(), ang.cos().float().double(), ang.sin().float().double()
     for b in range(B):
         for hh in range(H):
@@ -71,23 +62,23 @@ def test_fused_kernel_against_the_rotation_formula(ext):
                     assert got == pytest.approx(want, rel=1e-6, abs=1e-6)
 
 
-def test_fused_kernel_refuses_what_it_does_not_read(ext):
+def test_fused_kernel_refuses_what_it_does_not_read(cpu_kernel):
     x, c2 = torch.randn(1, 2, 3, 8), torch.ones(1, 1, 3, 8)
     with pytest.raises(RuntimeError, match="float32"):
-        ext.rotate_half_qk(x.double(), x, c2, c2, c2, c2)
+        cpu_kernel.rotate_half_qk(x.double(), x, c2, c2, c2, c2)
     with pytest.raises(RuntimeError, match="must fit"):
-        ext.rotate_half_qk(x, x, c2[..., :2, :], c2[..., :2, :], c2, c2)
+        cpu_kernel.rotate_half_qk(x, x, c2[..., :2, :], c2[..., :2, :], c2, c2)
 
 
 @pytest.mark.parametrize("name", ["rope", "xpos"])
-def test_the_plan_takes_the_fused_kernel_for_small_float32_steps_only(ext, name, spy):
+def test_the_plan_takes_the_fused_kernel_for_small_float32_steps_only(cpu_kernel, name, spy):
     """auto, CPU, float32, no autograd, a small step: FUSED_CPU, the same result as the eager
     rolled form; kernel="eager", bfloat16 or float64, autograd, or partial rotary take another way."""
     H, D = 2, 16
     enc = posenc.build(name, d_model=H * D, num_heads=H)
     pos = torch.tensor([[40, 41], [7, 8]])
     q, k = torch.randn(2, H, 2, D), torch.randn(2, H, 2, D)
-    calls = spy(ext, "rotate_half_qk")
+    calls = spy(cpu_kernel, "rotate_half_qk")
     with torch.no_grad():
         state = enc.prepare(pos, pos)
         assert rotation_plan("auto", "half", q, k, state.tables).way is Rotation.FUSED_CPU
@@ -116,18 +107,18 @@ def test_an_unbuilt_kernel_is_never_built_by_a_forward(no_cpu_kernel, spy):
     assert built == []
 
 
-def test_the_kept_plan_follows_the_kernel_appearing(ext, monkeypatch):
+def test_the_kept_plan_follows_the_kernel_appearing(cpu_kernel, monkeypatch):
     q = torch.randn(1, 2, 1, 16)
     c, s = torch.ones(1, 1, 8), torch.zeros(1, 1, 8)
     with torch.no_grad():
         monkeypatch.setattr(cpu_rope, "_module", None)
         monkeypatch.setattr(cpu_rope, "_looked", True)
         assert QKTables.shared(c, s).way("auto", "half", q, q) is Rotation.ROLLED
-        monkeypatch.setattr(cpu_rope, "_module", ext)
+        monkeypatch.setattr(cpu_rope, "_module", cpu_kernel)
         assert QKTables.shared(c, s).way("auto", "half", q, q) is Rotation.FUSED_CPU
 
 
-def test_a_foreign_or_truncated_library_is_never_loaded(ext, tmp_path, monkeypatch):
+def test_a_foreign_or_truncated_library_is_never_loaded(cpu_kernel, tmp_path, monkeypatch):
     """kernel() imports the library only when its record's sha256 matches its bytes: a file
     without a record, or the real library truncated (whose loading can crash the process with
     SIGBUS), reads as not built, in a fresh process too."""
@@ -137,7 +128,7 @@ def test_a_foreign_or_truncated_library_is_never_loaded(ext, tmp_path, monkeypat
     monkeypatch.setenv("POSENC_KERNELS", str(tmp_path))
     monkeypatch.setattr(cpu_rope, "_module", None)
     monkeypatch.setattr(cpu_rope, "_looked", False)
-    folder, real = cpu_rope.build_directory(), Path(ext.__file__)
+    folder, real = cpu_rope.build_directory(), Path(cpu_kernel.__file__)
     assert folder.parent == tmp_path
     folder.mkdir()
     so = folder / f"{folder.name}.so"
@@ -161,7 +152,7 @@ def test_the_build_directory_is_one_per_source_torch_and_python(monkeypatch, tmp
 
 
 @pytest.mark.parametrize("table_batch", [1, 3])
-def test_fused_interleaved_kernel_is_the_eager_complex_product(ext, table_batch):
+def test_fused_interleaved_kernel_is_the_eager_complex_product(cpu_kernel, table_batch):
     """The interleaved layout: pairs (x_2j, x_2j+1) turned by cos/sin (B|1, T, D/2), against the
     eager kernel's complex product and, per element, the rotation formula in float64."""
     g = torch.Generator().manual_seed(table_batch)
@@ -171,7 +162,7 @@ def test_fused_interleaved_kernel_is_the_eager_complex_product(ext, table_batch)
     ang = torch.rand(table_batch, T, D // 2, generator=g, dtype=torch.float64) * 6.28
     cos, sin = ang.cos().float(), ang.sin().float()
     tables = QKTables(cos, sin, cos, sin)
-    fq, fk = ext.rotate_interleaved_qk(q, k, cos, sin, cos, sin)
+    fq, fk = cpu_kernel.rotate_interleaved_qk(q, k, cos, sin, cos, sin)
     eq, ek = functional.WAYS[Rotation.EAGER](q, k, tables, "interleaved")
     torch.testing.assert_close(fq, eq, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(fk, ek, rtol=1e-6, atol=1e-6)
@@ -181,12 +172,12 @@ def test_fused_interleaved_kernel_is_the_eager_complex_product(ext, table_batch)
     torch.testing.assert_close(fq.double()[..., 1::2], b * c + a * s, rtol=0, atol=1e-6)
 
 
-def test_the_plan_takes_the_fused_kernel_for_the_interleaved_layout(ext, spy):
+def test_the_plan_takes_the_fused_kernel_for_the_interleaved_layout(cpu_kernel, spy):
     """rope_axial (interleaved pairs) decoding: FUSED_CPU, its rotation equal to the eager kernel's."""
     enc = posenc.build("rope_axial", d_model=64, num_heads=2, grid_width=8)
     pos = torch.tensor([[40]])
     q, k = torch.randn(1, 2, 1, 32), torch.randn(1, 2, 1, 32)
-    calls = spy(ext, "rotate_interleaved_qk")
+    calls = spy(cpu_kernel, "rotate_interleaved_qk")
     with torch.no_grad():
         state = enc.prepare(pos, pos)
         fq, fk = enc.rotate(q, k, pos, pos, state=state)
@@ -221,7 +212,7 @@ def test_check_positions_reads_small_and_large_alike(n):
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("D", [4, 6, 18, 64])
 @pytest.mark.parametrize("tables", [(1, 1), (3, 1), (1, "H"), (3, "H")])
-def test_per_head_kernel_is_rotate_heads(ext, layout, D, tables):
+def test_per_head_kernel_is_rotate_heads(cpu_kernel, layout, D, tables):
     """rotate_heads_qk (rope_mixed's per-head tables, either layout) against axial._rotate_heads:
     tables of one row or one per batch row, shared or per head, q a projection's transposed
     view, k with fewer heads; within a rounding (one product rounded, then a fused multiply-add)."""
@@ -235,16 +226,16 @@ def test_per_head_kernel_is_rotate_heads(ext, layout, D, tables):
     ang_q = torch.rand(tb, H if th == "H" else 1, T, D // 2, generator=g, dtype=torch.float64) * 60
     ang_k = torch.rand(tb, Hkv if th == "H" else 1, T, D // 2, generator=g, dtype=torch.float64) * 60
     cq, sq, ck, sk = ang_q.cos().float(), ang_q.sin().float(), ang_k.cos().float(), ang_k.sin().float()
-    fq, fk = ext.rotate_heads_qk(q, k, cq, sq, ck, sk, layout == "interleaved")
+    fq, fk = cpu_kernel.rotate_heads_qk(q, k, cq, sq, ck, sk, layout == "interleaved")
     for fused, eager in ((fq, _rotate_heads(q, cq, sq, layout)), (fk, _rotate_heads(k, ck, sk, layout))):
         assert fused.shape == eager.shape and fused.is_contiguous()
         torch.testing.assert_close(fused, eager, rtol=1e-6, atol=2e-6 * eager.abs().max().item())
     with pytest.raises(RuntimeError, match="must fit x"):
-        ext.rotate_heads_qk(q, k, cq[..., :1], sq[..., :1], ck, sk, True)
+        cpu_kernel.rotate_heads_qk(q, k, cq[..., :1], sq[..., :1], ck, sk, True)
 
 
 @pytest.mark.parametrize("name,config", [("rope_mixed", {}), ("fope", {}), ("fope", {"coef_heads": 2})])
-def test_rope_mixed_and_fope_take_the_kernel_without_autograd_only(ext, name, config, monkeypatch):
+def test_rope_mixed_and_fope_take_the_kernel_without_autograd_only(cpu_kernel, name, config, monkeypatch):
     """rope_mixed (per-head tables) and FoPE (one coefficient set) rotate a no-grad float32
     step in one kernel call, the eager form's values within a rounding; FoPE with two sets, and
     any call under autograd, keep the eager form (and their gradients)."""
@@ -259,7 +250,7 @@ def test_rope_mixed_and_fope_take_the_kernel_without_autograd_only(ext, name, co
     class Spy:  # the built kernel, its functions' names noted as they are taken
         def __getattr__(self, fn):
             calls.append(fn)
-            return getattr(ext, fn)
+            return getattr(cpu_kernel, fn)
 
     monkeypatch.setattr(cpu_rope, "_module", Spy())
     monkeypatch.setattr(cpu_rope, "_looked", True)
