@@ -137,3 +137,15 @@ def assert_same_grads(got: torch.Tensor, want: torch.Tensor, inputs, **tol) -> N
     dw = torch.autograd.grad((want * w).sum(), inputs, allow_unused=True)
     for a, b in zip(dg, dw):
         torch.testing.assert_close(a if a is not None else torch.zeros_like(b), b, **tol)
+
+
+def kernel_then_none(monkeypatch):
+    """``for built in kernel_then_none(monkeypatch)``: True with the fused CPU kernel library as
+    this process has it, then False with it not built (for the rest of the test), so one body
+    runs both ways and the two results can be compared."""
+    from posenc.rotary import cpu_rope
+
+    yield True
+    monkeypatch.setattr(cpu_rope, "_module", None)
+    monkeypatch.setattr(cpu_rope, "_looked", True)
+    yield False

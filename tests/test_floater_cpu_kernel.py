@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import posenc
+from helpers import kernel_then_none
 from posenc.absolute.floater import rk4
-from posenc.rotary import cpu_rope
 
 F64 = torch.float64
 
@@ -55,10 +55,7 @@ def test_codes_and_gradients_with_and_without_the_kernel(cpu_kernel, steps_per_p
     with torch.no_grad():
         enc.p0.normal_()
     runs = []
-    for built in (True, False):
-        if not built:
-            monkeypatch.setattr(cpu_rope, "_module", None)
-            monkeypatch.setattr(cpu_rope, "_looked", True)
+    for _ in kernel_then_none(monkeypatch):
         enc.zero_grad()
         codes = enc.codes(30)
         codes.pow(2).sum().backward()
@@ -87,10 +84,7 @@ def test_second_derivatives_are_rk4s(cpu_kernel, monkeypatch):
     second derivative equals rk4's."""
     enc = posenc.build("floater", d_model=8, num_heads=2, hidden=4).double()
     runs = []
-    for built in (True, False):
-        if not built:
-            monkeypatch.setattr(cpu_rope, "_module", None)
-            monkeypatch.setattr(cpu_rope, "_looked", True)
+    for _ in kernel_then_none(monkeypatch):
         codes = enc.codes(6)
         (g,) = torch.autograd.grad(codes.square().sum(), enc.w1, create_graph=True)
         runs.append(torch.autograd.grad(g.square().sum(), (enc.w1, enc.w2, enc.p0)))

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posenc.rotary import cpu_rope
+from helpers import kernel_then_none
 from posenc.rotary import pope as P
 
 F64 = torch.float64
@@ -151,10 +151,7 @@ def test_without_the_kernel_the_aten_ops_give_the_same_model(cpu_kernel, monkeyp
                                     encoding_config={"bias_init": "uniform"}))
     tokens = torch.randint(0, 40, (2, 37))
     runs = []
-    for built in (True, False):
-        if not built:
-            monkeypatch.setattr(cpu_rope, "_module", None)
-            monkeypatch.setattr(cpu_rope, "_looked", True)
+    for _ in kernel_then_none(monkeypatch):
         model.zero_grad()
         out = model(tokens)
         out.square().mean().backward()

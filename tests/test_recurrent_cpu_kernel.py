@@ -10,7 +10,7 @@ from torch import nn
 
 from posenc import SequenceInfo, build
 from posenc.absolute.recurrent import gru_scan, kernel_scan
-from posenc.rotary import cpu_rope
+from helpers import kernel_then_none
 
 F64 = torch.float64
 
@@ -55,10 +55,7 @@ def test_the_encoding_with_and_without_the_kernel(cpu_kernel, case, monkeypatch)
         valid[0, :3] = False
         seq = SequenceInfo(positions=seq.positions, valid=valid)
     runs = []
-    for built in (True, False):
-        if not built:
-            monkeypatch.setattr(cpu_rope, "_module", None)
-            monkeypatch.setattr(cpu_rope, "_looked", True)
+    for _ in kernel_then_none(monkeypatch):
         enc.zero_grad()
         xx = x.clone().requires_grad_()
         out = enc.embed(xx, seq)
@@ -78,10 +75,7 @@ def test_second_derivatives_are_gru_scans(cpu_kernel, monkeypatch):
     enc = build("recurrent", d_model=8, num_heads=2, hidden=5).double()
     x0 = torch.randn(2, 6, 8, dtype=F64)
     runs = []
-    for built in (True, False):
-        if not built:
-            monkeypatch.setattr(cpu_rope, "_module", None)
-            monkeypatch.setattr(cpu_rope, "_looked", True)
+    for _ in kernel_then_none(monkeypatch):
         x = x0.clone().requires_grad_()
         out = enc.embed(x, SequenceInfo.from_offset(2, 6))
         (g,) = torch.autograd.grad(out.square().sum(), x, create_graph=True)
