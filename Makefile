@@ -23,9 +23,10 @@ venv: $(PY)
 
 # demo needs the bench, plot and hf extras (checkpoints, figures, the real model); `pip install
 # posenc` alone needs only torch
-# Then the fused CPU rotary kernel (posenc/rotary/cpu_rope.py: a decoding step's rotation in one
-# call, about 20 s to compile, once per machine); without a C++ compiler the library rotates with
-# eager PyTorch instead, so a failed build does not stop the install.
+# Then the fused CPU kernel library (posenc/rotary/cpu_rope.py: a decoding step's rotation in one
+# call, PoPE's turn, FLOATER's RK4 and the GRU's steps; about 40 s to compile, once per machine);
+# without a C++ compiler the library runs those as PyTorch ops instead, so a failed build does
+# not stop the install.
 KERNEL = $(PY) -m posenc.rotary.build_cpu_kernel || echo "posenc: continuing without the fused CPU rotary kernel"
 
 install: $(PY)

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     if kernel() is not None:
         print(f"posenc: the fused CPU rotary kernel is built ({build_directory()})")
         return 0
-    print(f"posenc: building the fused CPU rotary kernel in {build_directory()} (about 20 s)", flush=True)
+    print(f"posenc: building the fused CPU rotary kernel in {build_directory()} (about 40 s)", flush=True)
     try:
         build(verbose=args.verbose)
     except RuntimeError as e:

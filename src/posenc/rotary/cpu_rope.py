@@ -119,7 +119,7 @@ def kernel() -> ModuleType | None:
 
 
 def build(verbose: bool = False) -> ModuleType:
-    """Compile the kernel (about 20 s on a 2-core CPU) into :func:`build_directory`, or load it
+    """Compile the kernel library (about 40 s on a 2-core CPU) into :func:`build_directory`, or load it
     when it is built already; from then on the rotation plan can take it. The compiler works in
     a folder of this process's own, and the library and its record are moved in when complete,
     so an interrupted build or a second process building at once leaves nothing half-written.
@@ -148,7 +148,7 @@ def build(verbose: bool = False) -> ModuleType:
     except (OSError, RuntimeError, ImportError) as e:
         raise RuntimeError(f"the fused CPU rotary kernel could not be built in {folder} ({type(e).__name__}: {e}); "
                            "it needs a C++ compiler and ninja. Without it small CPU steps rotate with the "
-                           "eager rolled form") from e
+                           "eager rolled form, and PoPE's turn, FLOATER's solve and the GRU run as PyTorch ops") from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _module, _looked = module, True
