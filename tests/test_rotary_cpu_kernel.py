@@ -282,3 +282,19 @@ def test_fope_inv_freq_is_kept_per_setting(monkeypatch):
     enc.config.base = 500.0
     want = fope_kept_frequencies(16, 500.0, enc.config.max_position_embeddings, enc.config.num_inv_freq)
     assert torch.equal(enc.inv_freq(), want) and not torch.equal(want, first[: want.numel()])
+
+
+def test_kernel_on_takes_the_library_for_cpu_work_only(cpu_kernel):
+    """kernel_on: the built library for a CPU tensor; None for one elsewhere (meta stands in for
+    a GPU here) and inside a torch.compile trace, whose graph a C++ call would break."""
+    assert cpu_rope.kernel_on(torch.zeros(2)) is cpu_kernel
+    assert cpu_rope.kernel_on(torch.zeros(2, device="meta")) is None
+    seen = []
+
+    @torch.compile(backend="eager", fullgraph=False)
+    def traced(x):
+        seen.append(cpu_rope.kernel_on(x))
+        return x + 1
+
+    traced(torch.zeros(2))
+    assert seen == [None]

@@ -246,7 +246,7 @@ class FloaterEncoding(Float32Params, PositionalEncoding):
         ``steps_per_position``-th, (steps // steps_per_position, C)."""
         c, dtype = self.config, y0.dtype
         dt, every = c.delta / c.steps_per_position, c.steps_per_position
-        ext = None if torch.compiler.is_compiling() or not y0.is_cpu else cpu_rope.kernel()
+        ext = cpu_rope.kernel_on(y0)
         if ext is None:
             return rk4(self.dynamics(dtype), y0, dt, steps, start_step=start_step, record_every=every)
         weights = (self.w1.to(dtype), self.b1.to(dtype), self.w2.to(dtype), self.b2.to(dtype))

@@ -19,8 +19,9 @@ fused kernel library is built (``make install``), every batch runs its steps the
 backward (:func:`kernel_scan`: 6 and 5 ms for (2, 1024) tokens at hidden 64, against about
 0.1 s of a training step as PyTorch ops). Elsewhere plain batches (no restart after the first
 token, no padding) run through ``nn.GRU`` itself (cuDNN on a GPU), and the others an explicit
-loop over time (:func:`gru_scan`) with the input gates precomputed in one matmul. The loop works in at least float32 whatever the model dtype: a recurrence
-accumulates rounding.
+loop over time (:func:`gru_scan`) with the input gates precomputed in one matmul. The kernel
+and the loop work in at least float32 whatever the model dtype: a recurrence accumulates
+rounding.
 """
 
 from __future__ import annotations
@@ -59,11 +60,17 @@ def gru_scan(gru: nn.GRU, x: Tensor, h0: Tensor, reset: Tensor, valid: Tensor) -
     ``reset`` (B, T): h is zeroed before reading that token; ``valid`` (B, T): False tokens
     keep the previous state. Works in float32 or wider; returns that dtype.
     """
+    gi, w_hh, b_hh = _input_gates(gru, x)
+    return _steps(gi, h0.to(gi.dtype), w_hh, b_hh, reset, valid)
+
+
+def _input_gates(gru: nn.GRU, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(gi (B, T, 3 Hd), W_hh, b_hh) in float32 or wider: every step's input gates in one matmul
+    (rounded back to that dtype where autocast ran the matmul in bfloat16), and the recurrent
+    weights in the same dtype."""
     dtype = torch.promote_types(x.dtype, torch.float32)
-    w_ih, w_hh = gru.weight_ih_l0.to(dtype), gru.weight_hh_l0.to(dtype)
-    b_ih, b_hh = gru.bias_ih_l0.to(dtype), gru.bias_hh_l0.to(dtype)
-    gi = torch.nn.functional.linear(x.to(dtype), w_ih, b_ih)  # (B, T, 3 Hd): all input gates at once
-    return _steps(gi, h0.to(dtype), w_hh, b_hh, reset, valid)
+    gi = torch.nn.functional.linear(x.to(dtype), gru.weight_ih_l0.to(dtype), gru.bias_ih_l0.to(dtype)).to(dtype)
+    return gi, gru.weight_hh_l0.to(dtype), gru.bias_hh_l0.to(dtype)
 
 
 def _steps(gi: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor, reset: Tensor, valid: Tensor) -> Tensor:
@@ -86,11 +93,8 @@ def kernel_scan(ext, gru: nn.GRU, x: Tensor, h0: Tensor, reset: Tensor, valid: T
     :func:`posenc.rotary.cpu_rope.kernel`; ``csrc/gru_cpu.cpp``): the input gates one matmul
     here, the steps and their backward (the adjoint of the same steps) there. Equal to
     :func:`gru_scan` within roundings (float64: 1e-15); float32 or wider, as it."""
-    dtype = torch.promote_types(x.dtype, torch.float32)
-    gi = torch.nn.functional.linear(x.to(dtype), gru.weight_ih_l0.to(dtype), gru.bias_ih_l0.to(dtype))  # (B, T, 3 Hd)
-    gi = gi.to(dtype)  # under autocast the matmul's output is bfloat16
-    return _KernelGru.apply(ext, gi, h0.to(dtype), gru.weight_hh_l0.to(dtype), gru.bias_hh_l0.to(dtype),
-                            reset.bool(), valid.bool())
+    gi, w_hh, b_hh = _input_gates(gru, x)
+    return _KernelGru.apply(ext, gi, h0.to(gi.dtype), w_hh, b_hh, reset.bool(), valid.bool())
 
 
 class _KernelGru(torch.autograd.Function):
@@ -152,7 +156,7 @@ class RecurrentEncoding(PositionalEncoding):
         h0 = None if state is None else state.get("h")
         if h0 is None:
             h0 = x.new_zeros(B, self.config.hidden, dtype=torch.promote_types(x.dtype, torch.float32))
-        ext = None if torch.compiler.is_compiling() or not x.is_cpu else cpu_rope.kernel()
+        ext = cpu_rope.kernel_on(x)
         plain = ext is None and seq.valid is None and not bool(reset[:, 1:].any())
         if ext is not None:
             h = kernel_scan(ext, self.gru, x, h0, reset, valid)

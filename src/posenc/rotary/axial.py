@@ -117,11 +117,10 @@ def _fused_heads(q: Tensor, k: Tensor, cos_q: Tensor, cos_k: Tensor):
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or cos_q.requires_grad or cos_k.requires_grad):
         return None
     f32 = torch.float32
-    if (q.dtype is not f32 or k.dtype is not f32 or cos_q.dtype is not f32 or cos_k.dtype is not f32 or not q.is_cpu
-            or q.stride(-1) != 1 or k.stride(-1) != 1 or cos_q.stride(-1) != 1 or cos_k.stride(-1) != 1
-            or torch.compiler.is_compiling()):
+    if (q.dtype is not f32 or k.dtype is not f32 or cos_q.dtype is not f32 or cos_k.dtype is not f32
+            or q.stride(-1) != 1 or k.stride(-1) != 1 or cos_q.stride(-1) != 1 or cos_k.stride(-1) != 1):
         return None
-    return cpu_rope.kernel()
+    return cpu_rope.kernel_on(q)
 
 
 def _check_head_dim(name: str, dims: Dims) -> None:

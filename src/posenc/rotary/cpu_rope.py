@@ -43,7 +43,7 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["build", "build_directory", "kernel", "replayed_grads"]
+__all__ = ["build", "build_directory", "kernel", "kernel_on", "replayed_grads"]
 
 SOURCES = tuple(Path(__file__).with_name("csrc") / f for f in ("rope_cpu.cpp", "pope_cpu.cpp", "floater_cpu.cpp",
                                                                  "gru_cpu.cpp"))
@@ -116,6 +116,15 @@ def kernel() -> ModuleType | None:
             except ImportError:  # built for something else: build() replaces it
                 _module = None
     return _module
+
+
+def kernel_on(x: torch.Tensor) -> ModuleType | None:
+    """:func:`kernel` for work on ``x``: the built module when ``x`` is on CPU and no
+    torch.compile trace is running (a C++ call would break the graph); None otherwise, and the
+    caller runs its PyTorch ops. The callers check what else their kernel reads (dtypes, shapes)."""
+    if torch.compiler.is_compiling() or not x.is_cpu:
+        return None
+    return kernel()
 
 
 def build(verbose: bool = False) -> ModuleType:

@@ -121,10 +121,9 @@ def _fused(q: Tensor, k: Tensor, cos_q: Tensor, cos_k: Tensor):
         return None
     f32 = torch.float32
     if (cos_q.shape[1] != 1 or q.dtype is not f32 or k.dtype is not f32 or cos_q.dtype is not f32
-            or cos_k.dtype is not f32 or not q.is_cpu or q.stride(-1) != 1 or k.stride(-1) != 1
-            or torch.compiler.is_compiling()):
+            or cos_k.dtype is not f32 or q.stride(-1) != 1 or k.stride(-1) != 1):
         return None
-    return cpu_rope.kernel()
+    return cpu_rope.kernel_on(q)
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def _fused(x: Tensor, *tables: Tensor):
     dims x's or 1 and the rest x's; outside torch.compile (a C++ call would break the graph).
     None otherwise: the ATen ops. (Cheap attributes only: a decoding step asks twice a layer.)"""
     f32 = torch.float32
-    if x.dtype is not f32 or not x.is_cpu or x.dim() != 4 or x.stride(-1) != 1 or torch.compiler.is_compiling():
+    if x.dtype is not f32 or x.dim() != 4 or x.stride(-1) != 1:
         return None
     B, H, *rest = x.shape
     for t in tables:
@@ -113,7 +113,7 @@ def _fused(x: Tensor, *tables: Tensor):
         b, h, *trest = t.shape
         if trest != rest or (b != B and b != 1) or (h != H and h != 1):
             return None
-    return cpu_rope.kernel()
+    return cpu_rope.kernel_on(x)
 
 
 def _cos_sin_of_difference(cos: Tensor, sin: Tensor, delta: Tensor | None, dt: torch.dtype) -> tuple[Tensor, Tensor]:
