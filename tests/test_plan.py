@@ -15,9 +15,11 @@ import torch
 from helpers import assert_same_grads
 
 import posenc
-from posenc import SequenceInfo
+from posenc import Attention, SequenceInfo
 from posenc.backends import LEAVES, Leaf, LayerTerms, SharedBias, flex, plan
+from posenc.encoding import QKProjection
 from posenc.masks import AttentionMask
+from posenc.terms import HouseholderTerm
 
 F64 = torch.float64
 TOL = dict(atol=1e-10, rtol=1e-10)
@@ -74,6 +76,25 @@ def _unnormalized() -> str:
     raise AssertionError("no registered encoding has unnormalised weights")
 
 
+def _householder() -> str:
+    """The first registered encoding whose terms, given a layer input, are one HouseholderTerm
+    (read from the terms it returns, not its name)."""
+    for name in posenc.list_encodings():
+        enc = posenc.build(name, d_model=H * D, num_heads=H)
+        if not enc.has_terms:
+            continue
+        q, pos = torch.zeros(1, H, 2, D), torch.arange(2)[None]
+        terms = enc.terms(q, q, enc.prepare(pos, pos), _projection(enc, torch.zeros(1, 2, H * D)))
+        if any(isinstance(t, HouseholderTerm) for t in terms):
+            return name
+    raise AssertionError("no registered encoding has a Householder term")
+
+
+def _projection(enc, x: torch.Tensor) -> QKProjection | None:
+    """The layer an encoding that reads the layer input sees: its projections and input x (B, T, C)."""
+    return QKProjection.of(Attention(H * D, H, pe=enc).to(x.dtype), x) if enc.reads_layer_input else None
+
+
 def _seqs(kind: str, T: int, B: int = 2) -> tuple[SequenceInfo, SequenceInfo]:
     if kind == "padded":
         valid = torch.ones(B, T, dtype=torch.bool)
@@ -104,7 +125,9 @@ def _call(name: str | None, kind: str, T: int, causal: bool = True, grad: bool =
             p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=F64))
     q_pos, k_pos = q_seq.positions, k_seq.positions
     bias = SharedBias(enc.logit_bias(), mask) if enc.has_bias else None
-    terms = enc.terms(q, k, enc.prepare(q_pos, k_pos), None) if enc.has_terms or enc.has_value_terms else []
+    x = torch.randn(2, mask.tk, H * D, generator=g, dtype=F64)
+    proj = _projection(enc, x)
+    terms = enc.terms(q, k, enc.prepare(q_pos, k_pos), proj) if enc.has_terms or enc.has_value_terms else []
     return q, k, v, mask, LayerTerms.of(q_pos, k_pos, bias, terms)
 
 
@@ -130,6 +153,10 @@ CASES = [
     (Leaf.FUSED, "sdpa", "unnormalized", "padded", 7, True, True),
     (Leaf.FUSED, "sdpa", "unnormalized", "plain", 70, False, True),
     (Leaf.EAGER, "sdpa", "unnormalized", "decode", 40, True, False),
+    (Leaf.HOUSEHOLDER, "sdpa", "householder", "plain", 70, True, True),
+    (Leaf.HOUSEHOLDER, "auto", "householder", "plain", 7, True, False),
+    (Leaf.FUSED, "sdpa", "householder", "padded", 70, True, True),
+    (Leaf.FUSED, "sdpa", "householder", "plain", 70, False, True),
     (Leaf.FLEX, "flex", "has_terms", "padded", 7, True, False),
     (Leaf.FLEX, "flex", "unnormalized", "padded", 7, True, False),
     (Leaf.FLEX, "flex", "unnormalized", "plain", 7, False, False),
@@ -141,7 +168,7 @@ def _encoding(capability: str | None) -> str | None:
     if capability is None:
         return None
     return {"learned_bias": _learned_bias, "fixed_bias": _fixed_bias, "value_terms": _value_terms,
-            "unnormalized": _unnormalized}.get(
+            "unnormalized": _unnormalized, "householder": _householder}.get(
         capability, lambda: _first(capability))()
 
 
@@ -154,12 +181,14 @@ def test_every_leaf_has_a_case():
 def test_leaf_is_planned_and_equals_eager(leaf, impl, capability, kind, T, causal, grad):
     name = _encoding(capability)
     q, k, v, mask, terms = _call(name, kind, T, causal, grad)
+    # a Householder term replaces the call's scaled q·kᵀ: the call's scale is the term's
+    scale = terms.logits[0].scale if capability == "householder" else 0.3
     with torch.set_grad_enabled(grad):
         p = plan(impl, q, k, v, mask, terms)
         assert p.leaf is leaf, p
         assert p.reason
-        got = LEAVES[p.leaf](q, k, v, scale=0.3, mask=mask, terms=terms)
-        want = LEAVES[Leaf.EAGER](q, k, v, scale=0.3, mask=mask, terms=terms)
+        got = LEAVES[p.leaf](q, k, v, scale=scale, mask=mask, terms=terms)
+        want = LEAVES[Leaf.EAGER](q, k, v, scale=scale, mask=mask, terms=terms)
     assert got.shape == want.shape == (2, H, mask.tq, D)
     torch.testing.assert_close(got, want, **TOL)
     if grad:

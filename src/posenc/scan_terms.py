@@ -7,11 +7,15 @@
   gate vectors (:class:`StickRule` says which sign, power and diagonal):
   :class:`StickBreakingTerm` — stick-breaking's log weights, its gates the attention's own
   logits (keep 1 - sigmoid), whose layer takes exp(logits) instead of the softmax;
-  :class:`StickTerm` — gates of vectors of their own (per_row_alibi's per-query forget gates).
+  :class:`StickTerm` — gates of vectors of their own (per_row_alibi's per-query forget gates);
+* :class:`HouseholderTerm` — PaTH's logits through the product of the Householder-like
+  matrices of the tokens between key and query (:mod:`posenc.householder`).
 
 All have a dense form (the eager reference, and flex's ``score_mod`` reads it); the fused
-function computes each block by block (:mod:`posenc.backends.counting`,
-:mod:`posenc.backends.stick_breaking`), from the block's own logits where they are the gates.
+function computes counts and sticks block by block (:mod:`posenc.backends.counting`,
+:mod:`posenc.backends.stick_breaking`), from the block's own logits where they are the gates;
+a Householder term alone under a plain causal mask has a leaf of its own
+(:mod:`posenc.backends.householder_flash`).
 The scans run over stream indices: the queries are the last Tq of the Tk keys.
 """
 
@@ -25,7 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CountTerm", "EXCLUDED", "StickBreakingTerm", "StickRule", "StickSums", "StickTerm", "contextual_positions",
+from .householder import CHUNK, path_logits
+
+__all__ = ["CountTerm", "EXCLUDED", "HouseholderTerm", "StickBreakingTerm", "StickRule", "StickSums", "StickTerm", "contextual_positions",
            "interpolated_gain", "stick_log_left"]
 
 
@@ -303,3 +309,41 @@ class StickBreakingTerm(StickSums):
         """The stick-breaking weights A_ij (B, H, Tq, Tk), float32 or wider, unmasked."""
         z = self.logits()
         return torch.exp(z + stick_log_left(F.logsigmoid(-z), self.attend_current))
+
+
+@dataclass(frozen=True, eq=False)
+class HouseholderTerm:
+    """PaTH's logits (:mod:`posenc.householder`) as a logit term: query i sees key j through the
+    product of the Householder-like matrices H_t = I - β_t w_t w_tᵀ of the tokens after the key
+    up to the query, so the layer's scaled logit is scale · q_iᵀ H_i ⋯ H_{j+1} k_j in place of
+    scale · q_i·k_j (a key after its query: the mirror, H_{i+1} ⋯ H_j).
+
+    ``q`` and ``k`` (B, H, T, D) are the attention's own queries and keys (float32 or wider),
+    queries and keys of the same T tokens; ``w`` (B, H, T, D) unit vectors and ``beta``
+    (B, H, T) in (0, 2) of every token; ``scale`` the attention's logit scale; ``chunk`` the
+    tokens per chunk of the products. As every term it is additive: ``dense`` is the
+    difference scale · (q_iᵀ P_ij k_j - q_i·k_j) (B, H, T, T), which a backend adds to its
+    own scaled q·kᵀ (the eager reference, the fused function, flex's ``score_mod``).
+    :func:`posenc.backends.householder_flash.householder_attention` computes the causal
+    logits themselves, chunk by chunk with no (T, T) tensor, in place of the call's q·kᵀ.
+    """
+
+    q: Tensor
+    k: Tensor
+    w: Tensor
+    beta: Tensor
+    scale: float
+    chunk: int = CHUNK
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors this term reads."""
+        return (self.q, self.k, self.w, self.beta)
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B, H, T, T): scale · (q_iᵀ P_ij k_j - q_i·k_j), both triangles."""
+        return self.scale * (path_logits(self.q, self.k, self.w, self.beta, chunk=self.chunk) - self.q @ self.k.mT)
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` reading the dense tensor (the products are a scan over
+        the tokens between key and query, which a pointwise score_mod cannot compute)."""
+        return _dense_score_mod(self.dense(q_pos, k_pos))

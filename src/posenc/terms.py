@@ -11,7 +11,7 @@ description:
   that reads only small tensors (a bias table, slopes, a (B, H, T, R) table of q·Eᵀ), so no
   (Tq, Tk) tensor is ever built.
 
-Eight kinds:
+Nine kinds:
 
 * :class:`BiasTerm` — content-independent: ``fn(h, q_pos, k_pos)`` written with broadcasting
   tensor ops (T5 buckets, ALiBi, KERPLE, FIRE). ``toeplitz=True`` says it depends on
@@ -35,6 +35,9 @@ Eight kinds:
 * :class:`StickTerm` — the same sums of log sigmoid(±y) with gates y of vectors of its own
   (per_row_alibi's forget gates), in a softmax: the fused function computes it block by block
   from the gate vectors (both are :class:`StickSums`, with a :class:`StickRule`).
+* :class:`HouseholderTerm` — PaTH's q_iᵀ H_i ⋯ H_{j+1} k_j in place of q_i·k_j (its dense form
+  is the difference): under a plain causal mask a leaf of its own computes it chunk by chunk
+  (:mod:`posenc.backends.householder_flash`), with no (Tq, Tk) tensor.
 * :class:`ValueTerm` — Shaw's a^V: ``out_i += sum_j p_ij · values[h, bucket(q_pos_i, k_pos_j)]``.
   It needs the probabilities, so FlexAttention (which returns only the output) cannot take it.
 
@@ -52,10 +55,10 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .positions import contiguous_offset, shared_rows
-from .scan_terms import (EXCLUDED, CountTerm, StickBreakingTerm, StickRule, StickSums, StickTerm, contextual_positions,
+from .scan_terms import (EXCLUDED, CountTerm, HouseholderTerm, StickBreakingTerm, StickRule, StickSums, StickTerm, contextual_positions,
                          interpolated_gain, stick_log_left)
 
-__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "StickRule", "StickSums",
+__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "HouseholderTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "StickRule", "StickSums",
            "StickTerm", "TableTerm", "ValueTerm", "Term", "EXCLUDED", "contextual_positions", "dense_logit_terms", "interpolated_gain",
            "stick_log_left"]
 
@@ -384,7 +387,8 @@ class PrefixSumTerm:
         return mod
 
 
-Term = BiasTerm | TableTerm | ValueTerm | DenseTerm | PrefixSumTerm | CountTerm | StickBreakingTerm | StickTerm
+Term = (BiasTerm | TableTerm | ValueTerm | DenseTerm | PrefixSumTerm | CountTerm | StickBreakingTerm | StickTerm
+        | HouseholderTerm)
 
 
 def dense_logit_terms(terms: list[Term], q_pos: Tensor, k_pos: Tensor) -> Tensor | None:

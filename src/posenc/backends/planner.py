@@ -42,6 +42,13 @@ FUSED              table / dense / prefix-sum / count / stick (stick-breaking, p
                    against 1.85x with SDPA's float mask); unnormalised weights
                    (``terms.normalized`` False: stick-breaking) as exp(logits), since no SDPA
                    leaf can leave a row unnormalised
+HOUSEHOLDER        a :class:`~posenc.terms.HouseholderTerm` alone (PaTH) under a plain causal
+                   mask, ``impl`` sdpa or auto, not compiling: the chunked Householder attention
+                   (:mod:`.householder_flash`), no (T, T) tensor; PaTH's whole-model training
+                   step (B=2, 6 layers, width 512, T=1024, two threads, quiet) 1.45x NoPE's
+                   time against 3.76x with its dense term in the fused function, peak memory
+                   1.24x against 6.24x; one call, B=2, H=8, D=64, forward + backward 182 ms
+                   against SDPA's causal 67 ms without PaTH
 FLEX               ``impl="flex"`` (and ``auto`` on CUDA with logit terms): score_mod and
                    BlockMask, no (Tq, Tk) tensor; unnormalised weights as its output times
                    exp(logsumexp)
@@ -59,7 +66,8 @@ from torch import Tensor
 from ..masks import AttentionMask
 from ..torch_facts import FLEX_HAS_CPU_BACKWARD
 from . import IMPLS, Backend, LayerTerms, needs_grad
-from . import eager, flex, fused, sdpa
+from ..terms import HouseholderTerm
+from . import eager, flex, fused, householder_flash, sdpa
 
 __all__ = ["Leaf", "Plan", "plan", "run", "LEAVES", "DECODE_ROWS", "BIAS_ROWS"]
 
@@ -79,6 +87,7 @@ class Leaf(enum.Enum):
     SDPA_BIAS_ROWS = "sdpa_bias_rows"
     SDPA_BIAS = "sdpa_bias"
     FUSED = "fused"
+    HOUSEHOLDER = "householder"
     FLEX = "flex"
 
 
@@ -91,6 +100,11 @@ class Plan(NamedTuple):
 
 def _learned_bias(terms: LayerTerms) -> bool:
     return torch.is_grad_enabled() and terms.bias is not None and terms.bias.dense().requires_grad
+
+
+def _householder_alone(terms: LayerTerms) -> bool:
+    return (terms.bias is None and len(terms.values) == 0 and len(terms.logits) == 1
+            and isinstance(terms.logits[0], HouseholderTerm))
 
 
 def _auto_flex_on(device: torch.device) -> bool:
@@ -110,6 +124,8 @@ def plan(impl: str, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, terms:
     if mask.tq == 0:
         return Plan(Leaf.EMPTY, "no query rows: the result is empty")
     has_logits = terms.bias is not None or len(terms.logits) > 0
+    if impl in ("sdpa", "auto") and _householder_alone(terms) and mask.plain_causal and not torch.compiler.is_compiling():
+        return Plan(Leaf.HOUSEHOLDER, "a Householder term alone, plain causal: the chunked Householder attention")
     if impl == "auto":
         impl = "flex" if has_logits and len(terms.values) == 0 and _auto_flex_on(q.device) else "sdpa"
     if impl == "eager":
@@ -166,6 +182,7 @@ LEAVES: dict[Leaf, Backend] = {
     Leaf.SDPA_BIAS_ROWS: sdpa.bias_rows,
     Leaf.SDPA_BIAS: sdpa.bias,
     Leaf.FUSED: fused.attention,
+    Leaf.HOUSEHOLDER: householder_flash.attention,
     Leaf.FLEX: flex.attention,
 }
 

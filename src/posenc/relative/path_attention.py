@@ -35,29 +35,20 @@ alone, without the key/value head count, so here they are per query head (the sa
 H = Hkv). FLA's optional forget gate (``use_forget_gate``: PaTH-FoX) is not part of this
 encoding (:mod:`posenc.relative.fox` is FoX alone).
 
-How posenc adds it. Attention computes s·q_i·k_j itself, so the encoding's one term is the
-difference, a :class:`~posenc.terms.DenseTerm` in logit units:
+How posenc adds it. Without a KV cache the term is a :class:`~posenc.terms.HouseholderTerm`
+(q, k, w, β and the scale): under a plain causal mask the planner gives it a leaf of its own,
+:mod:`posenc.backends.householder_flash`, which computes the causal logits chunk by chunk, each
+query carried back through the chunks before its own (FLA's parallel kernel's way,
+``fla/ops/path_attn/parallel.py``), with a FlashAttention-style softmax and backward, and keeps
+no (T, T) tensor. Every other backend or mask (eager, flex, padding, packed documents, a
+bidirectional layer) adds the term's dense form, the difference
 
     term_ij = s · (q_iᵀ P_ij k_j - q_i·k_j),
 
-and every backend (eager, sdpa / the fused function, flex) takes it unchanged. Honestly: the
-term is a dense (B, H, Tq, Tk) tensor, computed in O(Tq·Tk·D) work. FLA's chunked kernels
-(``fla/ops/path_attn/parallel.py``: the UT transform inside a FlashAttention-style loop) are the
-route with no (Tq, Tk) tensor; they are not built here.
-
-How the products are computed (:func:`path_scan`), never as a (T, T, D, D) object: the keys are
-taken in chunks of ``chunk`` (64) tokens, first to last. Within a chunk [a, b) the product of its
-matrices has the compact "UT transform" form of the paper's training algorithm (FLA's reference
-builds the same triangular factor): H_{b-1} ⋯ H_a = I - Wᵀ R, where the rows r_m of R solve the unit lower
-triangular system (I + diag(β) tril₋₁(W Wᵀ)) R = diag(β) W. The same system with right-hand side
-diag(β) tril₋₁(W Kᵀ) gives S, from which the chunk's own logits q_iᵀ P_ij k_j = q_i·k_j -
-sum_{l<=i} (q_i·w_l) S_lj follow, the chunk's keys carried to its end (K - Sᵀ W) and its queries
-carried back to its start (Q - tril(Q Wᵀ) R). A running set of every earlier key carried up to
-the chunk (k̃_j = H_{a-1} ⋯ H_{j+1} k_j, O(T·D) state) then gives the logits of the chunk's
-queries against all earlier keys in one product, and is carried through the chunk by
-k̃ <- k̃ - (k̃ Rᵀ) W. Work O(Tq·Tk·D); under autograd each chunk keeps its carried keys
-(O(T²·D / chunk) in all). The chunk loop runs in Python: torch.compile unrolls it, one graph
-per sequence length.
+to its own s·q_i·k_j. With a KV cache the term is that difference as a
+:class:`~posenc.terms.DenseTerm`, from :func:`~posenc.householder.path_scan`, which also gives
+the cache its carried keys. The products' algebra (chunks of 64 tokens, the UT transform) is
+:mod:`posenc.householder`'s.
 
 The KV cache keeps, per layer (``QKProjection.memory``, entries replaced, never written in
 place), the cached keys carried through every Householder up to the last cached token (what
@@ -101,14 +92,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from ..config import EncodingConfig, check_int
 from ..encoding import Dims, PositionalEncoding, QKProjection, cached_entry, layer_input
+from ..householder import CHUNK, mirror_logits, path_logits, path_scan
 from ..literature import LEARNED, UNTRAINED
 from ..registry import register
-from ..terms import DenseTerm
+from ..terms import DenseTerm, HouseholderTerm
 
-__all__ = ["PathConfig", "PathAttention", "path_logits", "path_scan"]
+__all__ = ["PathConfig", "PathAttention", "path_logits", "path_scan"]  # the last two: posenc.householder's
 
 #: Keys of a layer's KV-cache dict: the cached keys carried through every Householder up to the
 #: last cached token (B, H, Tc, D); the short convolution's last inputs (B, n, H·D), n <=
@@ -116,78 +109,11 @@ __all__ = ["PathConfig", "PathAttention", "path_logits", "path_scan"]
 MEMORY_KEYS = "path_carried_keys"
 MEMORY_CONV = "path_conv_inputs"
 MEMORY_CONV_POS = "path_conv_positions"
-#: Tokens per chunk of the scan (FLA's reference uses 64): the UT transform's triangular system
-#: is chunk x chunk; the scan takes ceil(T / chunk) steps.
-CHUNK = 64
 #: FLA's ``l2_norm`` eps (fla/modules/l2norm.py): w = y / sqrt(|y|² + eps).
 L2_EPS = 1e-6
 MAX_W_RANK = 4096
 MAX_CONV_SIZE = 64
 _PAPER = "Yang et al. 2025 (PaTH)"
-
-
-def path_scan(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, carried: Tensor | None = None, *,
-              chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
-    """The causal PaTH logits q_iᵀ H_i ⋯ H_{j+1} k_j, and every key carried to the last token.
-
-    ``k`` (..., t, D) are new keys with their unit ``w`` (..., t, D) and ``beta`` (..., t);
-    ``q`` (..., Tq, D) the queries, the last Tq of the new keys' tokens; ``carried``
-    (..., c, D) the c earlier keys, each already multiplied by every Householder up to the last
-    earlier token (None: no earlier keys). Returns the logits (..., Tq, c + t), 0 for a key
-    after its query, and the c + t keys carried to the last new token (the next call's
-    ``carried``). All in the dtype of the inputs (float32 or wider).
-    """
-    *lead, Tq, D = q.shape
-    t = k.shape[-2]
-    if carried is None:
-        carried = k[..., :0, :]  # (..., 0, D)
-    o = t - Tq  # the first query's index among the new tokens
-    rows = []
-    for a in range(0, t, chunk):
-        b = min(a + chunk, t)
-        n = b - a
-        W, K, bc = w[..., a:b, :], k[..., a:b, :], beta[..., a:b]  # (..., n, D), (..., n, D), (..., n)
-        below = torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-1)  # l > l'
-        system = torch.eye(n, dtype=q.dtype, device=q.device) + bc[..., None] * (W @ W.mT).masked_fill(~below, 0)
-        rhs = bc[..., None] * torch.cat([W, (W @ K.mT).masked_fill(~below, 0)], dim=-1)  # (..., n, D + n)
-        sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-        R, S = sol[..., :D], sol[..., D:]  # (..., n, D): H_{b-1}⋯H_a = I - WᵀR; (..., n, n): S_lj
-        first = max(a, o)
-        if first < b:  # queries in this chunk, at local positions first - a .. n - 1
-            Qc = q[..., first - o : b - o, :]  # (..., m, D)
-            seen = torch.arange(n, device=q.device) <= torch.arange(first - a, n, device=q.device)[:, None]  # (m, n)
-            QW = (Qc @ W.mT).masked_fill(~seen, 0)  # q_i·w_l for l <= i
-            own = (Qc @ K.mT - QW @ S).masked_fill(~seen, 0)  # (..., m, n): keys of the chunk up to the query
-            back = Qc - QW @ R  # (..., m, D): H_a ⋯ H_i q_i
-            rows.append(F.pad(torch.cat([back @ carried.mT, own], dim=-1), (0, t - b)))  # (..., m, c + t)
-        carried = torch.cat([carried - (carried @ R.mT) @ W, K - S.mT @ W], dim=-2)  # (..., c + b, D)
-    if not rows:
-        return q.new_zeros(*lead, Tq, carried.shape[-2]), carried
-    return torch.cat(rows, dim=-2), carried
-
-
-def path_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, *, chunk: int = CHUNK) -> Tensor:
-    """q_iᵀ P_ij k_j (..., Tq, Tk) of the queries (the last Tq of the Tk keys) against every key:
-    P_ij = H_i ⋯ H_{j+1} for j <= i, and the mirror H_{i+1} ⋯ H_j for j > i. ``w`` (..., Tk, D)
-    unit vectors and ``beta`` (..., Tk) of every key's token."""
-    Tq, Tk = q.shape[-2], k.shape[-2]
-    causal, _ = path_scan(q, k, w, beta, chunk=chunk)
-    if Tq < 2:
-        return causal  # no key after a query
-    return causal + F.pad(_mirror(q, k[..., Tk - Tq:, :], w[..., Tk - Tq:, :], beta[..., Tk - Tq:], chunk), (Tk - Tq, 0))
-
-
-def _mirror(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk: int) -> Tensor:
-    """q_iᵀ H_{i+1} ⋯ H_j k_j for the keys j > i among n tokens (q, k, w (..., n, D), beta
-    (..., n): queries and keys of the same tokens), (..., n, n), 0 on and below the diagonal."""
-    # Reversed, the tokens between a key j > i and its query are j..i+1 counted back: the causal
-    # rule with each token's matrix taken from the token before it in the reversed stream (the
-    # first reversed token's is never used: beta 0, the identity).
-    wr, br = w.flip(-2), beta.flip(-1)
-    wr = torch.cat([torch.zeros_like(wr[..., :1, :]), wr[..., :-1, :]], dim=-2)
-    br = torch.cat([torch.zeros_like(br[..., :1]), br[..., :-1]], dim=-1)
-    reverse, _ = path_scan(q.flip(-2), k.flip(-2), wr, br, chunk=chunk)
-    return reverse.flip(-2).flip(-1).triu(1)
 
 
 @dataclass
@@ -233,7 +159,8 @@ class PathConfig(EncodingConfig):
     },
 )
 class PathAttention(PositionalEncoding):
-    """PaTH as a content-dependent ``terms`` hook returning one :class:`~posenc.terms.DenseTerm`.
+    """PaTH as a content-dependent ``terms`` hook returning one :class:`~posenc.terms.HouseholderTerm`
+    (or, with a KV cache, one :class:`~posenc.terms.DenseTerm`).
 
     Modules named as FLA's ``PaTHAttention`` (their weights load by name): ``w_proj`` (a
     Sequential of two bias-free Linears, or one with ``w_rank=0``), ``w_conv1d`` (a depthwise
@@ -303,21 +230,28 @@ class PathAttention(PositionalEncoding):
         if t == 0:
             return y[:, first:]
         present = F.pad(torch.ones_like(pos, dtype=torch.bool), (size - 1, 0))
-        windows = F.pad(y, (0, 0, size - 1, 0)).unfold(1, size, 1)[:, first:]  # (B, t, H·D, size)
+        padded = F.pad(y, (0, 0, size - 1, 0))  # (B, size - 1 + n + t, H·D)
         win_pos = F.pad(pos, (size - 1, 0)).unfold(1, size, 1)[:, first:]  # (B, t, size)
         lag = torch.arange(size - 1, -1, -1, device=y.device)  # tap k reads the token size - 1 - k back
         taps = present.unfold(1, size, 1)[:, first:] & (win_pos == pos[:, first:, None] - lag)  # (B, t, size)
         weight = self.w_conv1d.weight.to(y.dtype)[:, 0]  # (H·D, size)
-        out = (windows * taps[:, :, None].to(y.dtype) * weight).sum(-1)  # (B, t, H·D)
+        # Tap by tap: autograd keeps views of one padded copy and (B, t) masks, not a (B, t, H·D,
+        # size) window tensor.
+        out = None
+        for s in range(size):
+            tap = (padded[:, first + s : first + s + t] * weight[:, s]) * taps[:, :, s, None].to(y.dtype)
+            out = tap if out is None else out + tap  # (B, t, H·D)
         if self.w_conv1d.bias is not None:
             out = out + self.w_conv1d.bias.to(y.dtype)
         return F.silu(out)
 
-    def terms(self, q: Tensor, k: Tensor, state: Any, proj: QKProjection | None = None) -> list[DenseTerm]:
-        """s·(q_iᵀ P_ij k_j - q_i·k_j) of the Tq queries against the Tk keys: the new tokens'
-        w and β from ``proj.x``, the cached keys carried through their products from
-        ``proj.memory`` (which receives all Tk keys carried to the last). The queries are the
-        last Tq of the keys."""
+    def terms(self, q: Tensor, k: Tensor, state: Any,
+              proj: QKProjection | None = None) -> list[HouseholderTerm] | list[DenseTerm]:
+        """s·(q_iᵀ P_ij k_j - q_i·k_j) of the Tq queries against the Tk keys, the new tokens'
+        w and β from ``proj.x``: without a KV cache a :class:`~posenc.terms.HouseholderTerm`;
+        with one, the cached keys carried through their products come from ``proj.memory``
+        (which receives all Tk keys carried to the last) and the term is a dense tensor. The
+        queries are the last Tq of the keys."""
         B, H, Tq, D = q.shape
         Tk = k.shape[2]
         x = layer_input(proj, "path", "Householders", q, k, self.dims.d_model)
@@ -328,16 +262,20 @@ class PathAttention(PositionalEncoding):
         memory, past, cached, held = cached_entry(proj, MEMORY_KEYS, t, Tk, -2, "path", "Householders", "products")
         conv_past = (memory[MEMORY_CONV], memory[MEMORY_CONV_POS]) if cached and MEMORY_CONV in memory else None
         with torch.autocast(q.device.type, enabled=False):
-            w, beta, tail = self.householders(x, state[..., cached:], conv_past)
+            if memory is None and torch.is_grad_enabled():
+                w, beta, _ = checkpoint(self.householders, x, state, None, use_reentrant=False)
+            else:
+                w, beta, tail = self.householders(x, state[..., cached:], conv_past)
             dt = w.dtype
             qd, kd = q.to(dt), k.to(dt)
+            if memory is None:
+                return [HouseholderTerm(qd, kd, w, beta, self.attention_scale(D), CHUNK)]
             carried = past[..., held - cached:, :].to(dt) if cached else None
             logits, carried = path_scan(qd, kd[..., cached:, :], w, beta, carried)  # (B, H, Tq, Tk)
             if Tq > 1:  # keys after a query (bidirectional): the mirror among the last Tq tokens
-                mirror = _mirror(qd, kd[..., Tk - Tq:, :], w[..., t - Tq:, :], beta[..., t - Tq:], CHUNK)
+                mirror = mirror_logits(qd, kd[..., Tk - Tq:, :], w[..., t - Tq:, :], beta[..., t - Tq:])
                 logits = logits + F.pad(mirror, (Tk - Tq, 0))
             term = self.attention_scale(D) * (logits - qd @ kd.mT)
-        if memory is not None:
-            memory[MEMORY_KEYS] = carried
-            memory[MEMORY_CONV], memory[MEMORY_CONV_POS] = tail
+        memory[MEMORY_KEYS] = carried
+        memory[MEMORY_CONV], memory[MEMORY_CONV_POS] = tail
         return [DenseTerm(term)]

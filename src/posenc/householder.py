@@ -1,0 +1,182 @@
+"""Products of per-token Householder-like matrices between a key and its query: the logits
+of PaTH (Yang et al. 2025, arXiv:2505.16381; :mod:`posenc.relative.path_attention` makes the
+matrices from a layer's input and says where each convention comes from).
+
+Token t carries H_t = I - β_t w_t w_tᵀ (|w_t| = 1, β_t in (0, 2)), and a query i sees a key
+j <= i through the product of the matrices after the key, up to and including the query:
+
+    logit_ij = q_iᵀ P_ij k_j,    P_ij = H_i H_{i-1} ⋯ H_{j+1}    (P_ii = I);
+
+a key after its query (bidirectional use) through the mirror, P_ij = H_{i+1} ⋯ H_j.
+
+Everything here works on chunks of n tokens, whose product has the compact "UT transform" form
+of the paper's training algorithm (FLA's reference, ``fla/ops/path_attn/naive.py``, builds the
+same triangular factor): for a chunk [a, b), H_{b-1} ⋯ H_a = I - Wᵀ R, where the rows of R
+solve the unit lower triangular system (I + diag(β) tril₋₁(W Wᵀ)) R = diag(β) W. The same
+system with right-hand side diag(β) tril₋₁(W Kᵀ) gives S, and with it (:func:`chunk_pieces`):
+
+* the chunk's own logits, q_iᵀ P_ij k_j = q_i·k_j - Σ_{l<=i} (q_i·w_l) S_lj for j <= i in it;
+* its keys carried to its end, K - Sᵀ W (row j: H_{b-1} ⋯ H_{j+1} k_j);
+* its queries carried back to its start, Q - tril(Q Wᵀ) R (row i: H_a ⋯ H_i q_i).
+
+Two ways through the chunks, both O(Tq·Tk·D) work:
+
+* :func:`path_scan` carries keys forwards: every key so far, carried to the current chunk
+  (k̃ <- k̃ - (k̃ Rᵀ) W per chunk), O(T·D) state. A KV cache keeps that state, so a decoding
+  step costs one rank-one update per cached key.
+* a query carried backwards through the chunks before its own (q̃ <- q̃ (I - Wᵀ R)) meets
+  each earlier chunk's keys carried to that chunk's end: the attention of
+  :mod:`posenc.backends.householder_flash`, chunk pairs at one distance at a time, with no
+  (Tq, Tk) tensor.
+
+Precision is the caller's: these functions compute in the dtype they are given (PaTH's
+encoding gives float32 or wider: a bfloat16 product of Householders drifts with every token).
+Shapes: q (..., Tq, D), k (..., Tk, D), w (..., Tk, D), beta (..., Tk).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["CHUNK", "ChunkPieces", "chunk_pieces", "path_logits", "path_scan"]
+
+#: Tokens per chunk (FLA's reference uses 64): the UT transform's triangular system is chunk x
+#: chunk; a scan takes ceil(T / chunk) steps.
+CHUNK = 64
+
+
+def _ut_transform(W: Tensor, K: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
+    """R (..., n, D) and S (..., n, n) of chunks W, K (..., n, D), beta (..., n): the product of
+    the chunk's matrices is I - Wᵀ R, and its keys carried to its end are K - Sᵀ W."""
+    n, D = W.shape[-2:]
+    below = torch.ones(n, n, dtype=torch.bool, device=W.device).tril(-1)  # l > l'
+    system = torch.eye(n, dtype=W.dtype, device=W.device) + beta[..., None] * (W @ W.mT).masked_fill(~below, 0)
+    rhs = beta[..., None] * torch.cat([W, (W @ K.mT).masked_fill(~below, 0)], dim=-1)  # (..., n, D + n)
+    sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+    return sol[..., :D], sol[..., D:]
+
+
+def path_scan(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, carried: Tensor | None = None, *,
+              chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
+    """The causal PaTH logits q_iᵀ H_i ⋯ H_{j+1} k_j, and every key carried to the last token.
+
+    ``k`` (..., t, D) are new keys with their unit ``w`` (..., t, D) and ``beta`` (..., t);
+    ``q`` (..., Tq, D) the queries, the last Tq of the new keys' tokens; ``carried``
+    (..., c, D) the c earlier keys, each already multiplied by every Householder up to the last
+    earlier token (None: no earlier keys). Returns the logits (..., Tq, c + t), 0 for a key
+    after its query, and the c + t keys carried to the last new token (the next call's
+    ``carried``). All in the dtype of the inputs (float32 or wider).
+    """
+    *lead, Tq, D = q.shape
+    t = k.shape[-2]
+    if carried is None:
+        carried = k[..., :0, :]  # (..., 0, D)
+    o = t - Tq  # the first query's index among the new tokens
+    rows = []
+    for a in range(0, t, chunk):
+        b = min(a + chunk, t)
+        n = b - a
+        W, K = w[..., a:b, :], k[..., a:b, :]  # (..., n, D)
+        R, S = _ut_transform(W, K, beta[..., a:b])  # H_{b-1}⋯H_a = I - WᵀR; (..., n, n): S_lj
+        first = max(a, o)
+        if first < b:  # queries in this chunk, at local positions first - a .. n - 1
+            Qc = q[..., first - o : b - o, :]  # (..., m, D)
+            seen = torch.arange(n, device=q.device) <= torch.arange(first - a, n, device=q.device)[:, None]  # (m, n)
+            QW = (Qc @ W.mT).masked_fill(~seen, 0)  # q_i·w_l for l <= i
+            own = (Qc @ K.mT - QW @ S).masked_fill(~seen, 0)  # (..., m, n): keys of the chunk up to the query
+            back = Qc - QW @ R  # (..., m, D): H_a ⋯ H_i q_i
+            rows.append(F.pad(torch.cat([back @ carried.mT, own], dim=-1), (0, t - b)))  # (..., m, c + t)
+        carried = torch.cat([carried - (carried @ R.mT) @ W, K - S.mT @ W], dim=-2)  # (..., c + b, D)
+    if not rows:
+        return q.new_zeros(*lead, Tq, carried.shape[-2]), carried
+    return torch.cat(rows, dim=-2), carried
+
+
+def path_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, *, chunk: int = CHUNK) -> Tensor:
+    """q_iᵀ P_ij k_j (..., Tq, Tk) of the queries (the last Tq of the Tk keys) against every key:
+    P_ij = H_i ⋯ H_{j+1} for j <= i, and the mirror H_{i+1} ⋯ H_j for j > i. ``w`` (..., Tk, D)
+    unit vectors and ``beta`` (..., Tk) of every key's token."""
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    causal, _ = path_scan(q, k, w, beta, chunk=chunk)
+    if Tq < 2:
+        return causal  # no key after a query
+    return causal + F.pad(mirror_logits(q, k[..., Tk - Tq:, :], w[..., Tk - Tq:, :], beta[..., Tk - Tq:], chunk=chunk),
+                          (Tk - Tq, 0))
+
+
+def mirror_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, *, chunk: int = CHUNK) -> Tensor:
+    """q_iᵀ H_{i+1} ⋯ H_j k_j for the keys j > i among n tokens (q, k, w (..., n, D), beta
+    (..., n): queries and keys of the same tokens), (..., n, n), 0 on and below the diagonal."""
+    # Reversed, the tokens between a key j > i and its query are j..i+1 counted back: the causal
+    # rule with each token's matrix taken from the token before it in the reversed stream (the
+    # first reversed token's is never used: beta 0, the identity).
+    wr, br = w.flip(-2), beta.flip(-1)
+    wr = torch.cat([torch.zeros_like(wr[..., :1, :]), wr[..., :-1, :]], dim=-2)
+    br = torch.cat([torch.zeros_like(br[..., :1]), br[..., :-1]], dim=-1)
+    reverse, _ = path_scan(q.flip(-2), k.flip(-2), wr, br, chunk=chunk)
+    return reverse.flip(-2).flip(-1).triu(1)
+
+
+class ChunkPieces(NamedTuple):
+    """What the chunks of a sequence give its causal logits, each chunk on its own (T = C·n):
+
+    own (..., C, n, n): q_iᵀ P_ij k_j of the chunk's keys j <= i (0 above the diagonal);
+    q_start (..., C, n, D): queries carried back to their chunk's start, H_a ⋯ H_i q_i;
+    k_end (..., C, n, D): keys carried to their chunk's end, H_{b-1} ⋯ H_{j+1} k_j;
+    product (..., C, D, D): the chunk's H_{b-1} ⋯ H_a = I - Wᵀ R, so a query row carried back
+    to the chunk's end goes on to its start as ``q @ product``.
+    """
+
+    own: Tensor
+    q_start: Tensor
+    k_end: Tensor
+    product: Tensor
+
+
+class _KnownInverse(torch.autograd.Function):
+    """A⁻¹ of a unit lower triangular A (..., n, n), computed before (by the forward pass whose
+    backward this is): returned as is, its gradient taken back to A's strictly lower part,
+    dA = -A⁻ᵀ g A⁻ᵀ."""
+
+    @staticmethod
+    def forward(ctx, A: Tensor, inverse: Tensor) -> Tensor:
+        ctx.save_for_backward(inverse)
+        return inverse.clone()
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        (inverse,) = ctx.saved_tensors
+        return -(inverse.mT @ g @ inverse.mT).tril(-1), None
+
+
+def chunk_pieces(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk: int,
+                 inverse: Tensor | None = None) -> tuple[ChunkPieces, Tensor]:
+    """The :class:`ChunkPieces` of queries and keys of the same T tokens (q, k, w (..., T, D),
+    beta (..., T)), T a multiple of ``chunk``, and the inverses (..., C, n, n) of the chunks'
+    triangular systems; differentiable. All chunks at once. ``inverse``: those inverses from
+    an earlier call on the same inputs (a backward's recompute), which saves the triangular
+    solve."""
+    T = q.shape[-2]
+    if T % chunk:
+        raise ValueError(f"chunk_pieces needs a length that is a multiple of chunk={chunk}, got {T}")
+    Q, K, W = (x.unflatten(-2, (T // chunk, chunk)) for x in (q, k, w))  # (..., C, n, D)
+    b = beta.unflatten(-1, (T // chunk, chunk))[..., None]  # (..., C, n, 1)
+    D, n = W.shape[-1], chunk
+    below = torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-1)  # l > l'
+    G = (W @ torch.cat([W, K], dim=-2).mT).masked_fill(~below.repeat(1, 2), 0)  # (..., C, n, 2n): W Wᵀ, W Kᵀ
+    system = torch.eye(n, dtype=W.dtype, device=W.device) + b * G[..., :n]
+    if inverse is None:
+        with torch.no_grad():
+            inverse = torch.linalg.solve_triangular(system.detach(), torch.eye(n, dtype=W.dtype, device=W.device)
+                                                    .expand_as(system), upper=False, unitriangular=True)
+    sol = _KnownInverse.apply(system, inverse) @ (b * torch.cat([W, G[..., n:]], dim=-1))  # (..., C, n, D + n)
+    R, S = sol[..., :D], sol[..., D:]
+    seen = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()  # l <= i
+    QW = (Q @ W.mT).masked_fill(~seen, 0)  # q_i·w_l for l <= i
+    own = (Q @ K.mT - QW @ S).masked_fill(~seen, 0)
+    product = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - W.mT @ R  # (..., C, D, D)
+    return ChunkPieces(own, Q - QW @ R, K - S.mT @ W, product), inverse
