@@ -133,7 +133,7 @@ def assert_same_grads(got: torch.Tensor, want: torch.Tensor, inputs, **tol) -> N
     """The gradients of ``got`` and ``want`` w.r.t. ``inputs`` agree, through one fixed random
     weighting of the outputs (float64); an input one side does not use counts as a zero gradient."""
     w = torch.randn(got.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    dg = torch.autograd.grad((got * w).sum(), inputs, allow_unused=True)
+    dg = torch.autograd.grad((got * w).sum(), inputs, allow_unused=True, retain_graph=True)  # a graph both may share
     dw = torch.autograd.grad((want * w).sum(), inputs, allow_unused=True)
     for a, b in zip(dg, dw):
         if a is None and b is None:

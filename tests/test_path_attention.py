@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import posenc
 from posenc import Attention, ModelConfig, SequenceInfo, Transformer
 from posenc.encoding import QKProjection
+from posenc.householder import FOLD, CarriedKeys
 from posenc.relative.path_attention import MEMORY_KEYS, PathAttention, path_logits, path_scan
 from posenc.terms import HouseholderTerm
 
@@ -241,6 +242,62 @@ def test_decoding_token_by_token_equals_the_full_forward(impl):
         parts.append(model(tokens[:, 76:], cache=cache))
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-10, rtol=1e-10)
     assert cache.layer_state(0)[MEMORY_KEYS].shape == (2, H, 80, D)
+
+
+def test_carried_keys_step_by_step_equal_the_scan_across_folds():
+    """CarriedKeys.step, token after token past two folds (FOLD tokens each), gives each new
+    token's logits against every earlier key as the scan over all tokens does, and keeps every
+    key carried to the last token; ``last(n)`` keeps the last n of them."""
+    T = 2 * FOLD + 9
+    q, k, w, beta = _random_inputs(1, 2, T, T, 4, seed=5)
+    want, _ = path_scan(q, k, w, beta, chunk=16)  # (1, 2, T, T)
+    _, state = path_scan(q[..., :3, :], k[..., :3, :], w[..., :3, :], beta[..., :3], chunk=16)
+    keys = CarriedKeys(state)
+    folded = 0
+    for i in range(3, T):
+        logits, keys = keys.step(q[..., i:i + 1, :], k[..., i:i + 1, :], w[..., i:i + 1, :], beta[..., i:i + 1])
+        torch.testing.assert_close(logits[..., 0, :], want[..., i, : i + 1], atol=1e-12, rtol=1e-12)
+        folded += keys.product is None and keys.recent.shape[-2] == 0
+    assert folded == 2
+    _, carried = path_scan(q, k, w, beta, chunk=16)
+    torch.testing.assert_close(keys.all(), carried, atol=1e-12, rtol=1e-12)
+    assert keys.shape == carried.shape
+    for n in (T, 5, 2, 0):
+        torch.testing.assert_close(keys.last(n).all(), carried[..., T - n:, :], atol=1e-12, rtol=1e-12)
+
+
+def test_carried_keys_compare_by_value_and_leave_inference_mode_without_history():
+    q, k, w, beta = _random_inputs(1, 1, 6, 6, 4, seed=6)
+    a = CarriedKeys(k[..., :5, :])
+    _, b = a.step(q[..., 5:, :], k[..., 5:, :], w[..., 5:, :], beta[..., 5:])
+    assert b == CarriedKeys(b.all()) and b != a
+    with torch.inference_mode():
+        _, c = CarriedKeys(k[..., :5, :].clone()).step(q[..., 5:, :], k[..., 5:, :], w[..., 5:, :], beta[..., 5:])
+    assert c.is_inference() and not c.clone().is_inference()
+    held = k[..., :5, :].clone().requires_grad_()
+    _, d = CarriedKeys(held * 2).step(q[..., 5:, :], k[..., 5:, :], w[..., 5:, :], beta[..., 5:])
+    assert d.old.requires_grad and not d.clone().old.requires_grad
+
+
+def test_decoding_past_two_folds_equals_the_full_forward(plans):
+    """A model decoding token by token for more than two folds of its carried keys gives the
+    full forward's output; each step's attention takes the OWN_LOGITS leaf (no q·kᵀ), the
+    prompt's (a DenseTerm, with a cache) the fused function."""
+    from posenc.backends import Leaf
+
+    model = _model(attn_impl="sdpa")
+    tokens = torch.randint(0, 64, (2, 2 * FOLD + 20), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        full = model(tokens)
+        del plans[:]
+        cache = model.new_cache()
+        parts = [model(tokens[:, :10], cache=cache)]
+        for t in range(10, tokens.shape[1]):
+            parts.append(model(tokens[:, t:t + 1], cache=cache))
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-10, rtol=1e-10)
+    layers = len(model.blocks)
+    assert {p.leaf for p in plans[:layers]} == {Leaf.FUSED}
+    assert {p.leaf for p in plans[layers:]} == {Leaf.OWN_LOGITS}
 
 
 def test_sliding_cache_equals_the_same_keys_without_a_cache():

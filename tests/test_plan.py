@@ -92,7 +92,10 @@ def _householder() -> str:
 
 def _projection(enc, x: torch.Tensor) -> QKProjection | None:
     """The layer an encoding that reads the layer input sees: its projections and input x (B, T, C)."""
-    return QKProjection.of(Attention(H * D, H, pe=enc).to(x.dtype), x) if enc.reads_layer_input else None
+    if not enc.reads_layer_input:
+        return None
+    attn = Attention(H * D, H, pe=enc).to(x.dtype)
+    return QKProjection(attn.q_proj, attn.k_proj, H, H, D, x)
 
 
 def _seqs(kind: str, T: int, B: int = 2) -> tuple[SequenceInfo, SequenceInfo]:
@@ -127,6 +130,12 @@ def _call(name: str | None, kind: str, T: int, causal: bool = True, grad: bool =
     bias = SharedBias(enc.logit_bias(), mask) if enc.has_bias else None
     x = torch.randn(2, mask.tk, H * D, generator=g, dtype=F64)
     proj = _projection(enc, x)
+    if proj is not None and mask.tq < mask.tk:  # cached keys: their per-key state from a first call over them
+        c, memory = mask.tk - mask.tq, {}
+        layer = (proj.q_proj, proj.k_proj, H, H, D)
+        with torch.no_grad():
+            enc.terms(k[:, :, :c], k[:, :, :c], enc.prepare(k_pos[:, :c], k_pos[:, :c]), QKProjection(*layer, x[:, :c], memory))
+        proj = QKProjection(*layer, x[:, c:], memory)
     terms = enc.terms(q, k, enc.prepare(q_pos, k_pos), proj) if enc.has_terms or enc.has_value_terms else []
     return q, k, v, mask, LayerTerms.of(q_pos, k_pos, bias, terms)
 
@@ -156,6 +165,8 @@ CASES = [
     (Leaf.HOUSEHOLDER, "sdpa", "householder", "plain", 70, True, True),
     (Leaf.HOUSEHOLDER, "auto", "householder", "plain", 7, True, False),
     (Leaf.FUSED, "sdpa", "householder", "padded", 70, True, True),
+    (Leaf.OWN_LOGITS, "sdpa", "householder", "decode", 40, True, False),
+    (Leaf.OWN_LOGITS, "auto", "householder", "decode", 40, True, True),
     (Leaf.FUSED, "sdpa", "householder", "plain", 70, False, True),
     (Leaf.FLEX, "flex", "has_terms", "padded", 7, True, False),
     (Leaf.FLEX, "flex", "unnormalized", "padded", 7, True, False),
@@ -181,7 +192,7 @@ def test_every_leaf_has_a_case():
 def test_leaf_is_planned_and_equals_eager(leaf, impl, capability, kind, T, causal, grad):
     name = _encoding(capability)
     q, k, v, mask, terms = _call(name, kind, T, causal, grad)
-    # a Householder term replaces the call's scaled q·kᵀ: the call's scale is the term's
+    # a Householder term (a decoding step's logits) replaces the call's scaled q·kᵀ: the call's scale is the term's
     scale = terms.logits[0].scale if capability == "householder" else 0.3
     with torch.set_grad_enabled(grad):
         p = plan(impl, q, k, v, mask, terms)

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CHUNK", "ChunkPieces", "chunk_pieces", "path_logits", "path_scan"]
+__all__ = ["CHUNK", "FOLD", "CarriedKeys", "ChunkPieces", "chunk_pieces", "mirror_logits", "path_logits", "path_scan"]
 
 #: Tokens per chunk (FLA's reference uses 64): the UT transform's triangular system is chunk x
 #: chunk; a scan takes ceil(T / chunk) steps.
@@ -180,3 +180,81 @@ def chunk_pieces(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk: int,
     own = (Q @ K.mT - QW @ S).masked_fill(~seen, 0)
     product = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - W.mT @ R  # (..., C, D, D)
     return ChunkPieces(own, Q - QW @ R, K - S.mT @ W, product), inverse
+
+
+class CarriedKeys:
+    """Every key so far carried to the last token, kept in two parts so that a decoding step
+    reads the long part once and writes only the short one:
+
+        all = [old · productᵀ, recent]
+
+    ``old`` (..., c, D): the keys up to a token r, carried to r; ``product`` (..., D, D):
+    H_last ⋯ H_{r+1}, the matrices of the tokens after r (None: the identity, no token after
+    r); ``recent`` (..., s, D): the keys after r, carried to the last token. A step
+    (:meth:`step`) multiplies ``product`` and ``recent`` by the new token's matrix (O(D² + s·D))
+    and reads ``old`` once for the logits; every :data:`FOLD` tokens ``recent`` is folded into
+    ``old`` (O(c·D²), a matrix product). Immutable: a step returns a new object, so a KV cache
+    can put an earlier one back. Two are equal when their keys are (:meth:`all`).
+    """
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value
+
+    def __init__(self, old: Tensor, product: Tensor | None = None, recent: Tensor | None = None) -> None:
+        self.old, self.product = old, product
+        self.recent = old[..., :0, :] if recent is None else recent
+
+    @property
+    def shape(self) -> torch.Size:
+        """The shape of :meth:`all` (..., c + s, D)."""
+        return self.old.shape[:-2] + (self.old.shape[-2] + self.recent.shape[-2], self.old.shape[-1])
+
+    def all(self) -> Tensor:
+        """(..., c + s, D): every key carried to the last token."""
+        old = self.old if self.product is None else self.old @ self.product.mT
+        return torch.cat([old, self.recent], dim=-2) if self.recent.shape[-2] else old
+
+    def last(self, n: int) -> "CarriedKeys":
+        """The last n keys (a sliding cache's)."""
+        c, s = self.old.shape[-2], self.recent.shape[-2]
+        if n >= c + s:
+            return self
+        if n >= s:
+            return CarriedKeys(self.old[..., c - (n - s):, :], self.product, self.recent)
+        return CarriedKeys(self.recent[..., s - n:, :])
+
+    def step(self, q: Tensor, k: Tensor, w: Tensor, beta: Tensor) -> tuple[Tensor, "CarriedKeys"]:
+        """One new token: its query ``q`` and key ``k`` (..., 1, D), unit ``w`` (..., 1, D) and
+        ``beta`` (..., 1). Returns the logits q_iᵀ H_i ⋯ H_{j+1} k_j (..., 1, c + s + 1)
+        against every key, its own last, and the keys carried to the new token."""
+        bw = beta[..., None] * w  # (..., 1, D)
+        recent = torch.cat([self.recent - (self.recent @ w.mT) @ bw, k], dim=-2)  # H_i on each, then k_i
+        if self.product is None:  # H_i = I - β w wᵀ
+            product = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device) - bw.mT @ w
+        else:  # H_i ⋯ H_{r+1}
+            product = self.product - bw.mT @ (w @ self.product)
+        logits = torch.cat([(q @ product) @ self.old.mT, q @ recent.mT], dim=-1)  # (qᵀ P) k̃_j; q·(recent, carried)
+        if recent.shape[-2] >= FOLD:
+            return logits, CarriedKeys(torch.cat([self.old @ product.mT, recent], dim=-2))
+        return logits, CarriedKeys(self.old, product, recent)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CarriedKeys) and other.shape == self.shape and torch.equal(other.all(), self.all())
+
+    def _parts(self) -> tuple[Tensor, ...]:
+        return (self.old, self.recent) if self.product is None else (self.old, self.product, self.recent)
+
+    def is_inference(self) -> bool:
+        """Made under ``torch.inference_mode()`` (a KV cache then clones it before autograd reads it)."""
+        return any(t.is_inference() for t in self._parts())
+
+    def clone(self) -> "CarriedKeys":
+        """A copy without autograd history, as cloning an inference tensor gives (the KV cache's
+        way out of inference mode: a part kept from an earlier step under autograd must not
+        lead back into that step's graph)."""
+        copy = lambda t: t.detach().clone()  # noqa: E731
+        return CarriedKeys(copy(self.old), None if self.product is None else copy(self.product), copy(self.recent))
+
+
+#: Tokens a :class:`CarriedKeys` keeps apart before folding them into its long part: a fold
+#: costs a (c, D) x (D, D) product, FOLD steps cost FOLD rank-one updates of the short part.
+FOLD = 64

@@ -213,7 +213,9 @@ class KVCache:
                 memo.clear()
         for state in (*self.embed_state.values(), *self.layer_states):
             for key, x in state.items():
-                if frozen(x):
+                # a tensor, or a value object of tensors that says so the same way (PaTH's CarriedKeys)
+                if not isinstance(x, (bool, int, float, str)) and callable(getattr(x, "is_inference", None)) \
+                        and x.is_inference():
                     state[key] = x.clone()
 
     @contextlib.contextmanager

@@ -11,7 +11,7 @@ description:
   that reads only small tensors (a bias table, slopes, a (B, H, T, R) table of q·Eᵀ), so no
   (Tq, Tk) tensor is ever built.
 
-Nine kinds:
+Ten kinds:
 
 * :class:`BiasTerm` — content-independent: ``fn(h, q_pos, k_pos)`` written with broadcasting
   tensor ops (T5 buckets, ALiBi, KERPLE, FIRE). ``toeplitz=True`` says it depends on
@@ -22,6 +22,8 @@ Nine kinds:
   key side (k·Eᵀ: relative_key_query, DeBERTa p2c). The table is O(T·R), not O(T²).
 * :class:`DenseTerm` — a precomputed (B|1, H, Tq, Tk) logit tensor, for schemes without a
   bounded number of distinct distances.
+* :class:`LogitsTerm` — an encoding's own (B, H, Tq, Tk) logits in place of q·kᵀ (PaTH's
+  decoding step); its dense form is the difference.
 * :class:`PrefixSumTerm` — a sum of per-token quantities over the tokens between key and
   query, ``c_i - c_j`` from their (B, H, T) prefix sums (FoX's log forget gates): rank
   structured, so ``score_mod`` reads two (B, H, T) tensors.
@@ -58,7 +60,7 @@ from .positions import contiguous_offset, shared_rows
 from .scan_terms import (EXCLUDED, CountTerm, HouseholderTerm, StickBreakingTerm, StickRule, StickSums, StickTerm, contextual_positions,
                          interpolated_gain, stick_log_left)
 
-__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "HouseholderTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "StickRule", "StickSums",
+__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "HouseholderTerm", "LogitsTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "StickRule", "StickSums",
            "StickTerm", "TableTerm", "ValueTerm", "Term", "EXCLUDED", "contextual_positions", "dense_logit_terms", "interpolated_gain",
            "stick_log_left"]
 
@@ -338,6 +340,37 @@ class DenseTerm:
 
 
 @dataclass(frozen=True, eq=False)
+class LogitsTerm:
+    """An encoding's own logits in place of q·kᵀ: the layer's scaled logit is scale · logits_ij,
+    not scale · q_i·k_j (PaTH's decoding step: q_iᵀ H_i ⋯ H_{j+1} k_j, from the keys its KV
+    cache keeps carried through the Householders).
+
+    ``logits`` (B, H, Tq, Tk), float32 or wider and unscaled; ``q`` (B, H, Tq, D), ``k``
+    (B, H, Tk, D) and ``scale`` the attention call's own. Additive as every term: ``dense`` is
+    the difference scale · (logits - q·kᵀ), which the eager reference, the fused function and
+    flex add to their own scaled q·kᵀ; the planner's OWN_LOGITS leaf takes scale · logits
+    as the logits and computes no q·kᵀ.
+    """
+
+    logits: Tensor
+    q: Tensor
+    k: Tensor
+    scale: float
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The tensors this term reads."""
+        return (self.logits, self.q, self.k)
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(B, H, Tq, Tk): scale · (logits - q·kᵀ)."""
+        return self.scale * (self.logits - self.q.to(self.logits.dtype) @ self.k.to(self.logits.dtype).mT)
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor) -> Callable:
+        """FlexAttention ``score_mod`` reading the dense difference."""
+        return DenseTerm(self.dense(q_pos, k_pos)).score_mod(q_pos, k_pos)
+
+
+@dataclass(frozen=True, eq=False)
 class PrefixSumTerm:
     """The sum of a per-token quantity g over the tokens between a key and its query, from the
     prefix sums c_t = sum_{l<=t} g_l (float32 or wider, logit units):
@@ -387,8 +420,8 @@ class PrefixSumTerm:
         return mod
 
 
-Term = (BiasTerm | TableTerm | ValueTerm | DenseTerm | PrefixSumTerm | CountTerm | StickBreakingTerm | StickTerm
-        | HouseholderTerm)
+Term = (BiasTerm | TableTerm | ValueTerm | DenseTerm | LogitsTerm | PrefixSumTerm | CountTerm | StickBreakingTerm
+        | StickTerm | HouseholderTerm)
 
 
 def dense_logit_terms(terms: list[Term], q_pos: Tensor, k_pos: Tensor) -> Tensor | None:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import BiasTerm, CountTerm, DenseTerm, HouseholderTerm, PrefixSumTerm, StickSums, TableTerm, Term, ValueTerm
+from ..terms import BiasTerm, CountTerm, DenseTerm, HouseholderTerm, LogitsTerm, PrefixSumTerm, StickSums, TableTerm, Term, ValueTerm
 from .cpu_flash import SummedBias
 
 __all__ = ["IMPLS", "LEAVES", "Backend", "Impl", "LayerTerms", "Leaf", "Plan", "SharedBias", "logit_dtype", "plan", "run"]
@@ -84,7 +84,7 @@ class LayerTerms:
     q_pos: Tensor  # (B|1, Tq)
     k_pos: Tensor  # (B|1, Tk)
     bias: SharedBias | None = None
-    logits: tuple[TableTerm | DenseTerm | PrefixSumTerm | CountTerm | StickSums | HouseholderTerm, ...] = ()
+    logits: tuple[TableTerm | DenseTerm | LogitsTerm | PrefixSumTerm | CountTerm | StickSums | HouseholderTerm, ...] = ()
     values: tuple[ValueTerm, ...] = ()
 
     @classmethod
@@ -95,12 +95,12 @@ class LayerTerms:
         for t in terms:
             if isinstance(t, ValueTerm):
                 values.append(t)
-            elif isinstance(t, (TableTerm, DenseTerm, PrefixSumTerm, CountTerm, StickSums, HouseholderTerm)):
+            elif isinstance(t, (TableTerm, DenseTerm, LogitsTerm, PrefixSumTerm, CountTerm, StickSums, HouseholderTerm)):
                 logits.append(t)
             else:
                 raise TypeError(
-                    "terms() must return TableTerm, DenseTerm, PrefixSumTerm, CountTerm, StickBreakingTerm, StickTerm, "
-                    f"HouseholderTerm or ValueTerm objects, got {type(t).__name__}"
+                    "terms() must return TableTerm, DenseTerm, LogitsTerm, PrefixSumTerm, CountTerm, StickBreakingTerm, "
+                    f"StickTerm, HouseholderTerm or ValueTerm objects, got {type(t).__name__}"
                 )
         return cls(q_pos, k_pos, bias, tuple(logits), tuple(values))
 

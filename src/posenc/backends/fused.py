@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 
 from ..masks import AttentionMask
-from ..terms import CountTerm, DenseTerm, HouseholderTerm, PrefixSumTerm, StickRule, StickSums, TableTerm, ValueTerm
+from ..terms import CountTerm, DenseTerm, HouseholderTerm, LogitsTerm, PrefixSumTerm, StickRule, StickSums, TableTerm, ValueTerm
 from . import LayerTerms
 from .blocks import Blocks, Spec, bucket_range, memo_buckets
 
@@ -274,7 +274,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionM
             sticks.append(t)  # summed block by block: from the call's own logits when they are its gates
         elif isinstance(t, CountTerm) and t.q is q and t.k is k and t.scale == scale:
             counts.append(t.emb)  # its gates are this call's own logits: counted block by block
-        elif isinstance(t, (DenseTerm, CountTerm, HouseholderTerm)):  # a dense term, a count on other q/k: its dense form
+        elif isinstance(t, (DenseTerm, LogitsTerm, CountTerm, HouseholderTerm)):  # dense, a count on other q/k: the dense form
             d = t.dense(terms.q_pos, terms.k_pos)
             bias = d if bias is None else bias + d
     # Causality as a flag lets the fused function skip key blocks; padding and documents (and

@@ -45,17 +45,22 @@ bidirectional layer) adds the term's dense form, the difference
 
     term_ij = s · (q_iᵀ P_ij k_j - q_i·k_j),
 
-to its own s·q_i·k_j. With a KV cache the term is that difference as a
-:class:`~posenc.terms.DenseTerm`, from :func:`~posenc.householder.path_scan`, which also gives
-the cache its carried keys. The products' algebra (chunks of 64 tokens, the UT transform) is
+to its own s·q_i·k_j. With a KV cache the cache keeps every key carried to the last token
+(:class:`~posenc.householder.CarriedKeys`: a long part carried to a token r and the product of
+the matrices since, with the keys since r apart, folded together every 64 tokens). A decoding
+step reads the long part once, through the query carried back to r, and returns the logits as
+a :class:`~posenc.terms.LogitsTerm`, whose leaf computes no q·kᵀ; a longer call with a cache
+takes the difference as a :class:`~posenc.terms.DenseTerm` from
+:func:`~posenc.householder.path_scan`, which also gives the cache its carried keys. The products' algebra (chunks of 64 tokens, the UT transform) is
 :mod:`posenc.householder`'s.
 
 The KV cache keeps, per layer (``QKProjection.memory``, entries replaced, never written in
 place), the cached keys carried through every Householder up to the last cached token (what
 FLA's decoding keeps in place of its key cache) and the short convolution's last
-``conv_size - 1`` inputs with their position ids: a decoding step carries them through the new
-tokens' matrices (a rank-one update per token) and scans only the new tokens. A sliding cache
-keeps the carried keys of the keys it keeps, which is all a query needs.
+``conv_size - 1`` inputs with their position ids: a decoding step carries the keys since the
+last fold and the product through the new token's matrix (rank-one updates) and scans only the
+new tokens. A sliding cache keeps the carried keys of the keys it keeps, which is all a query
+needs.
 
 Positions. PaTH reads no position ids: the order is the stream order (i, j and the tokens
 between them are stream indices; the queries are the last Tq of the Tk keys, as in the mask).
@@ -96,16 +101,16 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import EncodingConfig, check_int
 from ..encoding import Dims, PositionalEncoding, QKProjection, cached_entry, layer_input
-from ..householder import CHUNK, mirror_logits, path_logits, path_scan
+from ..householder import CHUNK, CarriedKeys, mirror_logits, path_logits, path_scan
 from ..literature import LEARNED, UNTRAINED
 from ..registry import register
-from ..terms import DenseTerm, HouseholderTerm
+from ..terms import DenseTerm, HouseholderTerm, LogitsTerm
 
 __all__ = ["PathConfig", "PathAttention", "path_logits", "path_scan"]  # the last two: posenc.householder's
 
 #: Keys of a layer's KV-cache dict: the cached keys carried through every Householder up to the
-#: last cached token (B, H, Tc, D); the short convolution's last inputs (B, n, H·D), n <=
-#: conv_size - 1, and their position ids (B, n).
+#: last cached token (a :class:`~posenc.householder.CarriedKeys`, shape (B, H, Tc, D)); the
+#: short convolution's last inputs (B, n, H·D), n <= conv_size - 1, and their position ids (B, n).
 MEMORY_KEYS = "path_carried_keys"
 MEMORY_CONV = "path_conv_inputs"
 MEMORY_CONV_POS = "path_conv_positions"
@@ -246,12 +251,14 @@ class PathAttention(PositionalEncoding):
         return F.silu(out)
 
     def terms(self, q: Tensor, k: Tensor, state: Any,
-              proj: QKProjection | None = None) -> list[HouseholderTerm] | list[DenseTerm]:
+              proj: QKProjection | None = None) -> list[HouseholderTerm] | list[LogitsTerm] | list[DenseTerm]:
         """s·(q_iᵀ P_ij k_j - q_i·k_j) of the Tq queries against the Tk keys, the new tokens'
-        w and β from ``proj.x``: without a KV cache a :class:`~posenc.terms.HouseholderTerm`;
-        with one, the cached keys carried through their products come from ``proj.memory``
-        (which receives all Tk keys carried to the last) and the term is a dense tensor. The
-        queries are the last Tq of the keys."""
+        w and β from ``proj.x``: without a KV cache a :class:`~posenc.terms.HouseholderTerm`.
+        With one, the cached keys carried through their products come from ``proj.memory``
+        (which receives all Tk keys carried to the last, a
+        :class:`~posenc.householder.CarriedKeys`); a decoding step (one new token) returns its
+        logits as a :class:`~posenc.terms.LogitsTerm`, any other call the difference as a
+        :class:`~posenc.terms.DenseTerm`. The queries are the last Tq of the keys."""
         B, H, Tq, D = q.shape
         Tk = k.shape[2]
         x = layer_input(proj, "path", "Householders", q, k, self.dims.d_model)
@@ -259,7 +266,7 @@ class PathAttention(PositionalEncoding):
             raise ValueError(f"path's state must be the {Tk} keys' position ids (prepare(q_pos, k_pos)), got "
                              f"{tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__}")
         t = x.shape[1]
-        memory, past, cached, held = cached_entry(proj, MEMORY_KEYS, t, Tk, -2, "path", "Householders", "products")
+        memory, past, cached, _ = cached_entry(proj, MEMORY_KEYS, t, Tk, -2, "path", "Householders", "products")
         conv_past = (memory[MEMORY_CONV], memory[MEMORY_CONV_POS]) if cached and MEMORY_CONV in memory else None
         with torch.autocast(q.device.type, enabled=False):
             if memory is None and torch.is_grad_enabled():
@@ -270,12 +277,17 @@ class PathAttention(PositionalEncoding):
             qd, kd = q.to(dt), k.to(dt)
             if memory is None:
                 return [HouseholderTerm(qd, kd, w, beta, self.attention_scale(D), CHUNK)]
-            carried = past[..., held - cached:, :].to(dt) if cached else None
-            logits, carried = path_scan(qd, kd[..., cached:, :], w, beta, carried)  # (B, H, Tq, Tk)
-            if Tq > 1:  # keys after a query (bidirectional): the mirror among the last Tq tokens
-                mirror = mirror_logits(qd, kd[..., Tk - Tq:, :], w[..., t - Tq:, :], beta[..., t - Tq:])
-                logits = logits + F.pad(mirror, (Tk - Tq, 0))
-            term = self.attention_scale(D) * (logits - qd @ kd.mT)
-        memory[MEMORY_KEYS] = carried
+            scale = self.attention_scale(D)
+            keys = past.last(cached) if cached else None  # a sliding cache's carried keys: its last ones
+            if cached and t == 1:  # a decoding step: the carried keys' long part read once
+                logits, keys = keys.step(qd, kd[..., -1:, :], w, beta)
+                term: LogitsTerm | DenseTerm = LogitsTerm(logits, qd, kd, scale)
+            else:
+                logits, carried = path_scan(qd, kd[..., cached:, :], w, beta, keys.all() if cached else None)
+                if Tq > 1:  # keys after a query (bidirectional): the mirror among the last Tq tokens
+                    mirror = mirror_logits(qd, kd[..., Tk - Tq:, :], w[..., t - Tq:, :], beta[..., t - Tq:])
+                    logits = logits + F.pad(mirror, (Tk - Tq, 0))
+                term, keys = DenseTerm(scale * (logits - qd @ kd.mT)), CarriedKeys(carried)
+        memory[MEMORY_KEYS] = keys
         memory[MEMORY_CONV], memory[MEMORY_CONV_POS] = tail
-        return [DenseTerm(term)]
+        return [term]
