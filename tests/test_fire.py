@@ -163,3 +163,67 @@ def test_fire_progressive_interpolation():
 def test_fire_rejects_bad_parameters(config, match):
     with pytest.raises(ValueError, match=match):
         build("fire", d_model=16, num_heads=4, **config)
+
+
+@pytest.mark.parametrize("offset", [0, 3, 9])
+@pytest.mark.parametrize("block,causal", [(4, True), (5, False), (13, True)])
+def test_fire_block_sums_equal_the_dense_gradient(offset, block, causal):
+    """The blockwise gradient (FireBias.block_sums: no (Tq, Tk) gradient) equals autograd
+    through the dense bias for any gradient: blocks of query rows in and past the Toeplitz rows
+    below L = 6, causal blocks stopping at their last query, positions starting at ``offset``,
+    and two layers' gradients summed in one accumulator."""
+    enc = build("fire", d_model=12, num_heads=3, mlp_width=5, init_L=6.0).double()
+    pos = torch.arange(offset, offset + 13)[None]
+    term = enc.logit_bias()
+    inputs, make = enc.logit_bias().block_sums(pos, pos)  # a graph of its own
+    g = torch.Generator().manual_seed(offset + block)
+    grads = [torch.randn(1, 3, 13, 13, generator=g, dtype=torch.float64) for _ in range(2)]
+    if causal:
+        grads = [x.tril() for x in grads]
+    params = [p for p in enc.parameters() if p.requires_grad]
+    want = torch.autograd.grad((term.dense(pos, pos) * (grads[0] + grads[1])).sum(), params)
+    acc = make(torch.float64)
+    for grad in grads:
+        for i0 in range(0, 13, block):
+            i1 = min(i0 + block, 13)
+            z = i1 if causal else 13
+            acc.add(i0, grad[:, :, i0:i1, :z])
+    outs = [(t, d) for t, d in zip(inputs, acc.grads()) if d is not None]
+    got = torch.autograd.grad([t for t, _ in outs], params, [d for _, d in outs])
+    for name, a, b in zip([n for n, p in enc.named_parameters() if p.requires_grad], got, want):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12, msg=name)
+
+
+def test_fire_trains_through_the_cpu_flash_leaf_without_a_dense_gradient(plans):
+    """A FIRE model (float64, L below T so both parts of the bias are used): impl='sdpa' takes
+    the CPU flash leaf, whose layers sum their gradients in FIRE's own accumulator, and its
+    loss and every gradient equal impl='eager''s."""
+    import torch.nn.functional as F
+
+    from helpers import tiny_model
+    from posenc.backends import Leaf
+    from posenc.relative.fire import _FireSums
+
+    made = []
+    real = _FireSums.__init__
+    torch.manual_seed(0)
+    model = tiny_model("fire", dtype=torch.float64, encoding_config={"init_L": 20.0})
+    x = torch.randint(0, 64, (2, 71))
+    grads = {}
+    for impl in ("sdpa", "eager"):
+        for blk in model.blocks:
+            blk.attn.impl = impl
+        model.zero_grad()
+        _FireSums.__init__ = lambda self, *a, **kw: made.append(self) or real(self, *a, **kw)
+        try:
+            loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+            loss.backward()
+        finally:
+            _FireSums.__init__ = real
+        grads[impl] = (loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert len(made) == 1  # one accumulator for the sdpa step's layers, none for eager
+    assert {p.leaf for p in plans[:2]} == {Leaf.CPU_FLASH_BIAS}
+    torch.testing.assert_close(grads["sdpa"][0], grads["eager"][0], atol=1e-12, rtol=1e-12)
+    assert grads["sdpa"][1].keys() == grads["eager"][1].keys()
+    for name, g in grads["sdpa"][1].items():
+        torch.testing.assert_close(g, grads["eager"][1][name], atol=1e-10, rtol=1e-10, msg=name)

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
@@ -60,7 +61,7 @@ from .positions import contiguous_offset, shared_rows
 from .scan_terms import (EXCLUDED, CountTerm, HouseholderTerm, StickBreakingTerm, StickRule, StickSums, StickTerm, contextual_positions,
                          interpolated_gain, stick_log_left)
 
-__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "HouseholderTerm", "LogitsTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "StickRule", "StickSums",
+__all__ = ["BiasTerm", "CountTerm", "DenseTerm", "DiagonalSums", "HouseholderTerm", "LogitsTerm", "PrefixSumTerm", "SaturatingBucket", "StickBreakingTerm", "StickRule", "StickSums",
            "StickTerm", "TableTerm", "ValueTerm", "Term", "EXCLUDED", "contextual_positions", "dense_logit_terms", "interpolated_gain",
            "stick_log_left"]
 
@@ -106,6 +107,15 @@ class BiasTerm:
         h = torch.arange(self.num_heads, device=q_pos.device)[:, None, None]  # (H, 1, 1)
         return self.fn(h, q_pos[:, None, :, None], k_pos[:, None, None, :])  # (B|1, H, Tq, Tk)
 
+    def block_sums(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, ...], Callable] | None:
+        """For a backward that sums the dense gradient block by block of query rows
+        (:meth:`posenc.backends.cpu_flash.SummedBias.blockwise`): the tensors the bias is made
+        of and ``make(dtype)``, an accumulator with ``add(i0, block)`` (a (1, H, rows, z) block
+        of the gradient, rows from i0, keys from 0) and ``grads()`` (those tensors' gradients),
+        so no dense gradient exists. None (the default): the dense gradient, or the Toeplitz
+        values' diagonal sums."""
+        return None
+
     def toeplitz_values(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         """The bias's Tq + Tk - 1 distinct values (1, H, Tq + Tk - 1), in the order
         :meth:`toeplitz_layout` reads them, when it is Toeplitz here (``toeplitz``, one row of
@@ -147,6 +157,29 @@ class BiasTerm:
             return score + self.fn(h, qp, kp).to(score.dtype)
 
         return mod
+
+
+class DiagonalSums:
+    """The gradient of a Toeplitz bias's values, summed from dense gradient blocks.
+
+    The bias (1, H, Tq, Tk) has entry (i, j) = ``values[..., Tq - 1 - i + j]``
+    (:meth:`posenc.terms.BiasTerm.toeplitz_layout`), so the gradient of value w is the sum of
+    dbias over the diagonal j - i = w - (Tq - 1). :meth:`add` takes a block of rows: flipped,
+    each row padded by the block's height and the rows re-read one element shorter, the
+    block's diagonals become columns (row r moves r places right), summed in one reduction.
+    """
+
+    def __init__(self, num_heads: int, tq: int, tk: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.tq = tq
+        self.values = torch.zeros(1, num_heads, tq + tk - 1, dtype=dtype, device=device)
+
+    def add(self, i0: int, block: Tensor) -> None:
+        """Add dbias of rows i0 .. i0 + rows and keys 0 .. z: ``block`` (1, H, rows, z)."""
+        H, rows, z = block.shape[1:]
+        skewed = F.pad(block.flip(-2), (0, rows))  # (1, H, rows, z + rows)
+        skewed = skewed.flatten(-2)[..., : rows * (z + rows - 1)].view(1, H, rows, z + rows - 1)
+        start = self.tq - i0 - rows  # the value of row i0 + rows - 1, key 0
+        self.values[..., start:start + z + rows - 1] += skewed.sum(-2)
 
 
 class SaturatingBucket:

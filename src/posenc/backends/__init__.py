@@ -61,11 +61,15 @@ class SharedBias:
 
     def summed(self) -> SummedBias:
         """``dense()`` for the CPU flash calls of every layer, which sum their gradients in one
-        buffer (per diagonal, for a bias that is Toeplitz at these positions)."""
+        buffer (per diagonal, for a bias that is Toeplitz at these positions; by the bias's own
+        accumulator, for one that gives :meth:`~posenc.terms.BiasTerm.block_sums`)."""
         if self._summed is None:
             values = self.term.toeplitz_values(self.q_pos, self.k_pos) if torch.is_grad_enabled() else None
+            blocks = self.term.block_sums(self.q_pos, self.k_pos) if torch.is_grad_enabled() and values is None else None
             if values is not None and values.requires_grad:
                 self._summed = SummedBias.toeplitz(values, self.q_pos.shape[-1], self.k_pos.shape[-1])
+            elif blocks is not None:  # the dense values without their graph; the gradient by blocks
+                self._summed = SummedBias.blockwise(self.dense(), *blocks)
             else:
                 self._summed = SummedBias(self.dense())
         return self._summed

@@ -29,7 +29,9 @@ On CPU a fresh tensor of that size costs several times more to allocate (its pag
 in on first touch) than to fill, once per layer. A Toeplitz bias (T5, KERPLE, dynamic_bias on
 contiguous positions: entry (i, j) one of Tq + Tk - 1 values) sums each block's dS along its
 diagonals straight into the gradient of those values (:class:`DiagonalSums`): no dense
-gradient exists at all, and the backward's extra memory is the bias the forward kept.
+gradient exists at all, and the backward's extra memory is the bias the forward kept. A bias
+that is neither (FIRE past its threshold) may give its own accumulator
+(:meth:`SummedBias.blockwise`), which maps each block of dS onto its parameters as it comes.
 
 Shapes: q (B, H, T, D), k, v (B, H, T, D) (grouped heads already repeated), bias (B|1, H, T, T)
 float, finite. The kernel's causal mask is aligned top-left, so ``causal`` needs Tq == Tk.
@@ -38,8 +40,9 @@ float, finite. The kernel's causal mask is aligned top-left, so ``causal`` needs
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from ..terms import DiagonalSums
 
 __all__ = ["flash_bias_attention", "backward_with_bias", "check_qkv", "SummedBias", "DiagonalSums", "BLOCK_ROWS"]
 
@@ -49,29 +52,6 @@ BLOCK_ROWS = 64
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-
-
-class DiagonalSums:
-    """The gradient of a Toeplitz bias's values, summed from dense gradient blocks.
-
-    The bias (1, H, Tq, Tk) has entry (i, j) = ``values[..., Tq - 1 - i + j]``
-    (:meth:`posenc.terms.BiasTerm.toeplitz_layout`), so the gradient of value w is the sum of
-    dbias over the diagonal j - i = w - (Tq - 1). :meth:`add` takes a block of rows: flipped,
-    each row padded by the block's height and the rows re-read one element shorter, the
-    block's diagonals become columns (row r moves r places right), summed in one reduction.
-    """
-
-    def __init__(self, num_heads: int, tq: int, tk: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.tq = tq
-        self.values = torch.zeros(1, num_heads, tq + tk - 1, dtype=dtype, device=device)
-
-    def add(self, i0: int, block: Tensor) -> None:
-        """Add dbias of rows i0 .. i0 + rows and keys 0 .. z: ``block`` (1, H, rows, z)."""
-        H, rows, z = block.shape[1:]
-        skewed = F.pad(block.flip(-2), (0, rows))  # (1, H, rows, z + rows)
-        skewed = skewed.flatten(-2)[..., : rows * (z + rows - 1)].view(1, H, rows, z + rows - 1)
-        start = self.tq - i0 - rows  # the value of row i0 + rows - 1, key 0
-        self.values[..., start:start + z + rows - 1] += skewed.sum(-2)
 
 
 class SummedBias:
@@ -101,6 +81,18 @@ class SummedBias:
         self.tensor = _Summed.apply(bias, self.sum) if bias.requires_grad and torch.is_grad_enabled() else bias
 
     @classmethod
+    def blockwise(cls, bias: Tensor, inputs: tuple[Tensor, ...], accumulator) -> "SummedBias":
+        """``bias`` (no graph of its own) whose calls add their gradient blocks into
+        ``accumulator(dtype)``, an object with ``add(i0, block)`` (as :class:`DiagonalSums`)
+        and ``grads()``: the gradients of ``inputs``, which the node hands on. No dense
+        gradient exists (FIRE: :meth:`posenc.relative.fire.FireBias.block_sums`)."""
+        out = cls(bias.detach())
+        if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+            out.sum = _GradientSum(bias, make=accumulator)
+            out.tensor = _BlockSummed.apply(out.sum, out.tensor, *inputs)
+        return out
+
+    @classmethod
     def toeplitz(cls, values: Tensor, tq: int, tk: int) -> "SummedBias":
         from ..terms import BiasTerm
 
@@ -114,16 +106,19 @@ class SummedBias:
 
 
 class _GradientSum:
-    def __init__(self, bias: Tensor, tq: int | None = None, tk: int | None = None) -> None:
+    def __init__(self, bias: Tensor, tq: int | None = None, tk: int | None = None, make=None) -> None:
         self.shape, self.dtype, self.device = bias.shape, bias.dtype, bias.device
         self.diagonals = None if tq is None else (tq, tk)  # a Toeplitz bias: sums per diagonal
-        self.buffer: Tensor | DiagonalSums | None = None  # the sum so far, in the backward's compute dtype
+        self.make = make  # a blockwise bias: its own accumulator
+        self.buffer = None  # the sum so far, in the backward's compute dtype
 
-    def accumulator(self, dtype: torch.dtype) -> Tensor | DiagonalSums:
-        """What to add into (zeros on first use): (B|1, H, Tq, Tk) in ``dtype``, or the
-        :class:`DiagonalSums` of a Toeplitz bias."""
+    def accumulator(self, dtype: torch.dtype):
+        """What to add into (zeros on first use): (B|1, H, Tq, Tk) in ``dtype``, the
+        :class:`DiagonalSums` of a Toeplitz bias, or a blockwise bias's own accumulator."""
         if self.buffer is None:
-            if self.diagonals is None:
+            if self.make is not None:
+                self.buffer = self.make(dtype)
+            elif self.diagonals is None:
                 self.buffer = torch.zeros(self.shape, dtype=dtype, device=self.device)
             else:
                 self.buffer = DiagonalSums(self.shape[1], *self.diagonals, dtype, self.device)
@@ -163,6 +158,24 @@ class _ToeplitzSummed(torch.autograd.Function):
                                     grad.device)
             sums.add(0, grad.sum(0, keepdim=True).to(sums.values.dtype))
         return (None if sums is None else sums.values.to(ctx.values_dtype)), None, None
+
+
+class _BlockSummed(torch.autograd.Function):
+    """The bias as is, whose backward hands its inputs the gradients the calls accumulated."""
+
+    @staticmethod
+    def forward(ctx, total: _GradientSum, bias: Tensor, *inputs: Tensor) -> Tensor:
+        ctx.total = total
+        ctx.set_materialize_grads(False)
+        return bias.view_as(bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor | None):
+        acc, ctx.total.buffer = ctx.total.buffer, None
+        if grad is not None:  # other uses of the tensor (rare): their dense gradient, added as one block
+            acc = ctx.total.make(torch.promote_types(grad.dtype, torch.float32)) if acc is None else acc
+            acc.add(0, grad.sum(0, keepdim=True).to(acc.dtype))
+        return None, None, *(acc.grads() if acc is not None else [None] * (len(ctx.needs_input_grad) - 2))
 
 
 def flash_bias_attention(
@@ -253,9 +266,9 @@ def backward_with_bias(
     probabilities are one exp (no softmax reductions); with ``causal`` the keys right of a
     block are never touched. Computed in float32 (float64 stays float64); returned in the
     inputs' dtypes, dbias (B|1, H, Tq, Tk) summed over the batch when the bias is shared.
-    With ``into`` (a tensor of the bias's shape in the compute dtype, or the
-    :class:`DiagonalSums` of a Toeplitz bias), dbias is added into it and None is returned in
-    its place. ``bias=None``: attention without one (``lse`` of the unbiased logits), dbias None
+    With ``into`` (a tensor of the bias's shape in the compute dtype, the
+    :class:`DiagonalSums` of a Toeplitz bias, or a blockwise bias's accumulator with
+    ``add(i0, block)``), dbias is added into it and None is returned in its place. ``bias=None``: attention without one (``lse`` of the unbiased logits), dbias None
     (:mod:`posenc.backends.narrow_values`).
     """
     cdt = torch.promote_types(q.dtype, torch.float32)
@@ -271,11 +284,16 @@ def backward_with_bias(
             raise ValueError(f"into: DiagonalSums of a (1, {H}, {Tq}, {Tk}) bias in {cdt}, got values "
                              f"{into.values.dtype} {tuple(into.values.shape)} for a bias {tuple(bias.shape)}")
         dbias = into
-    elif into.shape == bias.shape and into.dtype == cdt:
+    elif isinstance(into, Tensor):
+        if into.shape != bias.shape or into.dtype != cdt:
+            raise ValueError(f"into must be a {cdt} tensor of the bias's shape {tuple(bias.shape)}, "
+                             f"got {into.dtype} {tuple(into.shape)}")
         dbias = into
+    elif callable(getattr(into, "add", None)) and bias.shape[0] == 1 and getattr(into, "dtype", None) == cdt:
+        dbias = into  # a blockwise bias's accumulator: add(i0, block) of the batch-summed blocks
     else:
-        raise ValueError(f"into must be a {cdt} tensor of the bias's shape {tuple(bias.shape)}, "
-                         f"got {into.dtype} {tuple(into.shape)}")
+        raise ValueError(f"into must be a {cdt} tensor of the bias's shape {tuple(bias.shape)}, DiagonalSums, or an "
+                         f"accumulator with add(i0, block) in {cdt} for a bias shared by the batch, got {into!r}")
     # −lse and −δ ride along as one more column of q and dO, against a row of ones under kᵀ and
     # vᵀ: scale·[q, −lse/scale]·[kᵀ; 1] = q·kᵀ·scale − lse and [dO, −δ]·[vᵀ; 1] = dO·vᵀ − δ, each
     # one matmul (the scale its alpha) with no pass over the block to subtract them, nor one over
@@ -324,10 +342,10 @@ def backward_with_bias(
         ds.mul_(p)  # (B, H, rows, z): dL/dlogits
         if batch_sum:
             ds = torch.sum(ds, 0, keepdim=True, out=sum_buf[:n].view(1, H, rows, z))
-        if isinstance(dbias, DiagonalSums):
-            dbias.add(i0, ds)
-        elif dbias is not None:
+        if isinstance(dbias, Tensor):
             dbias[..., i0:i1, :z] += ds
+        elif dbias is not None:  # DiagonalSums, or a blockwise bias's accumulator
+            dbias.add(i0, ds)
         dq_blocks[i0 // rows_max, :, :rows].baddbmm_(dsf, kf[:, :z], beta=0.0, alpha=scale)
         dk[:, :z].baddbmm_(dsf.transpose(-1, -2), qf[:, i0:i1], alpha=scale)
     dq = dq_blocks.transpose(0, 1).reshape(B * H, -1, D)[:, :Tq]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ from ..encoding import Dims, PositionalEncoding
 from ..literature import LEARNED, NOT_A_FEATURE_MAP, UNTRAINED
 from ..positions import contiguous_offset, shared_rows
 from ..registry import register
-from ..terms import BiasTerm
+from ..terms import BiasTerm, DiagonalSums
 from ._bias import bias_dtype
 
 __all__ = ["FireConfig", "Fire", "FireBias", "fire_normalized_distance"]
@@ -106,6 +107,69 @@ class _FirePairs(torch.autograd.Function):
         return dc, dL, dslopes, dintercepts, None, None, None, None
 
 
+class _FireSums:
+    """FIRE's dense-bias gradient taken block by block of query rows (``add(i0, block)``, a
+    (1, H, rows, z) block of dL/dbias, the batch summed) straight onto the bias's parts, so no
+    (Tq, Tk) gradient exists: rows below the Toeplitz boundary summed per diagonal into the
+    per-distance values (:class:`~posenc.terms.DiagonalSums`), rows past it per
+    piece into slopes and intercepts, and into dL/dx per pair, summed over the layers, which
+    ``grads()`` takes through each block's x (recomputed with autograd, so c's and L's
+    gradients are torch's own, as in :class:`_FirePairs`) into c and L.
+    ``grads()``: those of (values, c, L, slopes, intercepts), in their dtypes. Besides the
+    (H, W + 1) sums it keeps, per pair past the boundary, x and dL/dx: no heads."""
+
+    def __init__(self, bias: "FireBias", q_pos: Tensor, k_pos: Tensor, rows: int, inputs: tuple[Tensor, ...],
+                 dtype: torch.dtype) -> None:
+        self.bias, self.q_pos, self.k_pos, self.rows, self.inputs, self.dtype = bias, q_pos, k_pos, rows, inputs, dtype
+        values, c, L, slopes, intercepts = inputs
+        heads, pieces = slopes.shape[1], slopes.shape[0]
+        self.diagonals = DiagonalSums(heads, rows, k_pos.shape[1], dtype, q_pos.device) if rows else None
+        self.slope_rows = slopes.detach().t().to(dtype).contiguous()  # (H, W + 1)
+        self.knots = bias.pieces[0].detach()
+        self.dslopes = torch.zeros(heads, pieces, dtype=dtype, device=q_pos.device)
+        self.dintercepts = torch.zeros_like(self.dslopes)
+        c, L = inputs[1], inputs[2]
+        self.c_, self.L_ = c.detach().requires_grad_(), L.detach().requires_grad_()
+        # per block of rows past the boundary, the same for every layer: x flat in the compute
+        # dtype, and dL/dx summed over the layers so far
+        self.blocks: dict[tuple[int, int, int], list[Tensor]] = {}
+
+    def add(self, i0: int, block: Tensor) -> None:
+        heads, n, z = block.shape[1:]
+        below = min(max(self.rows - i0, 0), n)  # the block's rows in the Toeplitz part
+        if below:
+            self.diagonals.add(i0, block[:, :, :below])
+        if below == n:
+            return
+        key = (i0 + below, i0 + n, z)
+        if key not in self.blocks:
+            xf = self._x(*key).detach().reshape(-1).to(self.dtype)
+            self.blocks[key] = [xf, torch.zeros_like(xf)]
+        xf, dx = self.blocks[key]
+        piece = torch.bucketize(xf, self.knots)  # not kept: int64, twice x's bytes, and cheap
+        g = block[0, :, below:].reshape(heads, -1)  # (H, pairs) in x's order
+        for h in range(heads):
+            dx.addcmul_(g[h], self.slope_rows[h].index_select(0, piece))
+        index = piece.expand(heads, -1)
+        self.dslopes.scatter_add_(1, index, g * xf)
+        self.dintercepts.scatter_add_(1, index, g)
+
+    def _x(self, r0: int, r1: int, z: int) -> Tensor:
+        """x of rows r0 .. r1 against keys 0 .. z (1, rows, z), from c and L as autograd leaves."""
+        return _normalized(self.q_pos[:, r0:r1, None], self.k_pos[:, None, :z], self.c_, self.L_, self.bias.eps)
+
+    def grads(self) -> tuple[Tensor, ...]:
+        values, c, L, slopes, intercepts = self.inputs
+        dvalues = self.diagonals.values.to(values.dtype) if self.diagonals is not None else None
+        dc, dL = torch.zeros_like(c), torch.zeros_like(L)
+        for key, (_, dx) in self.blocks.items():  # c's and L's gradients through each block's x, once
+            with torch.enable_grad():
+                x = self._x(*key)
+            gc, gl = torch.autograd.grad(x, (self.c_, self.L_), dx.view(x.shape).to(x.dtype))
+            dc, dL = dc + gc, dL + gl
+        return dvalues, dc, dL, self.dslopes.t().to(slopes.dtype), self.dintercepts.t().to(intercepts.dtype)
+
+
 @dataclass(frozen=True, eq=False)
 class FireBias(BiasTerm):
     """FIRE's bias, whose dense form is Toeplitz for the queries at or below the threshold L.
@@ -131,6 +195,35 @@ class FireBias(BiasTerm):
         bias = _FirePairs.apply(self.c, self.threshold, slopes, intercepts, q_pos, k_pos, knots, self.eps)
         return bias.contiguous()
 
+    def block_sums(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, ...], Callable] | None:
+        """The dense form's parts (the Toeplitz rows' per-distance values, c, L, slopes and
+        intercepts) and an accumulator (:class:`_FireSums`) that maps each block of the dense
+        gradient onto them: the Toeplitz rows summed per diagonal, the rows past L per piece,
+        as :class:`_FirePairs`' backward does for all pairs at once. For one row of contiguous
+        positions shared by the batch; else None (the dense gradient)."""
+        q_pos, k_pos = shared_rows(q_pos, k_pos)
+        s = contiguous_offset(q_pos, k_pos) if q_pos.shape[0] == 1 and k_pos.shape[0] == 1 else None
+        if s is None or self.threshold is None or self.c is None or self.pieces is None or torch.compiler.is_compiling():
+            return None
+        rows = self._toeplitz_rows(q_pos)
+        tk = k_pos.shape[1]
+        knots, slopes, intercepts = self.pieces
+        values = self._per_distance(s, rows, tk, q_pos.device, query=q_pos[0, 0]) if rows else slopes.new_zeros(1, 0, 0)
+        inputs = (values, self.c, self.threshold, slopes, intercepts)
+
+        def make(dtype: torch.dtype) -> _FireSums:
+            return _FireSums(self, q_pos, k_pos, rows, inputs, dtype)
+
+        return inputs, make
+
+    def _toeplitz_rows(self, q_pos: Tensor) -> int:
+        """How many of the queries (one row of contiguous positions) lie strictly below L."""
+        threshold = float(self.threshold.detach())
+        if not math.isfinite(threshold):
+            raise ValueError(f"FIRE's threshold L = |L_multiplier * init_L| must be finite, got {threshold} "
+                             "(a non-finite L_multiplier parameter: a diverged update, or one set by hand)")
+        return min(max(math.ceil(threshold) - int(q_pos[0, 0]), 0), q_pos.shape[1])
+
     def dense(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         q_pos, k_pos = shared_rows(q_pos, k_pos)
         s = contiguous_offset(q_pos, k_pos) if q_pos.shape[0] == 1 and k_pos.shape[0] == 1 else None
@@ -140,11 +233,7 @@ class FireBias(BiasTerm):
         # Positions q0, q0 + 1, ...: the rows strictly below L share psi(L) (a row at L itself
         # is a tie of max(L, i), whose gradient torch splits; it stays with the pairs).
         q0 = q_pos[0, 0]
-        threshold = float(self.threshold.detach())
-        if not math.isfinite(threshold):
-            raise ValueError(f"FIRE's threshold L = |L_multiplier * init_L| must be finite, got {threshold} "
-                             "(a non-finite L_multiplier parameter: a diverged update, or one set by hand)")
-        rows = min(max(math.ceil(threshold) - int(q0), 0), tq)
+        rows = self._toeplitz_rows(q_pos)
         if rows == 0:
             return self.all_pairs(q_pos, k_pos)
         # One evaluation per distance d at the pair (q0, q0 - d), whose query has the block's normaliser.
