@@ -199,19 +199,37 @@ class FourierPositionEmbedding(Float32Params, PositionalEncoding):
 
         Angles m theta_i are float64; the sums take the coefficients' dtype (float32 unless the
         module is float64). Positions must lie in [0, 2**53 - 1] (checked in eager mode)."""
+        return self._laid_out(*self._sums(positions), rolled=False)
+
+    def _sums(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """The Fourier sums over the kept frequencies, (B, c, T, F) each (see :meth:`tables`)."""
         check_positions(positions)
         dt = torch.promote_types(self.cos_coef.dtype, torch.float32)
-        ang = positions.to(torch.float64)[..., None] * self.inv_freq(positions.device)  # (B, T, F)
-        cos = torch.einsum("btf,cfd->bctd", ang.cos().to(dt), self.cos_coef.to(dt))  # (B, c, T, F)
-        sin = torch.einsum("btf,cfd->bctd", ang.sin().to(dt), self.sin_coef.to(dt))
-        pad = self.dims.head_dim // 2 - self.num_kept  # the dropped frequencies: C = S = 1, as both sources
-        cos, sin = (torch.nn.functional.pad(t, (0, pad), value=1.0) for t in (cos, sin))  # (B, c, T, D/2)
-        return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # (B, c, T, D)
+        ang = positions.to(torch.float64)[:, None, :, None] * self.inv_freq(positions.device)  # (B, 1, T, F)
+        cos = torch.matmul(ang.cos().to(dt), self.cos_coef.to(dt))  # (B, c, T, F)
+        sin = torch.matmul(ang.sin().to(dt), self.sin_coef.to(dt))
+        return cos, sin
+
+    def _laid_out(self, cos: Tensor, sin: Tensor, rolled: bool) -> tuple[Tensor, Tensor]:
+        """C and S (B, c, T, D) from the sums: each half of D holds the F kept frequencies, then
+        1 for the dropped ones (C = S = 1, as both sources); S in its :meth:`rolled` form with
+        ``rolled``. Written into two tensors, no pads or concatenations (a decoding step makes
+        them once per token)."""
+        B, c, T, F = cos.shape
+        h = self.dims.head_dim // 2
+        C, S = cos.new_ones(B, c, T, 2 * h), sin.new_ones(B, c, T, 2 * h)
+        C[..., :F], C[..., h:h + F] = cos, cos
+        if rolled:
+            S[..., :h] = -1.0
+            S[..., :F], S[..., h:h + F] = -sin, sin
+        else:
+            S[..., :F], S[..., h:h + F] = sin, sin
+        return C, S
 
     def prepare(self, q_pos: Tensor, k_pos: Tensor) -> FopeState:
         """C and S at the query positions, once per forward for every layer: the new keys of
         self-attention sit there too (``k_pos``, every key with the cache, is not rotated here)."""
-        return FopeState(*self.rolled(*self.tables(q_pos)))
+        return FopeState(*self._laid_out(*self._sums(q_pos), rolled=True))
 
     @staticmethod
     def rolled(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
@@ -237,7 +255,7 @@ class FourierPositionEmbedding(Float32Params, PositionalEncoding):
         """q (B, H, Tq, D) at q_pos (B, Tq) and k (B, Hkv, Tk, D) at k_pos (B, Tk), mapped by
         their positions' C and S. ``state``: :meth:`prepare`'s, for keys at the query positions."""
         if state is None:
-            q_cs, k_cs = self.rolled(*self.tables(q_pos)), self.rolled(*self.tables(k_pos))
+            q_cs, k_cs = (self._laid_out(*self._sums(p), rolled=True) for p in (q_pos, k_pos))
         else:
             if k.shape[-2] != state.cos.shape[-2]:
                 raise ValueError(
