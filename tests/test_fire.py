@@ -139,6 +139,19 @@ def test_fire_pairs_function_equals_its_definition():
         torch.testing.assert_close(a, b, atol=1e-11, rtol=0, msg=n)
 
 
+def test_fire_pairs_one_gather_equals_a_gather_per_head(monkeypatch):
+    """Few pairs gather every head's slope and intercept in one call, many one head at a time:
+    the same numbers, bit for bit."""
+    from posenc.relative import fire
+
+    enc = build("fire", d_model=12, num_heads=3, mlp_width=6, init_L=5.0)
+    pos = torch.arange(40)[None]
+    one = enc.logit_bias().all_pairs(pos, pos)
+    monkeypatch.setattr(fire, "_ONE_GATHER", 0)
+    per_head = enc.logit_bias().all_pairs(pos, pos)
+    assert torch.equal(one, per_head)
+
+
 def test_fire_progressive_interpolation():
     # Past the threshold, psi(i - j) / psi(i) maps each query's visible keys onto [0, 1]: the
     # first key gets 1 and the query itself 0, at any query position.
