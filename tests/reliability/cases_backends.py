@@ -65,27 +65,28 @@ def _narrow_nan_row() -> str:
     return "only that query row's output is NaN; every other row equals the clean result"
 
 
-def _householder(**kw):
+def _householder(nan_at: int | None = None, **kw):
     from posenc.backends.householder_flash import householder_attention
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 40, 8, generator=g) for _ in range(3))
     w = torch.nn.functional.normalize(torch.randn(1, 2, 40, 8, generator=g), dim=-1)
-    args = {"beta": torch.rand(1, 2, 40, generator=g) * 2, "scale": 0.35, "chunk": 16, **kw}
+    beta = torch.rand(1, 2, 40, generator=g) * 2
+    if nan_at is not None:
+        beta[0, 0, nan_at] = float("nan")
+    args = {"beta": beta, "scale": 0.35, "chunk": 16, **kw}
     return householder_attention(q, k, v, w, args.pop("beta"), **args)
 
 
 def _householder_nan_row() -> str:
-    """A NaN in one token's β: that token's own row and every later row are NaN (its Householder
-    sits between them and every earlier key), the earlier rows are what they were."""
-    clean = _householder()
-    beta = torch.rand(1, 2, 40, generator=torch.Generator().manual_seed(0)) * 2
-    beta[0, 0, 25] = float("nan")
-    out = _householder(beta=beta)
+    """A NaN in one token's β (token 25, chunks of 16): NaN from the start of its chunk on in its
+    head (the chunk's triangular solve mixes its rows, masked by zeros, and 0·NaN is NaN); the
+    chunks before and the other head are what they were."""
+    clean, out = _householder(), _householder(nan_at=25)
     bad = out[0, 0].isnan().any(-1)
-    assert bad[25:].all() and not bad[:25].any() and torch.equal(out[0, 0, :25], clean[0, 0, :25])
+    assert bad[16:].all() and not bad[:16].any() and torch.equal(out[0, 0, :16], clean[0, 0, :16])
     assert torch.equal(out[0, 1], clean[0, 1])
-    return "rows from the NaN token on are NaN in its head; earlier rows and the other head unchanged"
+    return "rows from the start of the NaN token's chunk on are NaN in its head; earlier chunks and the other head unchanged"
 
 
 CASES = [
@@ -94,7 +95,7 @@ CASES = [
     Case(B, "householder_attention with β of another length",
          r"^beta must be a float tensor \(B=1, H=2, T=40\), got a torch.float32 tensor of shape \(1, 2, 39\)$",
          run=lambda: _householder(beta=torch.ones(1, 2, 39))),
-    Case(B, "householder_attention with a NaN in one token's β", r"rows from the NaN token on are NaN in its head",
+    Case(B, "householder_attention with a NaN in one token's β", r"rows from the start of the NaN token's chunk on are NaN",
          run=_householder_nan_row, error=None),
     Case(B, "narrow_value_attention (PoPE's attention on CPU) causal with 8 queries and 9 keys",
          r"^causal needs as many queries as keys \(aligned top-left\), got Tq=8, Tk=9$",
