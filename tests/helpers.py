@@ -151,3 +151,24 @@ def kernel_then_none(monkeypatch):
     monkeypatch.setattr(cpu_rope, "_module", None)
     monkeypatch.setattr(cpu_rope, "_looked", True)
     yield False
+
+
+def assert_impls_train_alike(model, tokens: torch.Tensor, impls=("sdpa", "eager"), *, atol: float = 1e-10) -> None:
+    """One training step's loss and every parameter's gradient are the same through each
+    backend ``impl`` (set on every block's attention), the first against each other one."""
+    import torch.nn.functional as F
+
+    results = {}
+    for impl in impls:
+        for block in model.blocks:
+            block.attn.impl = impl
+        model.zero_grad()
+        loss = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+        loss.backward()
+        results[impl] = (loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (first, (loss0, grads0)), *others = results.items()
+    for impl, (loss, grads) in others:
+        torch.testing.assert_close(loss0, loss, atol=1e-12, rtol=1e-12, msg=f"loss: {first} against {impl}")
+        assert grads0.keys() == grads.keys()
+        for name, g in grads0.items():
+            torch.testing.assert_close(g, grads[name], atol=atol, rtol=atol, msg=f"{name}: {first} against {impl}")

@@ -207,36 +207,18 @@ def test_fire_block_sums_equal_the_dense_gradient(offset, block, causal):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12, msg=name)
 
 
-def test_fire_trains_through_the_cpu_flash_leaf_without_a_dense_gradient(plans):
+def test_fire_trains_through_the_cpu_flash_leaf_without_a_dense_gradient(plans, monkeypatch):
     """A FIRE model (float64, L below T so both parts of the bias are used): impl='sdpa' takes
     the CPU flash leaf, whose layers sum their gradients in FIRE's own accumulator, and its
     loss and every gradient equal impl='eager''s."""
-    import torch.nn.functional as F
-
-    from helpers import tiny_model
+    from helpers import assert_impls_train_alike, tiny_model
     from posenc.backends import Leaf
     from posenc.relative.fire import _FireSums
 
-    made = []
-    real = _FireSums.__init__
+    made, real = [], _FireSums.__init__
+    monkeypatch.setattr(_FireSums, "__init__", lambda self, *a, **kw: made.append(self) or real(self, *a, **kw))
     torch.manual_seed(0)
     model = tiny_model("fire", dtype=torch.float64, encoding_config={"init_L": 20.0})
-    x = torch.randint(0, 64, (2, 71))
-    grads = {}
-    for impl in ("sdpa", "eager"):
-        for blk in model.blocks:
-            blk.attn.impl = impl
-        model.zero_grad()
-        _FireSums.__init__ = lambda self, *a, **kw: made.append(self) or real(self, *a, **kw)
-        try:
-            loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
-            loss.backward()
-        finally:
-            _FireSums.__init__ = real
-        grads[impl] = (loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert_impls_train_alike(model, torch.randint(0, 64, (2, 71)))
     assert len(made) == 1  # one accumulator for the sdpa step's layers, none for eager
     assert {p.leaf for p in plans[:2]} == {Leaf.CPU_FLASH_BIAS}
-    torch.testing.assert_close(grads["sdpa"][0], grads["eager"][0], atol=1e-12, rtol=1e-12)
-    assert grads["sdpa"][1].keys() == grads["eager"][1].keys()
-    for name, g in grads["sdpa"][1].items():
-        torch.testing.assert_close(g, grads["eager"][1][name], atol=1e-10, rtol=1e-10, msg=name)
