@@ -20,10 +20,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import assert_same_grads
+
 import posenc
 from posenc import Attention, ModelConfig, SequenceInfo, Transformer
 from posenc.encoding import QKProjection
-from posenc.householder import FOLD, CarriedKeys
+from posenc.householder import FOLD, CarriedKeys, carried_keys
 from posenc.relative.path_attention import MEMORY_KEYS, PathAttention, path_logits, path_scan
 from posenc.terms import HouseholderTerm
 
@@ -266,6 +268,18 @@ def test_carried_keys_step_by_step_equal_the_scan_across_folds():
         torch.testing.assert_close(keys.last(n).all(), carried[..., T - n:, :], atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.parametrize("T,chunk", [(1, 4), (5, 4), (8, 4), (37, 8), (130, 64)])
+def test_carried_keys_of_a_prompt_equal_the_scans(T, chunk):
+    """carried_keys (chunk ends, then suffix products of the chunks' matrices) gives the keys the
+    scan carries to the last token, and their gradients."""
+    q, k, w, beta = _random_inputs(2, 2, T, T, 5, seed=T)
+    k.requires_grad_()
+    _, want = path_scan(q, k, w, beta, chunk=chunk)
+    got = carried_keys(k, w, beta, chunk=chunk)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    assert_same_grads(got, want, (k,), atol=1e-12, rtol=1e-12)
+
+
 def test_carried_keys_compare_by_value_and_leave_inference_mode_without_history():
     q, k, w, beta = _random_inputs(1, 1, 6, 6, 4, seed=6)
     a = CarriedKeys(k[..., :5, :])
@@ -282,7 +296,7 @@ def test_carried_keys_compare_by_value_and_leave_inference_mode_without_history(
 def test_decoding_past_two_folds_equals_the_full_forward(plans):
     """A model decoding token by token for more than two folds of its carried keys gives the
     full forward's output; each step's attention takes the OWN_LOGITS leaf (no q·kᵀ), the
-    prompt's (a DenseTerm, with a cache) the fused function."""
+    prompt's the Householder leaf (no (T, T) tensor, the cache's keys carried chunk by chunk)."""
     from posenc.backends import Leaf
 
     model = _model(attn_impl="sdpa")
@@ -296,7 +310,7 @@ def test_decoding_past_two_folds_equals_the_full_forward(plans):
             parts.append(model(tokens[:, t:t + 1], cache=cache))
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-10, rtol=1e-10)
     layers = len(model.blocks)
-    assert {p.leaf for p in plans[:layers]} == {Leaf.FUSED}
+    assert {p.leaf for p in plans[:layers]} == {Leaf.HOUSEHOLDER}
     assert {p.leaf for p in plans[layers:]} == {Leaf.OWN_LOGITS}
 
 

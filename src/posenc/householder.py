@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CHUNK", "FOLD", "CarriedKeys", "ChunkPieces", "chunk_pieces", "mirror_logits", "path_logits", "path_scan"]
+__all__ = ["CHUNK", "FOLD", "CarriedKeys", "ChunkPieces", "carried_keys", "chunk_pieces", "mirror_logits", "path_logits", "path_scan"]
 
 #: Tokens per chunk (FLA's reference uses 64): the UT transform's triangular system is chunk x
 #: chunk; a scan takes ceil(T / chunk) steps.
@@ -119,6 +119,26 @@ def mirror_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, *, chunk: int =
     br = torch.cat([torch.zeros_like(br[..., :1]), br[..., :-1]], dim=-1)
     reverse, _ = path_scan(q.flip(-2), k.flip(-2), wr, br, chunk=chunk)
     return reverse.flip(-2).flip(-1).triu(1)
+
+
+def carried_keys(k: Tensor, w: Tensor, beta: Tensor, *, chunk: int = CHUNK) -> Tensor:
+    """Every key carried to the last token, H_{T-1} ⋯ H_{j+1} k_j (..., T, D), without the
+    logits :func:`path_scan` computes beside them: each chunk's keys carried to its end, then
+    through the products of the chunks after it (suffix products, D x D), O(T·(n + D)·D)."""
+    T = k.shape[-2]
+    Tp = -(-T // chunk) * chunk
+    if Tp != T:  # identity tokens after the last: w = 0, β = 0
+        k, w, beta = F.pad(k, (0, 0, 0, Tp - T)), F.pad(w, (0, 0, 0, Tp - T)), F.pad(beta, (0, Tp - T))
+    K, W = (x.unflatten(-2, (Tp // chunk, chunk)) for x in (k, w))  # (..., C, n, D)
+    R, S = _ut_transform(W, K, beta.unflatten(-1, (Tp // chunk, chunk)))
+    ends = K - S.mT @ W  # (..., C, n, D): each chunk's keys carried to its end
+    C = ends.shape[-3]
+    parts, later = [ends[..., C - 1, :, :]], None  # later: the row map P_{c+1}ᵀ ⋯ P_{C-1}ᵀ
+    for c in range(C - 2, -1, -1):
+        product_t = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - R[..., c + 1, :, :].mT @ W[..., c + 1, :, :]
+        later = product_t if later is None else product_t @ later
+        parts.append(ends[..., c, :, :] @ later)
+    return torch.stack(parts[::-1], dim=-3).flatten(-3, -2)[..., :T, :]
 
 
 class ChunkPieces(NamedTuple):

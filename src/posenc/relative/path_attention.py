@@ -47,9 +47,11 @@ bidirectional layer) adds the term's dense form, the difference
 
 to its own s·q_i·k_j. With a KV cache the cache keeps every key carried to the last token
 (:class:`~posenc.householder.CarriedKeys`: a long part carried to a token r and the product of
-the matrices since, with the keys since r apart, folded together every 64 tokens). A decoding
+the matrices since, with the keys since r apart, folded together every 64 tokens). A prompt
+that starts the cache attends as without one (the HouseholderTerm) and hands the cache its keys
+carried chunk by chunk (:func:`~posenc.householder.carried_keys`, no logits). A decoding
 step reads the long part once, through the query carried back to r, and returns the logits as
-a :class:`~posenc.terms.LogitsTerm`, whose leaf computes no q·kᵀ; a longer call with a cache
+a :class:`~posenc.terms.LogitsTerm`, whose leaf computes no q·kᵀ; a longer call after the prompt
 takes the difference as a :class:`~posenc.terms.DenseTerm` from
 :func:`~posenc.householder.path_scan`, which also gives the cache its carried keys. The products' algebra (chunks of 64 tokens, the UT transform) is
 :mod:`posenc.householder`'s.
@@ -101,7 +103,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import EncodingConfig, check_int
 from ..encoding import Dims, PositionalEncoding, QKProjection, cached_entry, layer_input
-from ..householder import CHUNK, CarriedKeys, mirror_logits, path_logits, path_scan
+from ..householder import CHUNK, CarriedKeys, carried_keys, mirror_logits, path_logits, path_scan
 from ..literature import LEARNED, UNTRAINED
 from ..registry import register
 from ..terms import DenseTerm, HouseholderTerm, LogitsTerm
@@ -253,12 +255,13 @@ class PathAttention(PositionalEncoding):
     def terms(self, q: Tensor, k: Tensor, state: Any,
               proj: QKProjection | None = None) -> list[HouseholderTerm] | list[LogitsTerm] | list[DenseTerm]:
         """s·(q_iᵀ P_ij k_j - q_i·k_j) of the Tq queries against the Tk keys, the new tokens'
-        w and β from ``proj.x``: without a KV cache a :class:`~posenc.terms.HouseholderTerm`.
-        With one, the cached keys carried through their products come from ``proj.memory``
-        (which receives all Tk keys carried to the last, a
-        :class:`~posenc.householder.CarriedKeys`); a decoding step (one new token) returns its
-        logits as a :class:`~posenc.terms.LogitsTerm`, any other call the difference as a
-        :class:`~posenc.terms.DenseTerm`. The queries are the last Tq of the keys."""
+        w and β from ``proj.x``: without a KV cache, or for a prompt that starts one, a
+        :class:`~posenc.terms.HouseholderTerm`. With a cache, the cached keys carried through
+        their products come from ``proj.memory`` (which receives all Tk keys carried to the
+        last, a :class:`~posenc.householder.CarriedKeys`); a decoding step (one new token)
+        returns its logits as a :class:`~posenc.terms.LogitsTerm`, any other call after the
+        prompt the difference as a :class:`~posenc.terms.DenseTerm`. The queries are the last
+        Tq of the keys."""
         B, H, Tq, D = q.shape
         Tk = k.shape[2]
         x = layer_input(proj, "path", "Householders", q, k, self.dims.d_model)
@@ -275,9 +278,13 @@ class PathAttention(PositionalEncoding):
                 w, beta, tail = self.householders(x, state[..., cached:], conv_past)
             dt = w.dtype
             qd, kd = q.to(dt), k.to(dt)
-            if memory is None:
-                return [HouseholderTerm(qd, kd, w, beta, self.attention_scale(D), CHUNK)]
             scale = self.attention_scale(D)
+            if memory is None:
+                return [HouseholderTerm(qd, kd, w, beta, scale, CHUNK)]
+            if not cached and Tq == t:  # a prompt: attention as without a cache; the cache's keys from the chunks
+                memory[MEMORY_KEYS] = CarriedKeys(carried_keys(kd, w, beta))
+                memory[MEMORY_CONV], memory[MEMORY_CONV_POS] = tail
+                return [HouseholderTerm(qd, kd, w, beta, scale, CHUNK)]
             keys = past.last(cached) if cached else None  # a sliding cache's carried keys: its last ones
             if cached and t == 1:  # a decoding step: the carried keys' long part read once
                 logits, keys = keys.step(qd, kd[..., -1:, :], w, beta)
