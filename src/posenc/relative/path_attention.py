@@ -272,7 +272,9 @@ class PathAttention(PositionalEncoding):
         memory, past, cached, _ = cached_entry(proj, MEMORY_KEYS, t, Tk, -2, "path", "Householders", "products")
         conv_past = (memory[MEMORY_CONV], memory[MEMORY_CONV_POS]) if cached and MEMORY_CONV in memory else None
         with torch.autocast(q.device.type, enabled=False):
-            if memory is None and torch.is_grad_enabled():
+            if memory is None and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+                # w and β recomputed in the backward from x: O(T·C) kept, not O(T·H·D) per layer
+                # (under torch.compile the compiler decides what to keep; dynamo does not trace it)
                 w, beta, _ = checkpoint(self.householders, x, state, None, use_reentrant=False)
             else:
                 w, beta, tail = self.householders(x, state[..., cached:], conv_past)
