@@ -46,9 +46,9 @@ HOUSEHOLDER        a :class:`~posenc.terms.HouseholderTerm` alone (PaTH) under a
                    mask, ``impl`` sdpa or auto, not compiling: the chunked Householder attention
                    (:mod:`.householder_flash`), no (T, T) tensor; PaTH's whole-model training
                    step (B=2, 6 layers, width 512, T=1024, two threads, quiet) 1.45x NoPE's
-                   time against 3.76x with its dense term in the fused function, peak memory
-                   1.24x against 6.24x; one call, B=2, H=8, D=64, forward + backward 182 ms
-                   against SDPA's causal 67 ms without PaTH
+                   time (paired) against 3.76x with its dense term in the fused function (the
+                   model_cpu table), peak memory 1.24x against 6.24x; one call, B=2, H=8,
+                   D=64, forward + backward 182 ms against SDPA's causal 67 ms without PaTH
 OWN_LOGITS         a :class:`~posenc.terms.LogitsTerm` alone (PaTH's decoding step), ``impl``
                    sdpa or auto: softmax of its logits, no q·kᵀ (:mod:`.own_logits`); the eager
                    leaf would compute q·kᵀ and the term's dense form subtract it again;
