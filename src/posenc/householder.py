@@ -49,15 +49,29 @@ __all__ = ["CHUNK", "FOLD", "CarriedKeys", "ChunkPieces", "carried_keys", "chunk
 CHUNK = 64
 
 
-def _ut_transform(W: Tensor, K: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
+def _ut_transform(W: Tensor, K: Tensor, beta: Tensor, inverse: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """R (..., n, D) and S (..., n, n) of chunks W, K (..., n, D), beta (..., n): the product of
-    the chunk's matrices is I - Wᵀ R, and its keys carried to its end are K - Sᵀ W."""
+    the chunk's matrices is I - Wᵀ R (:func:`_product`), and its keys carried to its end are
+    K - Sᵀ W; and the inverse (..., n, n) of the chunks' unit lower triangular system. Given
+    ``inverse`` (an earlier call's on the same inputs: a backward's recompute), no triangular
+    solve is done and the gradient reaches the system through :class:`_KnownInverse`."""
     n, D = W.shape[-2:]
     below = torch.ones(n, n, dtype=torch.bool, device=W.device).tril(-1)  # l > l'
-    system = torch.eye(n, dtype=W.dtype, device=W.device) + beta[..., None] * (W @ W.mT).masked_fill(~below, 0)
-    rhs = beta[..., None] * torch.cat([W, (W @ K.mT).masked_fill(~below, 0)], dim=-1)  # (..., n, D + n)
-    sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-    return sol[..., :D], sol[..., D:]
+    G = (W @ torch.cat([W, K], dim=-2).mT).masked_fill(~below.repeat(1, 2), 0)  # (..., n, 2n): W Wᵀ, W Kᵀ
+    eye = torch.eye(n, dtype=W.dtype, device=W.device)
+    system = eye + beta[..., None] * G[..., :n]
+    if inverse is None:
+        inverse = torch.linalg.solve_triangular(system, eye.expand_as(system), upper=False, unitriangular=True)
+        known = inverse
+    else:
+        known = _KnownInverse.apply(system, inverse)
+    sol = known @ (beta[..., None] * torch.cat([W, G[..., n:]], dim=-1))  # (..., n, D + n)
+    return sol[..., :D], sol[..., D:], inverse.detach()
+
+
+def _product(W: Tensor, R: Tensor) -> Tensor:
+    """A chunk's H_{b-1} ⋯ H_a = I - Wᵀ R (..., D, D) from its W and R (..., n, D)."""
+    return torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - W.mT @ R
 
 
 def path_scan(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, carried: Tensor | None = None, *,
@@ -81,7 +95,7 @@ def path_scan(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, carried: Tensor | N
         b = min(a + chunk, t)
         n = b - a
         W, K = w[..., a:b, :], k[..., a:b, :]  # (..., n, D)
-        R, S = _ut_transform(W, K, beta[..., a:b])  # H_{b-1}⋯H_a = I - WᵀR; (..., n, n): S_lj
+        R, S, _ = _ut_transform(W, K, beta[..., a:b])  # H_{b-1}⋯H_a = I - WᵀR; (..., n, n): S_lj
         first = max(a, o)
         if first < b:  # queries in this chunk, at local positions first - a .. n - 1
             Qc = q[..., first - o : b - o, :]  # (..., m, D)
@@ -130,12 +144,12 @@ def carried_keys(k: Tensor, w: Tensor, beta: Tensor, *, chunk: int = CHUNK) -> T
     if Tp != T:  # identity tokens after the last: w = 0, β = 0
         k, w, beta = F.pad(k, (0, 0, 0, Tp - T)), F.pad(w, (0, 0, 0, Tp - T)), F.pad(beta, (0, Tp - T))
     K, W = (x.unflatten(-2, (Tp // chunk, chunk)) for x in (k, w))  # (..., C, n, D)
-    R, S = _ut_transform(W, K, beta.unflatten(-1, (Tp // chunk, chunk)))
+    R, S, _ = _ut_transform(W, K, beta.unflatten(-1, (Tp // chunk, chunk)))
     ends = K - S.mT @ W  # (..., C, n, D): each chunk's keys carried to its end
     C = ends.shape[-3]
     parts, later = [ends[..., C - 1, :, :]], None  # later: the row map P_{c+1}ᵀ ⋯ P_{C-1}ᵀ
     for c in range(C - 2, -1, -1):
-        product_t = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - R[..., c + 1, :, :].mT @ W[..., c + 1, :, :]
+        product_t = _product(W[..., c + 1, :, :], R[..., c + 1, :, :]).mT
         later = product_t if later is None else product_t @ later
         parts.append(ends[..., c, :, :] @ later)
     return torch.stack(parts[::-1], dim=-3).flatten(-3, -2)[..., :T, :]
@@ -184,22 +198,11 @@ def chunk_pieces(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, chunk: int,
     if T % chunk:
         raise ValueError(f"chunk_pieces needs a length that is a multiple of chunk={chunk}, got {T}")
     Q, K, W = (x.unflatten(-2, (T // chunk, chunk)) for x in (q, k, w))  # (..., C, n, D)
-    b = beta.unflatten(-1, (T // chunk, chunk))[..., None]  # (..., C, n, 1)
-    D, n = W.shape[-1], chunk
-    below = torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-1)  # l > l'
-    G = (W @ torch.cat([W, K], dim=-2).mT).masked_fill(~below.repeat(1, 2), 0)  # (..., C, n, 2n): W Wᵀ, W Kᵀ
-    system = torch.eye(n, dtype=W.dtype, device=W.device) + b * G[..., :n]
-    if inverse is None:
-        with torch.no_grad():
-            inverse = torch.linalg.solve_triangular(system.detach(), torch.eye(n, dtype=W.dtype, device=W.device)
-                                                    .expand_as(system), upper=False, unitriangular=True)
-    sol = _KnownInverse.apply(system, inverse) @ (b * torch.cat([W, G[..., n:]], dim=-1))  # (..., C, n, D + n)
-    R, S = sol[..., :D], sol[..., D:]
+    R, S, inverse = _ut_transform(W, K, beta.unflatten(-1, (T // chunk, chunk)), inverse)
     seen = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()  # l <= i
     QW = (Q @ W.mT).masked_fill(~seen, 0)  # q_i·w_l for l <= i
     own = (Q @ K.mT - QW @ S).masked_fill(~seen, 0)
-    product = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - W.mT @ R  # (..., C, D, D)
-    return ChunkPieces(own, Q - QW @ R, K - S.mT @ W, product), inverse
+    return ChunkPieces(own, Q - QW @ R, K - S.mT @ W, _product(W, R)), inverse
 
 
 class CarriedKeys:

@@ -4,33 +4,35 @@
 
 The sequence is cut into C chunks of n tokens (:func:`posenc.householder.chunk_pieces`: each
 chunk's own logits, its queries carried back to its start, its keys carried to its end, and
-the factors of its product I - Wᵀ R). A query chunk c meets key chunk c - d through its
-queries carried back over the d - 1 chunks between (FLA's parallel PaTH kernel walks a query
-block back the same way, ``fla/ops/path_attn/parallel.py``):
+its product P_c = I - Wᵀ R, D x D). A query chunk c meets key chunk c - d through its queries
+carried back over the d - 1 chunks between (FLA's parallel PaTH kernel walks a query block
+back the same way, ``fla/ops/path_attn/parallel.py``):
 
     d = 0:  the chunk's own logits;
-    d >= 1: q̃_d · k_endᵀ[c - d],   q̃_1 = q_start[c],   q̃_{d+1} = q̃_d - (q̃_d Wᵀ[c - d]) R[c - d].
+    d >= 1: q̃_d · k_endᵀ[c - d],   q̃_1 = q_start[c],   q̃_{d+1} = q̃_d · P[c - d].
 
 Every query chunk takes the step of distance d at once, one batched product per step, so the
 loop runs C times, whatever the batch and heads, and each step holds (C - d) chunk pairs of
-(n, n) logits. The softmax is FlashAttention's online one (Dao et al. 2022, Alg. 1): a
-running maximum and sum per row, the output rescaled as each distance arrives. The forward keeps
-q, k, w, β, v, the output and the rows' log-sum-exp (O(T·D)); the backward recomputes the chunk
-pieces and the chains q̃_d (kept for the backward's own reverse walk: O(T²·D / n) for the one
-layer being differentiated), then takes each distance from the farthest back:
+(n, n) logits, laid out chunk-major (C, B·H, n, ·) so each slice is one contiguous batched
+matmul. The softmax is FlashAttention's online one (Dao et al. 2022, Alg. 1): a running
+maximum and sum per row, the output rescaled as each distance arrives. The forward keeps q, k,
+w, β, v, the output, the rows' log-sum-exp and the chunks' triangular inverses (O(T·(D + n)));
+the backward recomputes the chunk pieces (the inverses kept: no triangular solve) and the
+chains q̃_d (kept for its own reverse walk: O(T²·D / n) per sequence, the sequences taken in
+passes that :data:`CHAIN_FLOATS` bounds), then takes each distance from the farthest back:
 
-    dV += Pᵀ dO,  dS = P ∘ (dO Vᵀ - Σ_j P dP) · scale,  dk_end += dSᵀ q̃_d,  dq̃_d = dS k_end + the chain's
+    dV += Pᵀ dO,  dS = P ∘ (dO Vᵀ - Σ_j P dP) · scale,  dk_end += dSᵀ q̃_d,  dq̃_d = dS k_end + g Pᵀ,
+    dP[c - d] += q̃_dᵀ g     (g: the gradient of q̃_{d+1}).
 
-the chain's from q̃_{d+1} = q̃_d - u R with u = q̃_d Wᵀ: dR -= uᵀ g, du = -g Rᵀ, dq̃_d += g + du W,
-dW += duᵀ q̃_d. The pieces' own gradients go back to q, k, w and β by autograd through
+The pieces' own gradients go back to q, k, w and β by autograd through
 :func:`~posenc.householder.chunk_pieces` (O(T·n·D) work). A backward asked for a graph
 (``create_graph``) differentiates the dense causal logits of
 :func:`~posenc.householder.path_scan` instead (a (T, T) graph, as any double backward of
 attention keeps).
 
-Work per (query, key, head) pair: the logit and the chain's two products forward, about twice
-NoPE's attention; the backward the same again plus the chain's four. Half-precision inputs are
-computed in float32, float64 stays float64; the output has v's dtype.
+Work per (query, key, head) pair, in multiply-adds: forward D for the logit, D²/n for the
+chain and Dv for p·v, against NoPE's D + Dv; the backward about three times the forward.
+Half-precision inputs are computed in float32, float64 stays float64; the output has v's dtype.
 """
 
 from __future__ import annotations
@@ -77,13 +79,15 @@ def householder_attention(q: Tensor, k: Tensor, v: Tensor, w: Tensor, beta: Tens
 
     q, k, w (B, H, T, D) (w unit rows), v (B, H, T, Dv), beta (B, H, T): queries and keys of
     the same T tokens. ``chunk``: tokens per chunk (T is padded to a multiple with identity
-    tokens after the last, which no query sees). Returns (B, H, T, Dv) in v's dtype;
+    tokens after the last, which no query sees; one longer than T is taken as T). Returns (B, H, T, Dv) in v's dtype;
     differentiable in q, k, v, w and beta.
     """
     _check(q, k, v, w, beta, scale, chunk)
-    if q.shape[2] == 0:
+    T = q.shape[2]
+    if T == 0:
         return v.new_zeros(v.shape)
-    return _Householder.apply(q, k, v, w, beta, float(scale), chunk)
+    # a chunk longer than the sequence only pads it: any chunk gives the same logits
+    return _Householder.apply(q, k, v, w, beta, float(scale), min(chunk, T))
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, mask: AttentionMask, terms: LayerTerms) -> Tensor:
@@ -135,8 +139,8 @@ def _group(T: int, n: int, D: int) -> int:
 
 
 def _chains(q_start: Tensor, product: Tensor):
-    """q̃_d (C - d, B·H, n, D) for d = 1 .. C - 1: the queries of chunks d .. C - 1 carried back
-    to the end of chunk c - d."""
+    """q̃_d (C - d, N, n, D) for d = 1 .. C - 1: the queries of chunks d .. C - 1 carried back
+    to the end of chunk c - d (N sequences)."""
     C = q_start.shape[0]
     qt = q_start[1:]
     for d in range(1, C):
