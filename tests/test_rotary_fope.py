@@ -163,3 +163,22 @@ def test_key_heads_the_coefficient_sets_do_not_divide_are_refused():
     q, k, pos = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 3, 16), torch.arange(3)[None]
     with pytest.raises(ValueError, match=r"^coef_heads \(4\) must divide the heads of k, got 2$"):
         enc.rotate(q, k, pos, pos)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(coef_heads=2, num_inv_freq=3)])
+def test_prepared_tables_are_the_rolled_form_of_tables(kw):
+    """prepare writes C and the rolled S straight into two tensors (the kept frequencies, then 1
+    for the dropped ones, in each half); the same numbers as tables() laid out by pads and
+    concatenations, then rolled (rolled's sign moved onto the first half of S)."""
+    enc = posenc.build("fope", d_model=32, num_heads=4, **kw)
+    with torch.no_grad():
+        enc.cos_coef.normal_()
+        enc.sin_coef.normal_()
+    pos = torch.tensor([[0, 3, 17, 900]])
+    state = enc.prepare(pos, pos)
+    cos, sin = enc.rolled(*enc.tables(pos))
+    assert torch.equal(state.cos, cos) and torch.equal(state.sin, sin)
+    h = enc.dims.head_dim // 2
+    if enc.num_kept < h:  # the dropped frequencies: C = 1, rolled S = -1 then 1
+        assert (cos[..., enc.num_kept:h] == 1).all() and (sin[..., enc.num_kept:h] == -1).all()
+        assert (sin[..., h + enc.num_kept:] == 1).all()

@@ -207,15 +207,14 @@ class KVCache:
         """Outside inference mode, make the decoding state writable again (see the class docstring)."""
         if torch.is_inference_mode_enabled():
             return
-        frozen = lambda x: isinstance(x, Tensor) and x.is_inference()  # noqa: E731
+        # a tensor, or a value object of tensors that says so the same way (PaTH's CarriedKeys)
+        frozen = lambda x: callable(getattr(x, "is_inference", None)) and x.is_inference()  # noqa: E731
         for memo in self.prepare_memo.values():
             if any(frozen(x) or isinstance(x, tuple) and any(map(frozen, x)) for x in memo.values()):
                 memo.clear()
         for state in (*self.embed_state.values(), *self.layer_states):
             for key, x in state.items():
-                # a tensor, or a value object of tensors that says so the same way (PaTH's CarriedKeys)
-                if not isinstance(x, (bool, int, float, str)) and callable(getattr(x, "is_inference", None)) \
-                        and x.is_inference():
+                if frozen(x):
                     state[key] = x.clone()
 
     @contextlib.contextmanager

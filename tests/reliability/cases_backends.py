@@ -89,7 +89,20 @@ def _householder_nan_row() -> str:
     return "rows from the start of the NaN token's chunk on are NaN in its head; earlier chunks and the other head unchanged"
 
 
+def _own_logits_other_scale() -> None:
+    from posenc.backends import LayerTerms, own_logits
+    from posenc.terms import LogitsTerm
+
+    q, seq = torch.zeros(1, 2, 1, 8), SequenceInfo.from_offset(1, 5)
+    k = torch.zeros(1, 2, 5, 8)
+    terms = LayerTerms.of(seq.positions[:, -1:], seq.positions, None, [LogitsTerm(torch.zeros(1, 2, 1, 5), q, k, 0.5)])
+    mask = AttentionMask.build(SequenceInfo.from_offset(1, 1, 4), seq, causal=True)
+    own_logits.attention(q, k, k, scale=0.25, mask=mask, terms=terms)
+
+
 CASES = [
+    Case(B, "the OWN_LOGITS leaf (PaTH's decoding step) called with another scale than its LogitsTerm's",
+         r"^a LogitsTerm's scale \(0.5\) must be the attention's \(0.25\)", run=_own_logits_other_scale),
     Case(B, "householder_attention (PaTH's leaf) with chunk=0", r"^chunk must be an int in \[1, 4096\], got 0$",
          run=lambda: _householder(chunk=0)),
     Case(B, "householder_attention with β of another length",

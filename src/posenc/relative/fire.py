@@ -132,14 +132,13 @@ class _FireSums:
     def __init__(self, bias: "FireBias", q_pos: Tensor, k_pos: Tensor, rows: int, inputs: tuple[Tensor, ...],
                  dtype: torch.dtype) -> None:
         self.bias, self.q_pos, self.k_pos, self.rows, self.inputs, self.dtype = bias, q_pos, k_pos, rows, inputs, dtype
-        values, c, L, slopes, intercepts = inputs
-        heads, pieces = slopes.shape[1], slopes.shape[0]
+        _, c, L, slopes, _ = inputs
+        pieces, heads = slopes.shape
         self.diagonals = DiagonalSums(heads, rows, k_pos.shape[1], dtype, q_pos.device) if rows else None
         self.slope_rows = slopes.detach().t().to(dtype).contiguous()  # (H, W + 1)
         self.knots = bias.pieces[0].detach()
         self.dslopes = torch.zeros(heads, pieces, dtype=dtype, device=q_pos.device)
         self.dintercepts = torch.zeros_like(self.dslopes)
-        c, L = inputs[1], inputs[2]
         self.c_, self.L_ = c.detach().requires_grad_(), L.detach().requires_grad_()
         # per block of rows past the boundary, the same for every layer: x flat in the compute
         # dtype, and dL/dx summed over the layers so far
